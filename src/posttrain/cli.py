@@ -1,0 +1,49 @@
+"""The `posttrain` command: thin; each concept folder owns its sub-commands in `<folder>/cli.py`.
+
+Sub-command modules must import nothing heavy (torch, transformers, ray) at module level, so that
+`posttrain --help` and `posttrain sandbox check` start fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="posttrain: reinforcement learning on verifiable tasks, at scale.")
+
+# (module, attribute, how it is mounted): a typer app becomes a group, a function a command.
+_SUBCOMMANDS: list[tuple[str, str, str]] = [
+    ("posttrain.sandbox.cli", "app", "sandbox"),
+    ("posttrain.tasks.cli", "app", "tasks"),
+    ("posttrain.rollout.cli", "rollout", "rollout"),
+    ("posttrain.rollout.cli", "replay", "replay"),
+    ("posttrain.storage.cli", "export", "export"),
+    ("posttrain.training.cli", "run", "run"),
+    ("posttrain.evaluation.cli", "app", "eval"),
+    ("posttrain.evaluation.cli", "report", "report"),
+]
+
+
+def _mount() -> None:
+    for module_name, attr, name in _SUBCOMMANDS:
+        if importlib.util.find_spec(module_name) is None:
+            continue  # that part of posttrain is not built yet
+        obj = getattr(importlib.import_module(module_name), attr)
+        if isinstance(obj, typer.Typer):
+            app.add_typer(obj, name=name)
+        else:
+            app.command(name=name)(obj)
+
+
+_mount()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""A domain (task type): seeded generator + environment kind + verifier + oracle + negatives.
+
+Families register many domains from parameters (see `posttrain.tasks.registry`). Every domain
+must pass `posttrain tasks check`: its oracle passes, each of its negatives fails, and verifying
+the same outcome twice agrees.
+
+Actions are model text in the environment's action format (see `posttrain.envs`): for a
+`single` environment one action, the answer itself; for a `tools` environment a list of turns,
+each a tagged tool call (`<bash>...</bash>`, `<write path="f">...</write>`, `<submit>...</submit>`),
+the last one ending the episode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from posttrain.tasks.task import EnvKind, Split, Task
+from posttrain.verifiers.base import Verifier
+
+Actions = Sequence[str]
+
+
+@dataclass(frozen=True)
+class Domain:
+    name: str
+    """dotted name, '<family>.<...>', e.g. 'math.add.d2'"""
+    family: str
+    env: EnvKind
+    verifier: Verifier
+    generate: Callable[[int, Split], Task]
+    """(seed, split) -> Task; the same arguments always give a byte-identical task"""
+    oracle: Callable[[Task], Actions]
+    """the reference solution as actions"""
+    negatives: Callable[[Task], Mapping[str, Actions]]
+    """named wrong attempts; must contain 'empty' and at least one plausible wrong answer"""
+    description: str = ""
+    tags: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.name.startswith(self.family + "."):
+            raise ValueError(f"domain {self.name!r} must start with its family {self.family!r}.")
+
+    def task(self, seed: int, split: Split = "train") -> Task:
+        task = self.generate(seed, split)
+        if task.domain != self.name:
+            raise ValueError(f"domain {self.name}: generator produced a task of domain {task.domain!r}")
+        return task
