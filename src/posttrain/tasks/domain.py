@@ -13,12 +13,26 @@ the last one ending the episode.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from posttrain.tasks.task import EnvKind, Split, Task
 from posttrain.verifiers.base import Verifier
 
+if TYPE_CHECKING:
+    from posttrain.sandbox.base import Sandbox
+
 Actions = Sequence[str]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A domain tool, called as `<tool name="NAME">ARGS</tool>` (or an OpenAI function call)."""
+
+    name: str
+    description: str
+    """one line shown to the policy in the tool list"""
+    run: Callable[["Sandbox", str], str]
+    """(episode sandbox, raw argument text) -> observation text; raise ValueError for bad args"""
 
 
 @dataclass(frozen=True)
@@ -36,6 +50,8 @@ class Domain:
     """named wrong attempts; must contain 'empty' and at least one plausible wrong answer"""
     description: str = ""
     tags: tuple[str, ...] = field(default=())
+    tools: tuple[ToolSpec, ...] = field(default=())
+    """extra tools of a `tools` environment, beside bash/python/read/write/edit/submit"""
 
     def __post_init__(self) -> None:
         if not self.name.startswith(self.family + "."):
