@@ -38,6 +38,14 @@ def _mount() -> None:
             app.command(name=name)(obj)
 
 
+@app.command()
+def version() -> None:
+    """Print posttrain's version."""
+    from posttrain import __version__
+
+    typer.echo(__version__)
+
+
 _mount()
 
 
