@@ -183,6 +183,13 @@ class Sandbox(Protocol):
         """Make the workspace exactly what it was at `snapshot_id` (kills running jobs)."""
         ...
 
+    def kill_processes(self) -> int:
+        """Kill every process the episode left running in the sandbox (daemons, background
+        jobs), keeping the sandbox itself usable; returns how many were killed. Environments call
+        it before verification so nothing the policy started can touch the workspace while it is
+        graded."""
+        ...
+
     def archive(self) -> bytes:
         """The whole workspace as a deterministic tar archive (for trajectories and replay)."""
         ...
