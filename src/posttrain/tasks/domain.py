@@ -52,6 +52,9 @@ class Domain:
     tags: tuple[str, ...] = field(default=())
     tools: tuple[ToolSpec, ...] = field(default=())
     """extra tools of a `tools` environment, beside bash/python/read/write/edit/submit"""
+    stop: tuple[str, ...] | None = None
+    """stop strings of a policy turn; None = the environment's default ('\\n' for `single`
+    answers, the closing tags of tool calls for `tools`). Use () for multi-line answers (code)."""
 
     def __post_init__(self) -> None:
         if not self.name.startswith(self.family + "."):
