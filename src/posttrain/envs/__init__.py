@@ -1,0 +1,67 @@
+"""Environments: single-answer and multi-turn tool use, over model text (see `base.py`)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+from posttrain.envs.base import Environment, Observation, StepResult
+from posttrain.envs.budget import EnvConfig
+from posttrain.envs.single import SandboxFactory, SingleAnswerEnv
+from posttrain.envs.tools import ToolEnv
+from posttrain.sandbox.base import Sandbox
+from posttrain.tasks.domain import Domain
+from posttrain.tasks.task import Task
+from posttrain.verifiers.base import Verdict
+
+__all__ = ["EnvConfig", "Environment", "Observation", "SingleAnswerEnv", "StepResult", "ToolEnv",
+           "default_sandbox_factory", "make_env", "play_actions"]
+
+
+def default_sandbox_factory() -> SandboxFactory:
+    """A fresh default sandbox per episode (`posttrain.sandbox.open_sandbox`)."""
+    from posttrain.sandbox import open_sandbox
+
+    return lambda: open_sandbox()
+
+
+def make_env(domain: Domain, config: EnvConfig = EnvConfig(),
+             sandbox_factory: SandboxFactory | None = None) -> SingleAnswerEnv | ToolEnv:
+    if domain.env == "tools":
+        return ToolEnv(domain, config, sandbox_factory or default_sandbox_factory())
+    needs = domain.verifier.needs_sandbox
+    return SingleAnswerEnv(domain, config, sandbox_factory or (default_sandbox_factory() if needs else None))
+
+
+def stop_strings(domain: Domain) -> tuple[str, ...]:
+    if domain.stop is not None:
+        return domain.stop
+    return ToolEnv.default_stop if domain.env == "tools" else SingleAnswerEnv.default_stop
+
+
+@contextmanager
+def _borrowed(sandbox: Sandbox) -> Iterator[Sandbox]:
+    yield sandbox  # the caller owns it and closes it
+
+
+def play_actions(domain: Domain, task: Task, actions: Sequence[str],
+                 sandbox: Sandbox | None = None, config: EnvConfig = EnvConfig()) -> Verdict:
+    """Play a fixed list of turns (an oracle, a negative, a replay) and return the verdict.
+
+    The episode is graded even when the actions run out before a submit (as a truncated
+    episode would be). Sandbox and verifier failures propagate (they are infrastructure)."""
+    factory = (lambda: _borrowed(sandbox)) if sandbox is not None else None
+    env = make_env(domain, config, factory)
+    try:
+        env.reset(task)
+        result = None
+        for action in actions:
+            result = env.step(action)
+            if result.terminated or result.truncated:
+                break
+        if result is None or not (result.terminated or result.truncated):
+            result = env.finish(None, truncated=True)
+        assert result.verdict is not None
+        return result.verdict
+    finally:
+        env.close()

@@ -1,0 +1,81 @@
+"""The single-answer environment: one policy turn, whose text is the answer.
+
+Files of the task (documents, data) are shown inline after the prompt, capped by
+`EnvConfig.show_files_in_prompt_chars` (a cut is marked and counted). When the domain's verifier
+runs code (`needs_sandbox`), a sandbox is opened only for grading, with the task's files in it.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from typing import Callable, ContextManager
+
+from posttrain.envs.base import Observation, StepResult
+from posttrain.envs.budget import EnvConfig, truncate_text
+from posttrain.sandbox.base import Sandbox
+from posttrain.tasks.domain import Domain
+from posttrain.tasks.task import Task
+from posttrain.verifiers.base import Outcome
+
+SandboxFactory = Callable[[], ContextManager[Sandbox]]
+
+
+def render_files(task: Task, max_chars: int) -> tuple[str, int]:
+    """The task's files as text blocks after the prompt; (text, characters cut)."""
+    if not task.files:
+        return "", 0
+    blocks = [f"--- {path} ---\n{content.rstrip()}" for path, content in sorted(task.files.items())]
+    return truncate_text("\n\n" + "\n\n".join(blocks), max_chars, "head")
+
+
+class SingleAnswerEnv:
+    """`reset` shows the prompt; the first `step` is the answer and ends the episode."""
+
+    default_stop: tuple[str, ...] = ("\n",)
+
+    def __init__(self, domain: Domain, config: EnvConfig = EnvConfig(),
+                 sandbox_factory: SandboxFactory | None = None) -> None:
+        self.domain = domain
+        self.config = config
+        self.sandbox_factory = sandbox_factory
+        self.task: Task | None = None
+        self.timings: dict[str, float] = {}
+        self.counters: dict[str, int] = {}
+        self.sandbox_info: dict = {}
+        self.workspace_archive: bytes | None = None
+
+    def reset(self, task: Task) -> Observation:
+        self.task = task
+        files, cut = render_files(task, self.config.show_files_in_prompt_chars)
+        if cut:
+            self.counters["observation_truncations"] = self.counters.get("observation_truncations", 0) + 1
+        return Observation(task.prompt + files, truncated_chars=cut)
+
+    def step(self, action: str) -> StepResult:
+        if self.task is None:
+            raise RuntimeError("step() before reset()")
+        return self.finish(action, truncated=False)
+
+    def finish(self, answer: str | None, truncated: bool) -> StepResult:
+        """Grade `answer` and end the episode (also used when a budget ran out)."""
+        task = self.task
+        assert task is not None
+        t0 = time.perf_counter()
+        with ExitStack() as stack:
+            sandbox = None
+            if self.domain.verifier.needs_sandbox:
+                if self.sandbox_factory is None:
+                    raise RuntimeError(f"domain {self.domain.name} needs a sandbox to verify, "
+                                       "but the environment was given no sandbox factory")
+                sandbox = stack.enter_context(self.sandbox_factory())
+                self.sandbox_info = {"backend": sandbox.info.backend, "image": sandbox.info.image}
+                for path, content in task.files.items():
+                    sandbox.write_file(path, content)
+            verdict = self.domain.verifier.verify(task, Outcome(answer=answer, sandbox=sandbox))
+        self.timings["verify_s"] = self.timings.get("verify_s", 0.0) + time.perf_counter() - t0
+        return StepResult(Observation(""), reward=verdict.score, terminated=not truncated,
+                          truncated=truncated, info={}, verdict=verdict)
+
+    def close(self) -> None:
+        self.task = None

@@ -1,0 +1,80 @@
+"""Scripted policies: play a domain's oracle, one of its negatives, or given actions.
+
+They make the whole machinery (environments, sandboxes, verifiers, store, scheduler) testable and
+smoke-runnable without a model. A scripted policy reads the task from the request's `meta`
+(set by `posttrain.rollout.episode.Episode`) and answers turn `meta["turn"]` with the script's
+action for that turn; past the end of its script it answers "" (which a tools environment reports
+as a parse error, until the turn budget truncates the episode).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+from posttrain.policies.base import Completion, GenerationRequest, PolicyVersion
+from posttrain.tasks.task import Task
+
+if TYPE_CHECKING:
+    from posttrain.tasks.domain import Domain
+
+Script = Callable[[Task], Sequence[str]]
+DomainLookup = Callable[[str], "Domain"]
+
+
+class ScriptedPolicy:
+    def __init__(self, script: Script, name: str) -> None:
+        self.script = script
+        self.version = PolicyVersion(name=name)
+        self._cache: dict[str, Sequence[str]] = {}
+
+    @classmethod
+    def oracle(cls, lookup: DomainLookup | None = None) -> "ScriptedPolicy":
+        """Plays each task's oracle; `lookup` maps a domain name to its Domain (the registry's
+        `get_domain` by default)."""
+        find = lookup or _registry_lookup
+        return cls(lambda task: find(task.domain).oracle(task), "scripted:oracle")
+
+    @classmethod
+    def negative(cls, which: str = "wrong", lookup: DomainLookup | None = None) -> "ScriptedPolicy":
+        find = lookup or _registry_lookup
+
+        def script(task: Task) -> Sequence[str]:
+            negatives = find(task.domain).negatives(task)
+            if which not in negatives:
+                raise ValueError(f"domain {task.domain} has no negative {which!r} "
+                                 f"(it has {', '.join(sorted(negatives))})")
+            return negatives[which]
+        return cls(script, f"scripted:{which}")
+
+    @classmethod
+    def replay(cls, actions_by_task_key: Mapping[str, Sequence[str]]) -> "ScriptedPolicy":
+        return cls(lambda task: actions_by_task_key[task.key], "scripted:replay")
+
+    @classmethod
+    def named(cls, name: str, lookup: DomainLookup | None = None) -> "ScriptedPolicy":
+        """'oracle', 'empty', or the name of any negative ('wrong', ...)."""
+        return cls.oracle(lookup) if name == "oracle" else cls.negative(name, lookup)
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        out = []
+        for req in requests:
+            t0 = time.perf_counter()
+            task = req.meta.get("task")
+            if not isinstance(task, Task):
+                raise ValueError("a scripted policy needs the Task in request.meta['task'] "
+                                 "(requests made by posttrain.rollout.episode.Episode carry it)")
+            key = f"{task.key}:{task.hash}"
+            if key not in self._cache:
+                self._cache[key] = list(self.script(task))
+            actions = self._cache[key]
+            turn = int(req.meta.get("turn", 0))
+            text = actions[turn] if turn < len(actions) else ""
+            out.append(Completion(text=text, finish_reason="stop", gen_s=time.perf_counter() - t0))
+        return out
+
+
+def _registry_lookup(name: str) -> "Domain":
+    from posttrain.tasks.registry import get_domain
+
+    return get_domain(name)

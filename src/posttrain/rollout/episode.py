@@ -1,0 +1,194 @@
+"""One episode as a small state machine, so that any driver can run it.
+
+    ep = Episode(domain, task, policy_version="base", sampling=SamplingParams())
+    request = ep.start()
+    while request is not None:
+        completion = policy.generate([request])[0]      # batched with other episodes' requests
+        request = ep.advance(completion)               # env step: tools, then the verifier
+    trajectory = ep.result()
+
+The synchronous batched runner (`posttrain.rollout.runner`) and the async scheduler
+(`posttrain.scheduling`) both drive episodes this way, so the recorded trajectory is the same
+whichever runs it. `advance` blocks on sandbox I/O; drivers run it off their event loop.
+
+Failure handling: a failed generation (`Completion.finish_reason == "error"`), a `SandboxError`, a
+`VerifierError`, or any unexpected exception inside the environment ends the episode as
+`infra_error` with the error recorded (type, message, traceback, where). It never becomes a reward
+of 0, and it never escapes to crash the other episodes of a batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from posttrain.envs import EnvConfig, make_env, stop_strings
+from posttrain.envs.single import SandboxFactory
+from posttrain.policies.base import Completion, GenerationRequest, Message, SamplingParams
+from posttrain.rollout.trajectory import ErrorInfo, Trajectory, Turn
+from posttrain.sandbox.base import SandboxError
+from posttrain.tasks.domain import Domain
+from posttrain.tasks.task import Task
+from posttrain.verifiers.base import Verdict, VerifierError
+
+
+def _where(exc: BaseException) -> str:
+    if isinstance(exc, SandboxError):
+        return "sandbox"
+    if isinstance(exc, VerifierError):
+        return "verifier"
+    return "env"
+
+
+class Episode:
+    def __init__(self, domain: Domain, task: Task, *, policy_version: str,
+                 sampling: SamplingParams = SamplingParams(), env_config: EnvConfig = EnvConfig(),
+                 sandbox_factory: SandboxFactory | None = None, group_id: str = "",
+                 attempt: int = 0, run_id: str = "", policy_staleness: int = 0) -> None:
+        self.domain, self.task = domain, task
+        self.policy_version = policy_version
+        self.sampling = replace(sampling, stop=tuple(dict.fromkeys(sampling.stop + stop_strings(domain))))
+        self.env_config = env_config
+        self.sandbox_factory = sandbox_factory
+        self.group_id, self.attempt, self.run_id = group_id, attempt, run_id
+        self.policy_staleness = policy_staleness
+        self.id = uuid.uuid4().hex
+        self.turns: list[Turn] = []
+        self.messages: list[Message] = []
+        self.counters: dict[str, int] = {}
+        self.timings: dict[str, float] = {"gen_s": 0.0}
+        self._observation = ""
+        self._observation_cut = 0
+        self._context_used = 0  # tokens of the last request's prompt + its completion
+        self._env: Any = None
+        self._started = 0.0
+        self._result: Trajectory | None = None
+        self.workspace_archive: bytes | None = None
+        self._sandbox_info: dict[str, Any] = {}
+
+    # -- driver API -------------------------------------------------------------------
+    def start(self) -> GenerationRequest | None:
+        self._started = time.perf_counter()
+        try:
+            self._env = make_env(self.domain, self.env_config, self.sandbox_factory)
+            obs = self._env.reset(self.task)
+        except Exception as e:  # noqa: BLE001 - recorded as data, see module docstring
+            return self._infra(e, _where(e))
+        self._observation, self._observation_cut = obs.text, obs.truncated_chars
+        self.messages.append(Message("user", obs.text))
+        return self._request()
+
+    def advance(self, completion: Completion) -> GenerationRequest | None:
+        if self._result is not None:
+            raise RuntimeError(f"episode {self.id} already finished")
+        self.timings["gen_s"] += completion.gen_s
+        turn = Turn(index=len(self.turns), observation=self._observation, action=completion.text,
+                    prompt_token_ids=completion.prompt_token_ids, token_ids=completion.token_ids,
+                    logprobs=completion.logprobs, finish_reason=completion.finish_reason,
+                    observation_truncated_chars=self._observation_cut, gen_s=completion.gen_s)
+        if completion.finish_reason == "error":
+            self.turns.append(turn)
+            return self._infra(RuntimeError(completion.error or "generation failed"), "policy")
+        if completion.finish_reason == "length":
+            self._count("length_cut")
+        self._context_used = self._tokens_of(completion)
+        t0 = time.perf_counter()
+        try:
+            step = self._env.step(completion.text)
+        except Exception as e:  # noqa: BLE001
+            self.turns.append(turn)
+            return self._infra(e, _where(e))
+        turn.tool_s = time.perf_counter() - t0
+        turn.tool_calls = step.info.get("tool_calls", [])
+        turn.tool_results = step.info.get("tool_results", [])
+        turn.parse_error = "; ".join(step.info.get("parse_errors", [])) or None
+        turn.snapshot_id = step.info.get("snapshot_id")
+        self.turns.append(turn)
+        if step.terminated or step.truncated:
+            return self._finish(step.verdict, truncated=step.truncated)
+        self.messages += [Message("assistant", completion.text), Message("user", step.observation.text)]
+        self._observation, self._observation_cut = step.observation.text, step.observation.truncated_chars
+        return self._request()
+
+    def result(self) -> Trajectory:
+        if self._result is None:
+            raise RuntimeError(f"episode {self.id} has not finished")
+        return self._result
+
+    @property
+    def done(self) -> bool:
+        return self._result is not None
+
+    # -- internals --------------------------------------------------------------------
+    def _count(self, key: str, n: int = 1) -> None:
+        self.counters[key] = self.counters.get(key, 0) + n
+
+    def _tokens_of(self, completion: Completion) -> int:
+        if completion.prompt_token_ids is not None and completion.token_ids is not None:
+            return len(completion.prompt_token_ids) + len(completion.token_ids)
+        chars = sum(len(m.content) for m in self.messages) + len(completion.text)
+        return int(chars / self.env_config.chars_per_token) + 1
+
+    def _request(self) -> GenerationRequest | None:
+        limits = self.task.limits
+        pending = int(len(self._observation) / self.env_config.chars_per_token) + 1
+        prompt_tokens = self._context_used + pending if self.turns else pending
+        remaining = limits.context_tokens - prompt_tokens
+        if remaining < 1:
+            self._count("context_budget_exhausted")
+            try:
+                step = self._env.finish(None, truncated=True)
+            except Exception as e:  # noqa: BLE001
+                return self._infra(e, _where(e))
+            return self._finish(step.verdict, truncated=True)
+        max_tokens = max(1, min(self.sampling.max_tokens, limits.max_tokens, remaining))
+        sampling = replace(self.sampling, max_tokens=max_tokens)
+        meta = {"episode": self.id, "domain": self.domain.name, "task_key": self.task.key,
+                "turn": len(self.turns), "task": self.task, "group_id": self.group_id}
+        return GenerationRequest(messages=tuple(self.messages), sampling=sampling,
+                                 request_id=f"{self.id}:{len(self.turns)}", meta=meta)
+
+    def _finish(self, verdict: Verdict | None, truncated: bool) -> None:
+        assert verdict is not None
+        self.workspace_archive = getattr(self._env, "workspace_archive", None)
+        self._close_env()
+        self._result = self._trajectory("truncated" if truncated else "completed",
+                                        verdict=verdict, reward=verdict.score)
+        return None
+
+    def _infra(self, exc: BaseException, where: str) -> None:
+        self._close_env()
+        self._result = self._trajectory("infra_error", error=ErrorInfo.from_exception(exc, where))
+        return None
+
+    def _close_env(self) -> None:
+        if self._env is not None:
+            env, self._env = self._env, None
+            self.counters.update({k: v for k, v in env.counters.items()})
+            self.timings.update(env.timings)
+            self._sandbox_info = dict(getattr(env, "sandbox_info", None) or {})
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - a failed teardown must not hide the result
+                self._count("close_errors")
+
+    def _trajectory(self, status: str, *, verdict: Verdict | None = None, reward: float | None = None,
+                    error: ErrorInfo | None = None) -> Trajectory:
+        self.timings["total_s"] = time.perf_counter() - self._started
+        archive_hash = None
+        if self.workspace_archive is not None:
+            archive_hash = hashlib.sha256(self.workspace_archive).hexdigest()
+        return Trajectory(
+            task_key=self.task.key, task_hash=self.task.hash, domain=self.domain.name,
+            split=self.task.split, policy_version=self.policy_version, status=status,
+            turns=self.turns, verdict=verdict, reward=reward, error=error,
+            sampling=self.sampling.to_dict(), seed=self.task.seed, group_id=self.group_id,
+            attempt=self.attempt, run_id=self.run_id, sandbox=self._sandbox_info,
+            verifier_version=verdict.verifier_version if verdict else
+            f"{self.domain.verifier.name}@{self.domain.verifier.version}",
+            final_workspace_sha256=archive_hash, timings={k: round(v, 6) for k, v in self.timings.items()},
+            counters=dict(self.counters), policy_staleness=self.policy_staleness, id=self.id,
+            created_at=time.time())
