@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 EnvKind = Literal["single", "tools"]
 Split = Literal["train", "eval"]
@@ -59,7 +60,6 @@ class Task(BaseModel):
     tags: tuple[str, ...] = ()
     seed: int | None = Field(None, description="generator seed, if generated")
     key: str = Field("", description="stable id: '<domain>/<split>/<seed>' by default")
-    _hash: str | None = PrivateAttr(None)
 
     @field_validator("files")
     @classmethod
@@ -82,13 +82,10 @@ class Task(BaseModel):
             raise ValueError(f"task {self.key}: reference and verifier must be plain JSON: {e}") from e
         return self
 
-    @property
+    @cached_property
     def hash(self) -> str:
         """Content hash of everything that defines the task (not its key)."""
-        if self._hash is None:
-            body = self.model_dump(mode="json", exclude={"key"})
-            self._hash = sha256_text(canonical_json(body))
-        return self._hash
+        return sha256_text(canonical_json(self.model_dump(mode="json", exclude={"key"})))
 
     @property
     def family(self) -> str:

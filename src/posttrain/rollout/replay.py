@@ -1,0 +1,167 @@
+"""Replay and re-score stored trajectories.
+
+* **replay**: re-run a trajectory's actions in a fresh sandbox on the same task (looked up by its
+  content hash), through the same `Episode` machinery, feeding back the stored completions (text
+  and token counts, so context budgets decide the same way). Every observation and the verdict are
+  compared; the first turn where they differ is reported.
+* **rescore**: re-verify the stored outcome with the current verifier: the submitted answer, and
+  for workspace tasks the final workspace restored from its stored archive. The new verdict is
+  appended to the store (kind `rescore`); the original stays.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from posttrain.envs import EnvConfig
+from posttrain.envs.single import SandboxFactory
+from posttrain.policies.base import Completion, GenerationRequest, PolicyVersion, SamplingParams
+from posttrain.rollout.episode import Episode
+from posttrain.rollout.trajectory import Trajectory, Turn
+from posttrain.storage.store import Store
+from posttrain.tasks.registry import get_domain
+from posttrain.verifiers.base import Outcome
+
+
+@dataclass
+class ReplayResult:
+    trajectory_id: str
+    matched: bool
+    divergence: dict[str, Any] | None = None
+    """first difference: {'turn', 'field', 'stored', 'replayed'}"""
+    verdict: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trajectory_id": self.trajectory_id, "matched": self.matched,
+                "divergence": self.divergence, "verdict": self.verdict}
+
+
+class _ReplayPolicy:
+    """Returns the stored completions of one trajectory, turn by turn."""
+
+    def __init__(self, turns: Sequence[Turn], name: str) -> None:
+        self.turns = turns
+        self.version = PolicyVersion(name=name)
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        out = []
+        for req in requests:
+            i = int(req.meta["turn"])
+            if i >= len(self.turns):
+                out.append(Completion(text="", finish_reason="stop"))
+                continue
+            t = self.turns[i]
+            out.append(Completion(text=t.action, finish_reason=t.finish_reason or "stop",
+                                  prompt_token_ids=t.prompt_token_ids, token_ids=t.token_ids,
+                                  logprobs=t.logprobs))
+        return out
+
+
+def _short(text: Any, n: int = 300) -> Any:
+    return text if not isinstance(text, str) or len(text) <= n else text[:n] + f"... ({len(text)} chars)"
+
+
+def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(),
+           sandbox_factory: SandboxFactory | None = None) -> ReplayResult:
+    if traj.status == "infra_error":
+        return ReplayResult(traj.id, False, {"turn": None, "field": "status",
+                                             "stored": "infra_error", "replayed": "not replayable"})
+    domain = get_domain(traj.domain)
+    task = store.get_task(traj.task_hash)
+    sampling = SamplingParams(**{**traj.sampling, "stop": tuple(traj.sampling.get("stop", ()))})
+    policy = _ReplayPolicy(traj.turns, traj.policy_version)
+    ep = Episode(domain, task, policy_version=traj.policy_version, sampling=sampling,
+                 env_config=env_config, sandbox_factory=sandbox_factory)
+    req = ep.start()
+    while req is not None:
+        req = ep.advance(policy.generate([req])[0])
+    new = ep.result()
+    if new.status == "infra_error":
+        assert new.error is not None
+        raise RuntimeError(f"replay of {traj.id} failed on infrastructure: {new.error.type}: "
+                           f"{new.error.message}")
+    for i, (old_t, new_t) in enumerate(zip(traj.turns, new.turns)):
+        for fld in ("observation", "tool_results_ok"):
+            if fld == "observation":
+                a, b = old_t.observation, new_t.observation
+            else:
+                a = [r.get("ok") for r in old_t.tool_results]
+                b = [r.get("ok") for r in new_t.tool_results]
+            if a != b:
+                return ReplayResult(traj.id, False, {"turn": i, "field": fld, "stored": _short(a),
+                                                     "replayed": _short(b)})
+    if len(traj.turns) != len(new.turns):
+        return ReplayResult(traj.id, False, {"turn": min(len(traj.turns), len(new.turns)),
+                                             "field": "n_turns", "stored": len(traj.turns),
+                                             "replayed": len(new.turns)})
+    old_v, new_v = traj.verdict, new.verdict
+    assert old_v is not None and new_v is not None
+    summary = {"stored": {"passed": old_v.passed, "score": old_v.score},
+               "replayed": {"passed": new_v.passed, "score": new_v.score}}
+    if (old_v.passed, old_v.score, traj.status) != (new_v.passed, new_v.score, new.status):
+        return ReplayResult(traj.id, False, {"turn": len(traj.turns), "field": "verdict",
+                                             "stored": summary["stored"], "replayed": summary["replayed"]},
+                            summary)
+    return ReplayResult(traj.id, True, None, summary)
+
+
+def submitted_answer(traj: Trajectory, env_kind: str) -> str | None:
+    """The answer the episode submitted (None when it ended without one)."""
+    if not traj.turns:
+        return None
+    if env_kind == "single":
+        return traj.turns[-1].action
+    for call in traj.turns[-1].tool_calls:
+        if call.get("name") == "submit":
+            return str(call.get("args", {}).get("answer", ""))
+    return None
+
+
+def restore_workspace(sandbox: Any, archive: bytes) -> int:
+    """Write the regular files of a workspace archive into `sandbox`; returns how many."""
+    n = 0
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                data = tar.extractfile(member)
+                assert data is not None
+                name = member.name[2:] if member.name.startswith("./") else member.name
+                sandbox.write_file(name, data.read(), mode=member.mode & 0o777)
+                n += 1
+    return n
+
+
+def rescore(store: Store, traj: Trajectory, *, sandbox_factory: SandboxFactory | None = None,
+            record: bool = True) -> ReplayResult:
+    if traj.status == "infra_error" or traj.verdict is None:
+        return ReplayResult(traj.id, False, {"turn": None, "field": "status",
+                                             "stored": traj.status, "replayed": "not scorable"})
+    domain = get_domain(traj.domain)
+    task = store.get_task(traj.task_hash)
+    answer = submitted_answer(traj, domain.env)
+    with ExitStack() as stack:
+        sandbox = None
+        if domain.verifier.needs_sandbox:
+            if sandbox_factory is None:
+                from posttrain.envs import default_sandbox_factory
+                sandbox_factory = default_sandbox_factory()
+            sandbox = stack.enter_context(sandbox_factory())
+            if traj.final_workspace_sha256:
+                restore_workspace(sandbox, store.get_blob(traj.final_workspace_sha256))
+            else:
+                for path, content in task.files.items():
+                    sandbox.write_file(path, content)
+        new_v = domain.verifier.verify(task, Outcome(answer=answer, sandbox=sandbox))
+    if record:
+        store.put_verdict(traj.id, new_v, "rescore")
+    old_v = traj.verdict
+    summary = {"stored": {"passed": old_v.passed, "score": old_v.score, "version": old_v.verifier_version},
+               "rescored": {"passed": new_v.passed, "score": new_v.score, "version": new_v.verifier_version}}
+    same = (old_v.passed, old_v.score) == (new_v.passed, new_v.score)
+    div = None if same else {"turn": len(traj.turns), "field": "verdict", "stored": summary["stored"],
+                             "replayed": summary["rescored"]}
+    return ReplayResult(traj.id, same, div, summary)

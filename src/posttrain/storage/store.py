@@ -1,0 +1,262 @@
+"""The run store: SQLite in WAL mode, one file per run directory (`<run-dir>/store.sqlite`).
+
+Why SQLite: it is in the standard library, crash-safe, and lets several worker processes append
+at once (WAL: one writer at a time, readers never blocked). Every trajectory is written in a
+single transaction together with its turns, its task and its workspace archive, so a crash never
+leaves half of one visible. Scale-out exports the same rows to Parquet (`posttrain.storage.export`).
+
+Tables: runs, tasks (full task, by content hash), trajectories (one row each, searchable
+columns + the full record as JSON), turns, verdicts (the episode's verdict plus later re-scores),
+blobs (zlib-compressed workspace archives by SHA-256), policy_versions (lineage).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import zlib
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from posttrain.rollout.trajectory import Trajectory
+from posttrain.tasks.task import Task, sha256_text
+from posttrain.verifiers.base import Verdict
+
+SCHEMA_VERSION = 1
+STORE_FILE = "store.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, created_at REAL NOT NULL, config TEXT NOT NULL, meta TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tasks (
+    hash TEXT PRIMARY KEY, key TEXT NOT NULL, domain TEXT NOT NULL, split TEXT NOT NULL,
+    body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS trajectories (
+    id TEXT PRIMARY KEY, run_id TEXT NOT NULL, task_hash TEXT NOT NULL, task_key TEXT NOT NULL,
+    domain TEXT NOT NULL, split TEXT NOT NULL, group_id TEXT NOT NULL, attempt INTEGER NOT NULL,
+    policy_version TEXT NOT NULL, status TEXT NOT NULL, reward REAL, passed INTEGER,
+    n_turns INTEGER NOT NULL, created_at REAL NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS traj_run ON trajectories (run_id, domain, status);
+CREATE INDEX IF NOT EXISTS traj_group ON trajectories (run_id, group_id);
+CREATE TABLE IF NOT EXISTS turns (
+    trajectory_id TEXT NOT NULL, idx INTEGER NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (trajectory_id, idx));
+CREATE TABLE IF NOT EXISTS verdicts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, trajectory_id TEXT NOT NULL, kind TEXT NOT NULL,
+    verifier_version TEXT NOT NULL, passed INTEGER NOT NULL, score REAL NOT NULL,
+    details TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS verdict_traj ON verdicts (trajectory_id);
+CREATE TABLE IF NOT EXISTS blobs (sha256 TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS policy_versions (
+    name TEXT PRIMARY KEY, parent TEXT, weights_hash TEXT NOT NULL, path TEXT,
+    created_at REAL NOT NULL, meta TEXT NOT NULL);
+"""
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used (corrupt file, locked too long, wrong schema); names the file."""
+
+
+class Store:
+    def __init__(self, path: str | Path, *, timeout_s: float = 60.0, readonly: bool = False) -> None:
+        self.path = Path(path)
+        if readonly and not self.path.exists():
+            raise StoreError(f"{self.path}: no store here (was anything run in this directory?)")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
+            self._db = sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None,
+                                       check_same_thread=False)
+            self._db.execute("PRAGMA busy_timeout = %d" % int(timeout_s * 1000))
+            if not readonly:
+                self._db.execute("PRAGMA journal_mode = WAL")
+                self._db.execute("PRAGMA synchronous = NORMAL")
+                self._db.executescript(_SCHEMA)
+                self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                                 (str(SCHEMA_VERSION),))
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(self._explain(e)) from e
+        if row is None or int(row[0]) != SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: store schema version {row and row[0]} is not "
+                             f"{SCHEMA_VERSION}; export it with the posttrain version that wrote it")
+
+    @classmethod
+    def for_run_dir(cls, run_dir: str | Path, **kwargs: Any) -> "Store":
+        return cls(Path(run_dir) / STORE_FILE, **kwargs)
+
+    def _explain(self, e: sqlite3.Error) -> str:
+        msg = str(e)
+        if "locked" in msg or "busy" in msg:
+            return (f"{self.path}: the store stayed locked by another process past the timeout "
+                    f"({msg}); is another posttrain process holding it?")
+        if "not a database" in msg or "malformed" in msg or "corrupt" in msg:
+            return (f"{self.path}: the store file is corrupt ({msg}); restore it from a backup or "
+                    "start a new run directory — nothing was written to it")
+        return f"{self.path}: {msg}"
+
+    def _tx(self, fn, *args: Any) -> Any:
+        """Run `fn(cursor, *args)` in one IMMEDIATE transaction (all or nothing)."""
+        try:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                out = fn(cur, *args)
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            cur.execute("COMMIT")
+            return out
+        except sqlite3.Error as e:
+            raise StoreError(self._explain(e)) from e
+
+    def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        try:
+            return self._db.execute(sql, params).fetchall()
+        except sqlite3.Error as e:
+            raise StoreError(self._explain(e)) from e
+
+    # -- writes ---------------------------------------------------------------------------
+    def start_run(self, run_id: str, config: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> None:
+        self._tx(lambda c: c.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?)",
+                                     (run_id, time.time(), json.dumps(config, default=str),
+                                      json.dumps(meta or {}, default=str))))
+
+    def put_trajectory(self, traj: Trajectory, task: Task | None = None,
+                       workspace: bytes | None = None) -> None:
+        """Write a trajectory, its turns, its verdict, its task and its workspace atomically."""
+        body = traj.to_dict()
+        turns = body.pop("turns")
+        if workspace is not None and traj.final_workspace_sha256 is None:
+            raise ValueError("a workspace archive was given but the trajectory has no final_workspace_sha256")
+
+        def write(c: sqlite3.Cursor) -> None:
+            if task is not None:
+                c.execute("INSERT OR IGNORE INTO tasks VALUES (?,?,?,?,?)",
+                          (task.hash, task.key, task.domain, task.split, task.model_dump_json()))
+            if workspace is not None:
+                c.execute("INSERT OR IGNORE INTO blobs VALUES (?,?)",
+                          (traj.final_workspace_sha256, zlib.compress(workspace, 6)))
+            c.execute("INSERT INTO trajectories VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                      (traj.id, traj.run_id, traj.task_hash, traj.task_key, traj.domain, traj.split,
+                       traj.group_id, traj.attempt, traj.policy_version, traj.status, traj.reward,
+                       None if traj.passed is None else int(traj.passed), len(turns),
+                       traj.created_at or time.time(), json.dumps(body, default=str)))
+            c.executemany("INSERT INTO turns VALUES (?,?,?)",
+                          [(traj.id, t["index"], json.dumps(t)) for t in turns])
+            if traj.verdict is not None:
+                self._insert_verdict(c, traj.id, traj.verdict, "episode")
+
+        self._tx(write)
+
+    @staticmethod
+    def _insert_verdict(c: sqlite3.Cursor, traj_id: str, v: Verdict, kind: str) -> None:
+        c.execute("INSERT INTO verdicts (trajectory_id, kind, verifier_version, passed, score, details, "
+                  "created_at) VALUES (?,?,?,?,?,?,?)",
+                  (traj_id, kind, v.verifier_version, int(v.passed), v.score,
+                   json.dumps(dict(v.details), default=str), time.time()))
+
+    def put_verdict(self, traj_id: str, verdict: Verdict, kind: str = "rescore") -> None:
+        self._tx(self._insert_verdict, traj_id, verdict, kind)
+
+    def put_policy_version(self, name: str, parent: str | None, weights_hash: str,
+                           path: str | None = None, meta: Mapping[str, Any] | None = None) -> None:
+        self._tx(lambda c: c.execute("INSERT OR REPLACE INTO policy_versions VALUES (?,?,?,?,?,?)",
+                                     (name, parent, weights_hash, path, time.time(),
+                                      json.dumps(meta or {}, default=str))))
+
+    # -- reads ----------------------------------------------------------------------------
+    def get_task(self, task_hash: str) -> Task:
+        rows = self._query("SELECT body FROM tasks WHERE hash=?", (task_hash,))
+        if not rows:
+            raise KeyError(f"{self.path}: no task with hash {task_hash}")
+        return Task.model_validate_json(rows[0][0])
+
+    def get_blob(self, sha256: str) -> bytes:
+        rows = self._query("SELECT data FROM blobs WHERE sha256=?", (sha256,))
+        if not rows:
+            raise KeyError(f"{self.path}: no blob {sha256}")
+        data = zlib.decompress(rows[0][0])
+        if sha256_text(data) != sha256:
+            raise StoreError(f"{self.path}: blob {sha256} does not match its hash (corrupt store)")
+        return data
+
+    def _load(self, row: tuple) -> Trajectory:
+        traj_id, body = row
+        d = json.loads(body)
+        d["turns"] = [json.loads(b) for (b,) in self._query(
+            "SELECT body FROM turns WHERE trajectory_id=? ORDER BY idx", (traj_id,))]
+        return Trajectory.from_dict(d)
+
+    def get_trajectory(self, traj_id: str) -> Trajectory:
+        rows = self._query("SELECT id, body FROM trajectories WHERE id=? OR id LIKE ?",
+                           (traj_id, traj_id + "%"))
+        if len(rows) != 1:
+            raise KeyError(f"{self.path}: {'no' if not rows else 'more than one'} trajectory "
+                           f"matches id {traj_id!r}")
+        return self._load(rows[0])
+
+    def trajectories(self, *, run_id: str | None = None, domain: str | None = None,
+                     status: str | None = None, split: str | None = None) -> Iterator[Trajectory]:
+        where, params = [], []
+        for col, val in (("run_id", run_id), ("domain", domain), ("status", status), ("split", split)):
+            if val is not None:
+                where.append(f"{col}=?")
+                params.append(val)
+        sql = "SELECT id, body FROM trajectories" + (" WHERE " + " AND ".join(where) if where else "")
+        for row in self._query(sql + " ORDER BY created_at, id", tuple(params)):
+            yield self._load(row)
+
+    def verdicts(self, traj_id: str) -> list[dict[str, Any]]:
+        rows = self._query("SELECT kind, verifier_version, passed, score, details, created_at FROM "
+                           "verdicts WHERE trajectory_id=? ORDER BY id", (traj_id,))
+        return [{"kind": k, "verifier_version": v, "passed": bool(p), "score": s,
+                 "details": json.loads(d), "created_at": t} for k, v, p, s, d, t in rows]
+
+    def counts(self, run_id: str | None = None) -> dict[str, int]:
+        sql = "SELECT status, COUNT(*), SUM(COALESCE(passed, 0)) FROM trajectories"
+        rows = self._query(sql + (" WHERE run_id=? GROUP BY status" if run_id else " GROUP BY status"),
+                           (run_id,) if run_id else ())
+        out = {"episodes": 0, "completed": 0, "truncated": 0, "infra_error": 0, "passed": 0}
+        for status, n, passed in rows:
+            out[status] = n
+            out["episodes"] += n
+            out["passed"] += int(passed or 0)
+        return out
+
+    def group_ids(self, run_id: str, *, trainable_only: bool = True) -> set[str]:
+        sql = "SELECT DISTINCT group_id FROM trajectories WHERE run_id=? AND group_id != ''"
+        if trainable_only:
+            sql += " AND status IN ('completed', 'truncated')"
+        return {g for (g,) in self._query(sql, (run_id,))}
+
+    def runs(self) -> list[dict[str, Any]]:
+        return [{"id": i, "created_at": t, "config": json.loads(c), "meta": json.loads(m)}
+                for i, t, c, m in self._query("SELECT * FROM runs ORDER BY created_at")]
+
+    def policy_versions(self) -> list[dict[str, Any]]:
+        rows = self._query("SELECT name, parent, weights_hash, path, created_at, meta FROM "
+                           "policy_versions ORDER BY created_at")
+        return [{"name": n, "parent": p, "weights_hash": w, "path": pa, "created_at": t,
+                 "meta": json.loads(m)} for n, p, w, pa, t, m in rows]
+
+    def check(self) -> list[str]:
+        """Integrity problems (empty when the store is consistent)."""
+        problems = [r[0] for r in self._query("PRAGMA integrity_check") if r[0] != "ok"]
+        for traj_id, n_turns, count in self._query(
+                "SELECT t.id, t.n_turns, (SELECT COUNT(*) FROM turns u WHERE u.trajectory_id = t.id) "
+                "FROM trajectories t"):
+            if n_turns != count:
+                problems.append(f"trajectory {traj_id}: {count} of {n_turns} turns stored")
+        return problems
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
