@@ -1,0 +1,129 @@
+"""`posttrain tasks`: list domains, show a generated task, self-check domains.
+
+Imports nothing heavy at module level: families load on the first registry look-up.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Task domains: list them, show a generated task, check oracles and negatives.")
+
+
+def _select(family: Optional[str], domains: Optional[str]):
+    from posttrain.tasks import registry
+
+    try:
+        chosen = registry.match_domains(domains) if domains else list(registry.all_domains().values())
+    except registry.RegistryError as e:
+        raise typer.BadParameter(str(e), param_hint="--domains") from None
+    if family:
+        chosen = [d for d in chosen if d.family == family]
+        if not chosen:
+            known = ", ".join(sorted(registry.families()))
+            raise typer.BadParameter(f"no domain of family {family!r} (families: {known})",
+                                     param_hint="--family")
+    return chosen
+
+
+@app.command("list")
+def list_(family: Optional[str] = typer.Option(None, "--family", "-f", help="only this family"),
+          as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table")) -> None:
+    """List domains with their family, environment kind and verifier."""
+    chosen = _select(family, None)
+    rows = [{"name": d.name, "family": d.family, "env": d.env,
+             "verifier": f"{d.verifier.name}@{d.verifier.version}"} for d in chosen]
+    if as_json:
+        typer.echo(json.dumps({"domains": rows}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("domain", "family", "env", "verifier", title=f"{len(rows)} domains")
+    for r in rows:
+        table.add_row(r["name"], r["family"], r["env"], r["verifier"])
+    Console().print(table)
+
+
+@app.command()
+def show(domain: str = typer.Argument(..., help="domain name, e.g. math.add.d2"),
+         seed: int = typer.Option(0, "--seed", help="generator seed"),
+         split: str = typer.Option("train", "--split", help="train or eval"),
+         as_json: bool = typer.Option(False, "--json", help="print the whole Task as JSON")) -> None:
+    """Generate one task and print its prompt, files and (hidden) reference."""
+    from posttrain.tasks import registry
+
+    if split not in ("train", "eval"):
+        raise typer.BadParameter(f"must be 'train' or 'eval', got {split!r}", param_hint="--split")
+    try:
+        d = registry.get_domain(domain)
+    except registry.RegistryError as e:
+        raise typer.BadParameter(str(e), param_hint="DOMAIN") from None
+    task = d.task(seed, split)  # type: ignore[arg-type]
+    if as_json:
+        typer.echo(task.model_dump_json(indent=2))
+        return
+    typer.echo(f"# {task.key}  (env {task.env}, verifier {d.verifier.name}@{d.verifier.version}, "
+               f"hash {task.hash[:12]})")
+    typer.echo("## prompt\n" + task.prompt)
+    for path, content in sorted(task.files.items()):
+        typer.echo(f"## file {path}\n{content.rstrip()}")
+    typer.echo("## reference (hidden from the policy)\n" + json.dumps(task.reference, indent=2))
+    if task.verifier:
+        typer.echo("## verifier settings\n" + json.dumps(task.verifier, indent=2))
+
+
+@app.command()
+def check(family: Optional[str] = typer.Option(None, "--family", "-f", help="only this family"),
+          domains: Optional[str] = typer.Option(None, "--domains", "-d",
+                                                help="comma-separated glob patterns, e.g. 'math.*,text.sort.*'"),
+          per_domain: int = typer.Option(5, "--per-domain", "-n", min=1, help="tasks per domain"),
+          workers: int = typer.Option(2, "--workers", "-w", min=1, help="processes"),
+          as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables")) -> None:
+    """Self-check domains: oracle passes, negatives fail, grading is stable, generation is
+    deterministic. Exits 1 on any failure (including infrastructure errors)."""
+    from posttrain.tasks.check import check_domains
+
+    report = check_domains(_select(family, domains), per_domain=per_domain, workers=workers)
+    if as_json:
+        typer.echo(json.dumps(report.summary()))
+    else:
+        _print_report(report)
+    raise typer.Exit(0 if report.ok else 1)
+
+
+def _print_report(report) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    table = Table("family", "domains", "unchecked", "tasks", "oracle ok", "negs failed", "flips",
+                  "infra", "cpu s", title="posttrain tasks check")
+    for fam, checks in sorted(report.by_family().items()):
+        tasks = sum(c.tasks for c in checks)
+        negs = sum(c.negatives for c in checks)
+        table.add_row(fam, str(len(checks)), str(sum(bool(c.not_checked) for c in checks)), str(tasks),
+                      f"{sum(c.oracle_passed for c in checks)}/{tasks}",
+                      f"{sum(c.negatives_failed for c in checks)}/{negs}",
+                      str(sum(c.flips for c in checks)), str(sum(c.infra_errors for c in checks)),
+                      f"{sum(c.seconds for c in checks):.2f}")
+    console.print(table)
+    for c in report.checks:
+        if c.not_checked:
+            console.print(f"[yellow]not checked[/yellow] {c.domain}: {escape(c.not_checked)}")
+    for f in report.failures[:50]:
+        console.print(f"[red]{f.kind}[/red] {f.domain} seed={f.seed} split={f.split}: {escape(f.detail)}",
+                      highlight=False)
+    if len(report.failures) > 50:
+        console.print(f"... and {len(report.failures) - 50} more failures (use --json for all)")
+    s = report.summary()
+    rate = s["tasks"] / report.seconds if report.seconds else 0.0
+    console.print(f"{s['domains']} domains, {s['tasks']} tasks in {report.seconds:.1f}s ({rate:.0f} tasks/s); "
+                  f"oracle pass {s['oracle_pass_rate']:.3f}, negatives failed {s['negative_fail_rate']:.3f}, "
+                  f"flip rate {s['flip_rate']:.4f}; {len(report.failures)} failures, "
+                  f"{s['not_checked']} not checked", highlight=False)

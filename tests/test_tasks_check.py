@@ -1,0 +1,135 @@
+"""check_domains catches every kind of broken domain, and the `posttrain tasks` CLI reports it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, replace
+
+from typer.testing import CliRunner
+
+from posttrain.cli import app as root_app
+from posttrain.tasks.check import check_domains
+from posttrain.tasks.domain import Domain
+from posttrain.tasks.task import Task
+from posttrain.verifiers.answer import EXACT
+from posttrain.verifiers.base import Verdict, VerifierError, verdict
+
+runner = CliRunner()
+
+
+def _good(name: str = "fake.ok", **changes) -> Domain:
+    def generate(seed, split):
+        return Task(domain=name, prompt=f"{seed}+1=", reference={"answer": str(seed + 1)}, split=split, seed=seed)
+
+    base = Domain(name=name, family="fake", env="single", verifier=EXACT, generate=generate,
+                  oracle=lambda t: [t.reference["answer"]],
+                  negatives=lambda t: {"empty": [""], "wrong": [str(int(t.reference["answer"]) + 1)]})
+    return replace(base, **changes)
+
+
+@dataclass(frozen=True)
+class _Raising:
+    name: str = "raising"
+    version: str = "1"
+    needs_sandbox: bool = False
+
+    def verify(self, task, outcome) -> Verdict:
+        raise VerifierError("checker script crashed")
+
+
+@dataclass
+class _Flaky:
+    name: str = "flaky"
+    version: str = "1"
+    needs_sandbox: bool = False
+
+    def __post_init__(self):
+        self.calls = itertools.count()
+
+    def verify(self, task, outcome) -> Verdict:
+        return verdict(self, next(self.calls) % 2 == 0 and outcome.answer == task.reference["answer"])
+
+
+def _kinds(report) -> set[str]:
+    return {f.kind for f in report.failures}
+
+
+def test_a_good_domain_passes():
+    report = check_domains([_good()], per_domain=4)
+    assert report.ok and report.tasks == 4 and report.oracle_pass_rate == 1.0
+    assert report.negative_fail_rate == 1.0 and report.flip_rate == 0.0
+    assert report.checks[0].regraded == 4 * 3  # oracle and both negatives, twice each
+
+
+def test_each_kind_of_breakage_is_reported():
+    counter = itertools.count()
+    broken = {
+        "oracle_failed": _good(oracle=lambda t: ["nope"]),
+        "negative_passed": _good(negatives=lambda t: {"empty": [""], "wrong": [t.reference["answer"]]}),
+        "negatives_incomplete": _good(negatives=lambda t: {"empty": [""]}),
+        "nondeterministic": _good(generate=lambda seed, split: Task(
+            domain="fake.ok", prompt=str(next(counter)), reference={"answer": "1"}, split=split, seed=seed)),
+        "generate_error": _good(generate=lambda seed, split: 1 / 0),
+        "infra_error": _good(verifier=_Raising()),
+        "flip": _good(verifier=_Flaky()),
+    }
+    for kind, domain in broken.items():
+        report = check_domains([domain], per_domain=2)
+        assert not report.ok and kind in _kinds(report), (kind, _kinds(report))
+    infra = check_domains([broken["infra_error"]], per_domain=2)
+    # an infrastructure failure is neither a pass nor a fail
+    assert infra.checks[0].infra_errors == 6 and infra.checks[0].oracle_passed == 0
+    assert infra.checks[0].negatives == 0 and infra.negative_fail_rate == 1.0
+    assert "checker script crashed" in infra.failures[0].detail
+
+
+def test_two_workers_give_the_same_report_as_one():
+    from posttrain.tasks import registry
+
+    domains = registry.match_domains("math.add.*,text.sort.*")
+    one = check_domains(domains, per_domain=3, workers=1)
+    two = check_domains(domains + [_good()], per_domain=3, workers=2)  # _good is checked locally
+    assert two.ok and [c.domain for c in two.checks] == [d.name for d in domains] + ["fake.ok"]
+    assert [(c.tasks, c.oracle_passed, c.negatives_failed) for c in one.checks] == \
+           [(c.tasks, c.oracle_passed, c.negatives_failed) for c in two.checks[:-1]]
+
+
+def test_cli_list_json_and_family_filter():
+    result = runner.invoke(root_app, ["tasks", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["domains"]
+    names = {r["name"] for r in rows}
+    assert {"math.add.d1", "text.reverse.l3"} <= names
+    row = next(r for r in rows if r["name"] == "math.add.d1")
+    assert row == {"name": "math.add.d1", "family": "math", "env": "single", "verifier": "exact@1"}
+    only_text = json.loads(runner.invoke(root_app, ["tasks", "list", "--family", "text", "--json"]).output)
+    assert only_text["domains"] and {r["family"] for r in only_text["domains"]} == {"text"}
+    bad = runner.invoke(root_app, ["tasks", "list", "--family", "nosuch"])
+    assert bad.exit_code != 0 and "nosuch" in bad.output
+
+
+def test_cli_show_prints_prompt_and_reference():
+    result = runner.invoke(root_app, ["tasks", "show", "math.add.d2", "--seed", "3", "--split", "eval"])
+    assert result.exit_code == 0, result.output
+    from posttrain.tasks.registry import get_domain
+
+    task = get_domain("math.add.d2").task(3, "eval")
+    assert task.prompt in result.output and task.reference["answer"] in result.output
+    as_json = json.loads(runner.invoke(root_app, ["tasks", "show", "text.sort.l3", "--json"]).output)
+    assert as_json["domain"] == "text.sort.l3" and as_json["split"] == "train"
+    unknown = runner.invoke(root_app, ["tasks", "show", "math.nosuch"])
+    assert unknown.exit_code != 0 and "unknown domain" in unknown.output
+
+
+def test_cli_check_json_and_exit_code():
+    result = runner.invoke(root_app, ["tasks", "check", "--domains", "math.add.*,text.upper.*",
+                                      "--per-domain", "2", "--workers", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["domains"] == 8 and summary["tasks"] == 16 and summary["failures"] == []
+    assert summary["oracle_pass_rate"] == 1.0 and summary["negative_fail_rate"] == 1.0
+    table = runner.invoke(root_app, ["tasks", "check", "--family", "text", "-d", "text.upper.*", "-n", "1"])
+    assert table.exit_code == 0 and "text" in table.output and "3 domains" in table.output
+    none = runner.invoke(root_app, ["tasks", "check", "--domains", "zzz.*"])
+    assert none.exit_code != 0 and "no domain matches" in none.output
