@@ -14,7 +14,8 @@ import typer
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="posttrain: reinforcement learning on verifiable tasks, at scale.")
 
-# (module, attribute, how it is mounted): a typer app becomes a group, a function a command.
+# (module, attribute, how it is mounted): a typer app becomes a group, a function a command;
+# "group name" mounts a command inside an earlier group (e.g. "tasks contamination").
 _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("posttrain.sandbox.cli", "app", "sandbox"),
     ("posttrain.tasks.cli", "app", "tasks"),
@@ -24,18 +25,28 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("posttrain.training.cli", "run", "run"),
     ("posttrain.evaluation.cli", "app", "eval"),
     ("posttrain.evaluation.cli", "report", "report"),
+    ("posttrain.evaluation.cli", "contamination", "tasks contamination"),
+    ("posttrain.evaluation.cli", "noise", "tasks noise"),
 ]
 
 
 def _mount() -> None:
+    groups: dict[str, typer.Typer] = {}
     for module_name, attr, name in _SUBCOMMANDS:
         if importlib.util.find_spec(module_name) is None:
             continue  # that part of posttrain is not built yet
-        obj = getattr(importlib.import_module(module_name), attr)
+        obj = getattr(importlib.import_module(module_name), attr, None)
+        if obj is None:
+            continue
+        parent, _, leaf = name.rpartition(" ")
+        target = groups.get(parent, app) if parent else app
+        if parent and parent not in groups:
+            continue  # its group is not built yet
         if isinstance(obj, typer.Typer):
-            app.add_typer(obj, name=name)
+            target.add_typer(obj, name=leaf)
+            groups[name] = obj
         else:
-            app.command(name=name)(obj)
+            target.command(name=leaf)(obj)
 
 
 @app.command()
