@@ -1,0 +1,177 @@
+"""The default backend: bubblewrap, driven by a root supervisor in a private mount namespace.
+
+Every command of a sandbox is a fresh `bwrap` process tree; short Python jobs go to a fork-server
+that lives in its own long-lived `bwrap`. What each layer protects against, and what it does not:
+
+* **Namespaces** (`--unshare-all --unshare-user --disable-userns`): the sandbox has its own
+  mount, pid, network, ipc, uts, cgroup and user namespaces. Host processes are invisible and
+  unsignalable; the only network interface is an unconfigured `lo`, so no packet leaves the
+  sandbox, not even to the host's 127.0.0.1 or its abstract Unix sockets; the hostname is the
+  sandbox's own. `--disable-userns` closes nested user namespaces (a large kernel attack
+  surface). Not covered: the kernel itself is shared; a kernel exploit escapes every layer here.
+* **Filesystem**: a tmpfs root remounted read-only; `/usr` (and the `/bin`, `/lib` links)
+  read-only; generated `/etc/passwd`, `/etc/group`, `/etc/hosts` and the loader cache, no other
+  host `/etc` (no `/etc/shadow`); a private `/proc` and a minimal `/dev`; the project's Python at
+  neutral paths (`/opt/python`, `/opt/venv`, read-only) and `src/posttrain/sandbox/inside` at
+  `/opt/posttrain/inside`; the repository, `/root` and `/home` are not there at all. The
+  workspace (`/ws`) and `/tmp` are size-capped tmpfs: a disk fill ends in ENOSPC. Not covered:
+  what *is* bound (the interpreter, site-packages, `/usr`) is readable, and `/proc/cpuinfo`,
+  `/proc/meminfo` and mount device names describe the host.
+* **Identity**: run as root, posttrain launches each sandbox as its own unused host uid (see
+  `slots.py`) mapped to uid 1000 inside, with no capabilities (`--cap-drop ALL` and an empty
+  bounding set) and `no_new_privs`: setuid binaries, `chown` and writes to `/proc/sys` fail.
+  Not covered: if posttrain itself runs as an ordinary user, the sandbox's host uid is that
+  user's (still without access to anything not bound in).
+* **Environment**: bubblewrap is started with an empty environment, so neither the command nor
+  `/proc/1/environ` (bubblewrap's own pid 1) shows the launcher's variables; the command sees
+  only PATH, HOME, LANG, TMPDIR, USER, PYTHONPATH and what the caller passes.
+* **seccomp** (`seccomp.py`): a deny-list of syscalls (ptrace, process_vm_*, bpf, keyrings,
+  mount, unshare, io_uring, ...). Not covered: it is a deny-list, not an allow-list.
+* **Resources**: cgroups for memory, pids and CPU where the machine offers them (`cgroups.py`),
+  rlimits always (`rlimits.py`), a wall timeout that kills the process tree, output caps. Each
+  command runs in a new pid namespace whose death kills everything in it, so no daemon outlives
+  its command; the supervisor is a subreaper, so no zombie outlives it either.
+* **Lifetime**: `--die-with-parent` and `--new-session` (no terminal injection through TIOCSTI);
+  the supervisor exits when the host's socket closes, and everything dies with it.
+
+Snapshots: bubblewrap 0.8 has no `--overlay`, so the supervisor (root, in a private mount
+namespace) mounts the workspace as overlayfs on its own tmpfs, on a bind mount made *shared*.
+A snapshot freezes the current upper layer as a new lower layer; a restore mounts a fresh upper
+over a snapshot's layers. The new overlay is stacked on the old one, so the mount event
+propagates into running sandboxes (bubblewrap makes their mounts slaves of ours) and the
+fork-server sees the restored `/ws` without a restart. Frozen layers are never written again, so
+a snapshot cannot change after it is taken.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+
+from posttrain.sandbox import mounts
+from posttrain.sandbox.base import Limits
+from posttrain.sandbox.cgroups import SandboxCgroup, collect_stale
+from posttrain.sandbox.rlimits import rlimit_table
+
+INSIDE_UID = 1000
+WS = "/ws"
+MOUNTPOINT = "/tmp/posttrain-sandbox-mnt"
+"""an always-empty host directory; each supervisor mounts its own tmpfs on it, privately"""
+INSTALL_HINT = ("install it with `apt-get install bubblewrap` (Debian/Ubuntu; "
+                "`dnf install bubblewrap` on Fedora)")
+PR_SET_CHILD_SUBREAPER = 36
+
+
+# -- host-side facts (computed once per process) ------------------------------------------
+def find_bwrap() -> str | None:
+    return shutil.which("bwrap") or ("/usr/bin/bwrap" if os.path.exists("/usr/bin/bwrap") else None)
+
+
+@functools.lru_cache(maxsize=1)
+def bwrap_problem() -> str | None:
+    """None if the bubblewrap backend can run here, else a sentence saying why not."""
+    path = find_bwrap()
+    if path is None:
+        return f"bubblewrap (bwrap) is not installed: {INSTALL_HINT}"
+    if os.geteuid() != 0:
+        return ("the bubblewrap backend needs to run as root (it mounts each workspace overlay "
+                "in a private mount namespace and runs each sandbox as its own uid)")
+    probe = [path, "--unshare-all", "--unshare-user", "--disable-userns", "--ro-bind", "/usr",
+             "/usr", *_root_links(), "--", "/usr/bin/true"]
+    try:
+        p = subprocess.run(probe, user=65534, group=65534, extra_groups=[], env={},
+                           capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"bubblewrap cannot start here ({e!r}); {INSTALL_HINT}"
+    if p.returncode != 0:
+        return ("bubblewrap cannot create a sandbox here (are unprivileged user namespaces "
+                "enabled? sysctl user.max_user_namespaces / kernel.unprivileged_userns_clone): "
+                + p.stderr.decode(errors="replace").strip())
+    return None
+
+
+def _root_links() -> list[str]:
+    """/bin, /sbin, /lib* as on the host: symlinks into /usr (merged /usr) or read-only binds."""
+    out: list[str] = []
+    for name in ("bin", "sbin", "lib", "lib64", "lib32", "libx32"):
+        host = f"/{name}"
+        if os.path.islink(host):
+            out += ["--symlink", os.readlink(host), host]
+        elif os.path.isdir(host):
+            out += ["--ro-bind", host, host]
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def python_layout() -> dict:
+    """Where the project's interpreter is on the host, and where it goes in the sandbox."""
+    base = os.path.realpath(sys.base_prefix)
+    exe = os.path.realpath(sys.executable)
+    if not exe.startswith(base + "/"):
+        raise RuntimeError(f"the interpreter {exe} is not under sys.base_prefix {base}")
+    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    inside_base = base if base == "/usr" else "/opt/python"
+    venv = os.path.realpath(sys.prefix) != base
+    site = os.path.realpath(sysconfig.get_paths()["purelib"]) if venv else None
+    libdir = sysconfig.get_config_var("LIBDIR") if sysconfig.get_config_var("Py_ENABLE_SHARED") else None
+    return {
+        "base": base, "inside_base": inside_base, "exe": os.path.relpath(exe, base),
+        "version": ver, "full_version": sys.version.split()[0], "venv": venv, "site": site,
+        "libdir": (os.path.realpath(libdir) if libdir else None),
+    }
+
+
+@functools.lru_cache(maxsize=1)
+def seccomp_program() -> bytes | None:
+    from posttrain.sandbox.seccomp import SeccompUnavailable, build_bpf
+
+    try:
+        return build_bpf()
+    except SeccompUnavailable:
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def python_digest() -> str:
+    """A hash of the interpreter and its installed distributions (name-version)."""
+    lay = python_layout()
+    dists = sorted(os.listdir(lay["site"])) if lay["site"] else []
+    blob = json.dumps([lay["full_version"], lay["exe"], [d for d in dists if d.endswith(
+        (".dist-info", ".egg-info"))]])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def image_digest() -> str:
+    """A hash of what a sandbox sees: bubblewrap version, root layout, interpreter, packages,
+    the helper files in `inside/`. Recorded in trajectories (`SandboxInfo.image`)."""
+    from posttrain.sandbox.client import INSIDE_DIR
+
+    h = hashlib.sha256()
+    try:
+        h.update(subprocess.run([find_bwrap() or "bwrap", "--version"], capture_output=True,
+                                timeout=10).stdout)
+    except (OSError, subprocess.SubprocessError):
+        pass
+    h.update(json.dumps([_root_links(), python_digest(), seccomp_program() is not None]).encode())
+    for name in sorted(os.listdir(INSIDE_DIR)):
+        path = os.path.join(INSIDE_DIR, name)
+        if os.path.isfile(path):
+            h.update(name.encode())
+            with open(path, "rb") as f:
+                h.update(hashlib.sha256(f.read()).digest())
+    return "bwrap:" + h.hexdigest()[:16]
+
+
+def host_config() -> dict:
+    """What the host passes to a bubblewrap supervisor (see `BwrapRunner`)."""
+    return {"bwrap": find_bwrap(), "layout": python_layout(), "seccomp": seccomp_program(),
+            "root_links": _root_links(), "mountpoint": MOUNTPOINT}

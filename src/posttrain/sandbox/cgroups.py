@@ -1,0 +1,243 @@
+"""cgroup limits for one sandbox: memory, pids and CPU, on whatever this machine offers.
+
+Machines differ: a pure v2 hierarchy (`memory.max`, `pids.max`, `cpu.max`, `cgroup.kill`), a
+pure v1 one, or a hybrid (e.g. v1 memory/pids/cpu controllers plus a v2 mount that carries only
+`hugetlb`). So nothing is assumed: `detect()` reads /proc/self/mounts and picks, per
+controller, v2 when the v2 hierarchy really offers it, else a writable v1 mount, else nothing
+(the sandbox then relies on rlimits alone, and `posttrain sandbox check` says so).
+
+What a cgroup protects against: a fork bomb (pids), a memory bomb across many processes
+(memory, with an OOM kill that is counted and reported as reason "memory"), CPU hogging beyond
+the sandbox's share (cpu quota). It does not limit disk writes (the workspace tmpfs does) or
+wall time (the supervisor's timeout does).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+
+from posttrain.sandbox.base import Limits
+
+CONTROLLERS = ("memory", "pids", "cpu")
+PARENT = "posttrain-sandbox"
+CPU_PERIOD_US = 100_000
+
+
+@functools.lru_cache(maxsize=1)
+def detect() -> dict[str, tuple[str, str]]:
+    """controller -> ("v2" | "v1", mount point), for the controllers usable here."""
+    if os.geteuid() != 0:
+        return {}  # creating cgroups needs root (or a delegated subtree we do not look for)
+    v2_mount, v1 = None, {}
+    try:
+        with open("/proc/self/mounts") as f:
+            mounts = [line.split() for line in f]
+    except OSError:
+        return {}
+    for _dev, mnt, fstype, opts, *_ in mounts:
+        options = opts.split(",")
+        if fstype == "cgroup2" and v2_mount is None:
+            v2_mount = mnt
+        elif fstype == "cgroup" and "rw" in options:
+            for c in CONTROLLERS:
+                if c in options:
+                    v1.setdefault(c, mnt)
+    found: dict[str, tuple[str, str]] = {}
+    if v2_mount is not None:
+        try:
+            with open(os.path.join(v2_mount, "cgroup.controllers")) as f:
+                offered = f.read().split()
+        except OSError:
+            offered = []
+        for c in CONTROLLERS:
+            if c in offered and os.access(v2_mount, os.W_OK):
+                found[c] = ("v2", v2_mount)
+    for c in CONTROLLERS:
+        if c not in found and c in v1 and os.access(v1[c], os.W_OK):
+            found[c] = ("v1", v1[c])
+    return found
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _read_kv(path: str) -> dict[str, int]:
+    try:
+        with open(path) as f:
+            return {k: int(v) for k, v in (line.split() for line in f if line.strip())}
+    except (OSError, ValueError):
+        return {}
+
+
+class SandboxCgroup:
+    """The cgroup(s) of one sandbox: one directory per controller (v1) or one shared
+    directory (v2). Create, add processes, read counters, kill everything, remove."""
+
+    def __init__(self, name: str, limits: Limits, controllers: dict | None = None) -> None:
+        self.controllers = dict(detect() if controllers is None else controllers)
+        self.dirs: dict[str, str] = {}
+        self._peak_fd: int | None = None
+        v2 = {c for c, (ver, _) in self.controllers.items() if ver == "v2"}
+        try:
+            if v2:
+                mnt = self.controllers[next(iter(v2))][1]
+                parent = os.path.join(mnt, PARENT)
+                os.makedirs(parent, exist_ok=True)
+                enable = " ".join(f"+{c}" for c in sorted(v2))
+                _write(os.path.join(mnt, "cgroup.subtree_control"), enable)
+                _write(os.path.join(parent, "cgroup.subtree_control"), enable)
+                path = os.path.join(parent, name)
+                os.mkdir(path)
+                for c in v2:
+                    self.dirs[c] = path
+            for c, (ver, mnt) in self.controllers.items():
+                if ver == "v1":
+                    parent = os.path.join(mnt, PARENT)
+                    os.makedirs(parent, exist_ok=True)
+                    path = os.path.join(parent, name)
+                    os.mkdir(path)
+                    self.dirs[c] = path
+            self._limit(limits)
+        except BaseException:
+            self.destroy()
+            raise
+
+    def _v(self, c: str) -> str:
+        return self.controllers[c][0]
+
+    def _limit(self, limits: Limits) -> None:
+        mem = limits.memory_mb << 20
+        if "memory" in self.dirs:
+            d = self.dirs["memory"]
+            if self._v("memory") == "v2":
+                _write(f"{d}/memory.max", str(mem))
+                if os.path.exists(f"{d}/memory.swap.max"):
+                    _write(f"{d}/memory.swap.max", "0")
+            else:
+                _write(f"{d}/memory.limit_in_bytes", str(mem))
+                if os.path.exists(f"{d}/memory.memsw.limit_in_bytes"):
+                    _write(f"{d}/memory.memsw.limit_in_bytes", str(mem))
+        if "pids" in self.dirs:
+            _write(f"{self.dirs['pids']}/pids.max", str(limits.pids))
+        if "cpu" in self.dirs:
+            quota = max(1000, int(limits.cpus * CPU_PERIOD_US))
+            d = self.dirs["cpu"]
+            if self._v("cpu") == "v2":
+                _write(f"{d}/cpu.max", f"{quota} {CPU_PERIOD_US}")
+            else:
+                _write(f"{d}/cpu.cfs_period_us", str(CPU_PERIOD_US))
+                _write(f"{d}/cpu.cfs_quota_us", str(quota))
+
+    def add(self, pid: int) -> None:
+        for d in sorted(set(self.dirs.values())):
+            _write(f"{d}/cgroup.procs", str(pid))
+
+    def counters(self) -> dict[str, int]:
+        out = {}
+        if "memory" in self.dirs:
+            d = self.dirs["memory"]
+            f = "memory.events" if self._v("memory") == "v2" else "memory.oom_control"
+            out["oom_kill"] = _read_kv(f"{d}/{f}").get("oom_kill", 0)
+        if "pids" in self.dirs:
+            out["pids_max"] = _read_kv(f"{self.dirs['pids']}/pids.events").get("max", 0)
+        return out
+
+    def reset_peak(self) -> None:
+        if "memory" not in self.dirs:
+            return
+        d = self.dirs["memory"]
+        try:
+            if self._v("memory") == "v1":
+                _write(f"{d}/memory.max_usage_in_bytes", "0")
+            else:  # v2: a write resets the peak as seen through this descriptor (Linux >= 6.12)
+                if self._peak_fd is None:
+                    self._peak_fd = os.open(f"{d}/memory.peak", os.O_RDWR | os.O_CLOEXEC)
+                os.write(self._peak_fd, b"reset")
+        except OSError:
+            self._peak_fd = None
+
+    def peak_mb(self) -> float | None:
+        if "memory" not in self.dirs:
+            return None
+        d = self.dirs["memory"]
+        try:
+            if self._v("memory") == "v1":
+                with open(f"{d}/memory.max_usage_in_bytes") as f:
+                    return int(f.read()) / (1 << 20)
+            if self._peak_fd is not None:
+                return int(os.pread(self._peak_fd, 64, 0)) / (1 << 20)
+            with open(f"{d}/memory.peak") as f:
+                return int(f.read()) / (1 << 20)
+        except (OSError, ValueError):
+            return None
+
+    def pids(self) -> set[int]:
+        out: set[int] = set()
+        for d in set(self.dirs.values()):
+            try:
+                with open(f"{d}/cgroup.procs") as f:
+                    out.update(int(x) for x in f.read().split())
+            except OSError:
+                pass
+        return out
+
+    def kill_all(self) -> None:
+        for d in set(self.dirs.values()):
+            if os.path.exists(f"{d}/cgroup.kill"):
+                try:
+                    _write(f"{d}/cgroup.kill", "1")
+                except OSError:
+                    pass
+        # v1 has no kill file: loop, since a process may fork while we kill its siblings
+        for _ in range(100):
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.002)
+
+    def destroy(self) -> None:
+        if self._peak_fd is not None:
+            os.close(self._peak_fd)
+            self._peak_fd = None
+        if self.dirs:
+            self.kill_all()
+        for d in sorted(set(self.dirs.values())):
+            for _ in range(50):
+                try:
+                    os.rmdir(d)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)  # processes still exiting
+        self.dirs.clear()
+
+
+def collect_stale() -> int:
+    """Remove sandbox cgroups left by supervisors that were killed (empty ones only)."""
+    n = 0
+    for c, (ver, mnt) in detect().items():
+        parent = os.path.join(mnt, PARENT)
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        for name in names:
+            pid = name.split("-")[0]
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                try:
+                    os.rmdir(os.path.join(parent, name))
+                    n += 1
+                except OSError:
+                    pass
+    return n

@@ -1,0 +1,284 @@
+"""The host side of a sandbox: `SupervisedSandbox`, which implements the `Sandbox` protocol.
+
+Each sandbox is one supervisor process (see `supervisor.py`) plus the processes it launches.
+This object sends it requests, one at a time (a lock serialises concurrent callers), and turns
+replies into `RunResult`s or exceptions. File operations do not go through the supervisor: the
+host reaches the workspace directly (through `/proc/<supervisor>/root`, i.e. inside the
+supervisor's mount namespace) with the escape-safe walk of `workspace.py`.
+
+A supervisor that dies, or stops answering, makes every later call raise `SandboxBroken`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+import weakref
+from typing import Mapping, Sequence
+
+from posttrain.sandbox.base import (Limits, RunResult, SandboxBroken, SandboxError,
+                                    SandboxInfo, SandboxUnavailable)
+from posttrain.sandbox.protocol import recv_obj, send_obj
+from posttrain.sandbox.workspace import Workspace
+
+SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervisor.py")
+INSIDE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inside")
+BOOT_TIMEOUT_S = 60.0
+"""how long a supervisor may take to report ready"""
+REPLY_MARGIN_S = 30.0
+"""how long past a command's own timeout the host waits for the reply before it declares the
+sandbox broken (a hung or stopped supervisor)"""
+
+_ERRORS = {"SandboxError": SandboxError, "SandboxUnavailable": SandboxUnavailable,
+           "ValueError": ValueError}
+
+
+def _check_env(env: Mapping[str, str] | None) -> dict[str, str] | None:
+    if env is None:
+        return None
+    out = {}
+    for k, v in dict(env).items():
+        if not (isinstance(k, str) and k and "=" not in k and "\0" not in k):
+            raise ValueError(f"env: invalid variable name {k!r}")
+        if not (isinstance(v, str) and "\0" not in v):
+            raise ValueError(f"env[{k!r}]: value must be a str without NUL bytes, got {v!r}")
+        out[k] = v
+    return out
+
+
+def _check_timeout(timeout: float | None, default: float) -> float:
+    if timeout is None:
+        return float(default)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def _check_stdin(stdin: str | bytes | None) -> bytes | None:
+    if stdin is None or isinstance(stdin, bytes):
+        return stdin
+    if isinstance(stdin, str):
+        return stdin.encode()
+    raise TypeError(f"stdin must be str, bytes or None, got {type(stdin).__name__}")
+
+
+def _shutdown(proc: subprocess.Popen, sock: socket.socket, slot, stderr) -> None:
+    """Stop a supervisor and free what it held (also run by the finalizer at exit/GC)."""
+    try:
+        sock.settimeout(5.0)
+        send_obj(sock, {"op": "close"})
+        recv_obj(sock)
+    except (OSError, EOFError, ValueError):
+        pass
+    sock.close()
+    try:
+        proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if slot is not None:
+        slot.release()
+    stderr.close()
+
+
+class SupervisedSandbox:
+    """A sandbox run by a supervisor process; `mode` is "bwrap" or "process"."""
+
+    def __init__(self, limits: Limits, *, mode: str, preload: Sequence[str] = (),
+                 image: str = "", layers: Mapping[str, bool] | None = None,
+                 extra_config: Mapping | None = None) -> None:
+        if not isinstance(limits, Limits):
+            raise TypeError(f"limits must be a posttrain.sandbox.Limits, got {limits!r}")
+        self.id = uuid.uuid4().hex[:12]
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._broken: str | None = None
+        self._closed = False
+        self._slot = None
+        if mode == "bwrap" and os.geteuid() == 0:
+            from posttrain.sandbox.slots import acquire_slot
+            self._slot = acquire_slot()
+        cfg = {"mode": mode, "id": self.id, "limits": dataclasses.asdict(limits),
+               "preload": list(preload), "python": sys.executable, "inside_dir": INSIDE_DIR,
+               "uid": self._slot.uid if self._slot else None, **(extra_config or {})}
+        host, theirs = socket.socketpair()
+        self._stderr = tempfile.TemporaryFile()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", SUPERVISOR, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=self._stderr, env={})
+        except BaseException:
+            if self._slot:
+                self._slot.release()
+            raise
+        finally:
+            theirs.close()
+        self._sock = host
+        self._finalizer = weakref.finalize(self, _shutdown, self._proc, host, self._slot,
+                                           self._stderr)
+        try:
+            host.settimeout(BOOT_TIMEOUT_S)
+            send_obj(host, cfg)
+            reply = recv_obj(host)
+            host.settimeout(None)
+        except (OSError, EOFError) as e:
+            self._finalizer()
+            raise SandboxUnavailable(f"sandbox supervisor did not start ({e!r}): "
+                                     f"{self._stderr_tail()}") from None
+        if not reply.get("ok"):
+            self._finalizer()
+            raise SandboxUnavailable(f"sandbox could not start: {reply.get('error')}\n"
+                                     f"{reply.get('traceback', '')}")
+        self._sup_pid = reply["pid"]
+        ws = f"/proc/{self._sup_pid}/root{reply['workspace']}"
+        owner = (self._slot.uid, self._slot.uid) if self._slot else None
+        self._ws = Workspace(lambda: ws, owner=owner, inside_path=reply["inside_path"])
+        self.workspace_path = reply["inside_path"]
+        """where the workspace is, as seen by commands in the sandbox"""
+        self.info = SandboxInfo(backend=mode, image=image,
+                                layers=dict(layers or {}, **reply.get("layers", {})))
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _stderr_tail(self) -> str:
+        try:
+            self._stderr.seek(0)
+            return self._stderr.read()[-2000:].decode(errors="replace")
+        except (OSError, ValueError):
+            return ""
+
+    def _mark_broken(self, why: str) -> SandboxBroken:
+        if self._broken is None:
+            self._broken = why
+            try:
+                self._proc.kill()
+            except OSError:
+                pass
+        return SandboxBroken(f"sandbox {self.id} is broken: {self._broken}")
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise SandboxError(f"sandbox {self.id} is closed")
+        if self._broken is not None:
+            raise SandboxBroken(f"sandbox {self.id} is broken: {self._broken}")
+        if self._proc.poll() is not None:
+            raise self._mark_broken(f"its supervisor exited ({self._proc.returncode}); "
+                                    f"{self._stderr_tail()}")
+
+    def _call(self, req: dict, timeout: float) -> dict:
+        with self._lock:
+            self._check_usable()
+            try:
+                self._sock.settimeout(timeout)
+                send_obj(self._sock, req)
+                resp = recv_obj(self._sock)
+            except socket.timeout:
+                raise self._mark_broken(f"no reply to {req['op']!r} within {timeout:.0f} s")
+            except (OSError, EOFError) as e:
+                raise self._mark_broken(f"its supervisor died during {req['op']!r} ({e!r}); "
+                                        f"{self._stderr_tail()}") from None
+        if not resp.get("ok"):
+            cls = _ERRORS.get(resp.get("kind"), SandboxError)
+            raise cls(f"sandbox {self.id}: {resp.get('error')}")
+        return resp
+
+    def _file_op(self, fn, *args):
+        with self._lock:
+            self._check_usable()
+            try:
+                return fn(*args)
+            except FileNotFoundError:
+                if self._proc.poll() is not None or not os.path.exists(f"/proc/{self._sup_pid}"):
+                    raise self._mark_broken("its supervisor exited") from None
+                raise
+
+    # -- the Sandbox protocol ------------------------------------------------------------
+    def run(self, command: str | Sequence[str], *, stdin: str | bytes | None = None,
+            timeout: float | None = None, env: Mapping[str, str] | None = None) -> RunResult:
+        if isinstance(command, str):
+            argv = ["/bin/sh", "-c", command]
+        elif (isinstance(command, (list, tuple)) and command
+              and all(isinstance(a, str) for a in command)):
+            argv = list(command)
+        else:
+            raise ValueError(f"command must be a str or a non-empty list of str, got {command!r}")
+        if any("\0" in a for a in argv):
+            raise ValueError(f"command contains a NUL byte: {argv!r}")
+        t = _check_timeout(timeout, self.limits.wall_s)
+        resp = self._call({"op": "run", "argv": argv, "stdin": _check_stdin(stdin),
+                           "timeout": t, "env": _check_env(env)}, t + REPLY_MARGIN_S)
+        return self._result(resp)
+
+    def run_python(self, code: str, *, stdin: str | bytes | None = None,
+                   timeout: float | None = None, args: Sequence[str] = ()) -> RunResult:
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, got {type(code).__name__}")
+        if isinstance(args, str) or not all(isinstance(a, str) for a in args):
+            raise ValueError(f"args must be a sequence of str, got {args!r}")
+        t = _check_timeout(timeout, self.limits.wall_s)
+        resp = self._call({"op": "run_python", "code": code, "args": list(args),
+                           "stdin": _check_stdin(stdin), "timeout": t},
+                          t + REPLY_MARGIN_S + 120.0)  # + a fork-server (re)start
+        return self._result(resp)
+
+    @staticmethod
+    def _result(resp: dict) -> RunResult:
+        d = {f.name: resp[f.name] for f in dataclasses.fields(RunResult)}
+        d["stdout"] = d["stdout"].decode("utf-8", errors="replace")
+        d["stderr"] = d["stderr"].decode("utf-8", errors="replace")
+        return RunResult.from_dict(d)
+
+    def write_file(self, path: str, data: str | bytes, *, mode: int = 0o644) -> None:
+        self._file_op(self._ws.write_file, path, data, mode)
+
+    def read_file(self, path: str) -> bytes:
+        return self._file_op(self._ws.read_file, path)
+
+    def list_files(self, path: str = ".") -> list[str]:
+        return self._file_op(self._ws.list_files, path)
+
+    def archive(self) -> bytes:
+        return self._file_op(self._ws.archive)
+
+    def snapshot(self) -> str:
+        return self._call({"op": "snapshot"}, 60.0)["id"]
+
+    def restore(self, snapshot_id: str) -> None:
+        if not isinstance(snapshot_id, str):
+            raise ValueError(f"snapshot id must be a str, got {snapshot_id!r}")
+        self._call({"op": "restore", "id": snapshot_id}, 60.0)
+
+    def alive(self) -> bool:
+        """True if the supervisor answers (used by the pool before handing a sandbox out)."""
+        try:
+            self._call({"op": "ping"}, 10.0)
+            return True
+        except SandboxError:
+            return False
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> "SupervisedSandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("broken" if self._broken else "open")
+        return f"<Sandbox {self.id} {self.info.backend} {state}>"

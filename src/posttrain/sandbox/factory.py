@@ -1,0 +1,83 @@
+"""`open_sandbox`: pick a backend, refuse to run untrusted code unsandboxed unless told to."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import warnings
+from typing import Sequence
+
+from posttrain.sandbox.base import Limits, Sandbox, SandboxUnavailable
+
+log = logging.getLogger("posttrain.sandbox")
+
+BACKENDS = ("auto", "bwrap", "process")
+ALLOW_ENV = "POSTTRAIN_ALLOW_UNSANDBOXED"
+_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_warned: set[str] = set()
+
+
+def _check_preload(preload: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(preload, str):
+        raise ValueError(f"preload must be a sequence of module names, got the str {preload!r}")
+    out = tuple(preload)
+    for name in out:
+        if not (isinstance(name, str) and _MODULE_RE.match(name)):
+            raise ValueError(f"preload: {name!r} is not a module name")
+    return out
+
+
+def warn_unsandboxed(reason: str) -> None:
+    msg = ("posttrain: running commands WITHOUT a sandbox (process backend): the code can read "
+           "your files, use the network and act as your user. Use it for trusted code only. "
+           f"Reason: {reason}")
+    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+    if reason not in _warned:  # log once per reason: a pool would otherwise flood the log
+        _warned.add(reason)
+        log.warning(msg)
+
+
+def open_sandbox(limits: Limits = Limits(), *, backend: str = "auto",
+                 allow_unsandboxed: bool = False, preload: Sequence[str] = ()) -> Sandbox:
+    """Start a fresh sandbox and return it (a context manager: `with open_sandbox() as sb:`).
+
+    backend: "bwrap" (bubblewrap; what "auto" means), or "process" (no isolation, opt-in).
+    With "auto" and no usable bubblewrap, this raises `SandboxUnavailable` naming the install
+    command, unless `allow_unsandboxed=True` or `POSTTRAIN_ALLOW_UNSANDBOXED=1`: then it falls
+    back to "process" with a loud warning. `preload`: modules the warm path imports once
+    (e.g. ("numpy", "trimesh")), so that `run_python` jobs do not pay for them.
+    """
+    from posttrain.sandbox.client import SupervisedSandbox
+
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if not isinstance(limits, Limits):
+        raise TypeError(f"limits must be a posttrain.sandbox.Limits, got {limits!r}")
+    preload = _check_preload(preload)
+    allow = bool(allow_unsandboxed) or os.environ.get(ALLOW_ENV, "") == "1"
+    if backend == "process":
+        if not allow:
+            raise SandboxUnavailable(
+                "the 'process' backend does not isolate anything; pass allow_unsandboxed=True "
+                f"(or set {ALLOW_ENV}=1) to run trusted code with it")
+        warn_unsandboxed("backend='process' was requested")
+        return SupervisedSandbox(limits, mode="process", preload=preload,
+                                 image=_process_image(), layers={"process": True})
+    from posttrain.sandbox.bwrap import bwrap_problem, host_config, image_digest
+
+    problem = bwrap_problem()
+    if problem is not None:
+        if backend == "auto" and allow:
+            warn_unsandboxed(problem)
+            return SupervisedSandbox(limits, mode="process", preload=preload,
+                                     image=_process_image(), layers={"process": True})
+        raise SandboxUnavailable(problem)
+    return SupervisedSandbox(limits, mode="bwrap", preload=preload, image=image_digest(),
+                             extra_config=host_config())
+
+
+def _process_image() -> str:
+    from posttrain.sandbox.bwrap import python_digest
+
+    return "process:" + python_digest()

@@ -1,0 +1,167 @@
+"""posttrain's fork-server: the warm path for many short Python jobs in one sandbox.
+
+It runs *inside* the sandbox, under the sandbox's uid, namespaces, seccomp filter, cgroup and
+rlimits. It imports the modules named on its command line once, then waits for jobs on its
+control socket (fd given as argv[1]). Each job arrives as a JSON frame with three descriptors
+(stdin, stdout, stderr pipes owned by the supervisor); the server forks, the child runs the
+code as `__main__` the way `python -c` would, and the server reports the exit status and
+rusage, then kills whatever the job left behind.
+
+What it protects against, and what not: a job is a separate process with its own fresh CPU
+limit and a fresh random seed, and it cannot reach the control socket (closed in the child) or
+the server's memory (the server is non-dumpable, so `/proc/<server>/mem` is closed to the job).
+It shares the uid with the server, so a job can kill the server; the supervisor notices and
+starts a new one. Jobs of one sandbox share its workspace and `/tmp`; a fork-server is never
+reused across sandboxes (episodes).
+
+This file is self-contained (stdlib only) because the `posttrain` package is not visible inside
+the sandbox.
+"""
+
+import array
+import builtins
+import ctypes
+import importlib
+import json
+import os
+import resource
+import signal
+import socket
+import struct
+import sys
+import traceback
+import types
+
+_HEADER = struct.Struct("!I")
+_PR_SET_DUMPABLE = 4
+
+
+def _recv_exact(sock, n):
+    chunks = []
+    while n:
+        chunk = sock.recv(n)
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv(sock):
+    fdsize = array.array("i").itemsize
+    first, anc, _flags, _addr = sock.recvmsg(1, socket.CMSG_SPACE(3 * fdsize))
+    if not first:
+        raise EOFError
+    fds = array.array("i")
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - (len(data) % fdsize)])
+    (size,) = _HEADER.unpack(first + _recv_exact(sock, _HEADER.size - 1))
+    return json.loads(_recv_exact(sock, size)), list(fds)
+
+
+def _send(sock, obj):
+    data = json.dumps(obj).encode()
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _set_dumpable(flag):
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, flag, 0, 0, 0)
+    except OSError:
+        pass
+
+
+def _run_job(msg, fds, sock):
+    """In the forked child: become the job, run it, never return."""
+    status = 1
+    try:
+        sock.close()
+        os.setsid()
+        for i, fd in enumerate(fds):
+            os.dup2(fd, i)
+        os.closerange(3, 1 << 16)
+        cpu = int(msg["cpu_s"])
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        _set_dumpable(1)
+        os.chdir(msg["cwd"])
+        sys.argv = ["-c", *msg["args"]]
+        if "random" in sys.modules:
+            sys.modules["random"].seed()
+        main = types.ModuleType("__main__")
+        main.__builtins__ = builtins
+        sys.modules["__main__"] = main
+        try:
+            exec(compile(msg["code"], "<string>", "exec"), main.__dict__)
+            status = 0
+        except SystemExit as e:
+            if e.code is None:
+                status = 0
+            elif isinstance(e.code, int):
+                status = e.code & 0xFF
+            else:
+                print(e.code, file=sys.stderr)
+                status = 1
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        os._exit(status)
+
+
+def _sweep(own_pid):
+    """Kill every process of the sandbox but pid 1 (bubblewrap's init) and this server: a job's
+    daemons do not survive the job. Only used in a private pid namespace."""
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in (1, own_pid):
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def main():
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    preload = [m for m in sys.argv[2].split(",") if m] if len(sys.argv) > 2 else []
+    sweep = len(sys.argv) > 3 and sys.argv[3] == "sweep"
+    if sweep:
+        with open("/proc/1/comm") as f:  # refuse to sweep a pid namespace that is not ours
+            sweep = f.read().strip() == "bwrap"
+    _set_dumpable(0)
+    errors = {}
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except BaseException:
+            errors[name] = traceback.format_exc(limit=3)
+    os.chdir("/")
+    _send(sock, {"ready": True, "errors": errors})
+    while True:
+        try:
+            msg, fds = _recv(sock)
+        except (EOFError, OSError):
+            os._exit(0)
+        pid = os.fork()
+        if pid == 0:
+            _run_job(msg, fds, sock)
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"pid": pid})
+        _, status, ru = os.wait4(pid, 0)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        if sweep:
+            _sweep(os.getpid())
+        _send(sock, {"status": status, "cpu_s": ru.ru_utime + ru.ru_stime,
+                     "maxrss_kb": ru.ru_maxrss})
+
+
+if __name__ == "__main__":
+    main()

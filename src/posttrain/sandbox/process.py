@@ -1,0 +1,140 @@
+"""The `process` backend: plain subprocesses with rlimits and a temporary-directory workspace.
+
+This is NOT a sandbox. It exists for machines without bubblewrap (macOS CI, a laptop) and for
+trusted code only. It protects against accidents, not against an adversary:
+
+* it does: rlimits (address space, CPU, file size, open files, no core dumps), a wall timeout
+  that kills the command's process group, output caps, a cleared environment, a private
+  working directory, the same fork-server warm path;
+* it does not: hide any host file (the command can read whatever the invoking user can, e.g.
+  `~/.ssh`), block the network, stop a daemon that calls `setsid` from living until the sandbox
+  closes, or cap the workspace size; run as root, the command is root.
+
+`open_sandbox` therefore refuses it unless the caller opts in (`allow_unsandboxed=True` or
+`POSTTRAIN_ALLOW_UNSANDBOXED=1`) and warns loudly when it is used.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+
+from posttrain.sandbox.base import Limits
+from posttrain.sandbox.rlimits import apply_self, rlimit_table
+
+
+def _count_own_processes() -> int:
+    uid, n = os.getuid(), 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    n += 1
+            except OSError:
+                pass
+    return n
+
+
+class ProcessHandle:
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.pidfd = os.pidfd_open(proc.pid)
+
+    def kill(self, job_pid: int | None = None) -> None:
+        # the whole process group: the command and the children it did not detach; for the
+        # fork-server also the running job's group (a job calls setsid)
+        for pgid in (self.pid, job_pid):
+            if pgid:
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        os.close(self.pidfd)
+        self.proc.returncode = 0  # reaped by the supervisor (os.wait4); Popen must not wait
+
+    def exit_status(self, status: int) -> tuple[int | None, int | None]:
+        code = os.waitstatus_to_exitcode(status)
+        return (None, -code) if code < 0 else (code, None)
+
+
+class ProcessRunner:
+    """Supervisor-side half of the process backend (see the module docstring)."""
+
+    kind = "process"
+
+    def __init__(self, cfg: dict) -> None:
+        self.cfg = cfg
+        self.limits = Limits(**cfg["limits"])
+        self.base = tempfile.mkdtemp(prefix="posttrain-sandbox-")
+        self.ws = os.path.join(self.base, "ws")
+        self.inside_ws = self.ws
+        os.mkdir(self.ws, 0o755)
+        os.mkdir(os.path.join(self.base, "tmp"), 0o700)
+        os.mkdir(os.path.join(self.base, "snaps"), 0o700)
+        self.snapshots: dict[str, str] = {}
+        # NPROC counts every process of the uid, not just this sandbox's: allow for those
+        slack = 8 if os.getuid() == 0 else 8 + _count_own_processes()
+        self.rlimits = rlimit_table(self.limits, memory_cgroup=False, nproc_slack=slack)
+        self.warm_rlimits = rlimit_table(self.limits, memory_cgroup=False, nproc_slack=slack,
+                                         cpu=False)
+        self.env = {
+            "PATH": f"{os.path.dirname(cfg['python'])}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": os.path.join(self.base, "tmp"),
+            "TMPDIR": os.path.join(self.base, "tmp"),
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": cfg["inside_dir"],
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+
+    def boot(self) -> dict:
+        return {"workspace": self.ws, "inside_path": self.ws, "cgroups": {}, "layers": {}}
+
+    # -- processes -----------------------------------------------------------------------
+    def spawn(self, argv: list[str], *, stdin: int, stdout: int, stderr: int,
+              env: dict[str, str] | None = None, pass_fds: tuple[int, ...] = (),
+              warm: bool = False) -> ProcessHandle:
+        table = self.warm_rlimits if warm else self.rlimits
+        full_env = dict(self.env)
+        full_env.update(env or {})
+        # preexec_fn is safe here: the supervisor is single-threaded
+        proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr,
+                                cwd=self.ws, env=full_env, pass_fds=pass_fds,
+                                start_new_session=True, preexec_fn=lambda: apply_self(table))
+        return ProcessHandle(proc)
+
+    def warm_argv(self, fd: int, preload: list[str]) -> list[str]:
+        return [self.cfg["python"], os.path.join(self.cfg["inside_dir"], "_forkserver.py"),
+                str(fd), ",".join(preload), "nosweep"]
+
+    def counters(self) -> dict[str, int]:
+        return {}
+
+    def reset_peak(self) -> None:
+        pass
+
+    def peak_mb(self) -> float | None:
+        return None
+
+    # -- snapshots: full copies (O(files)); never changed by later writes --------------------
+    def snapshot(self) -> str:
+        sid = f"snap-{len(self.snapshots) + 1}"
+        dst = os.path.join(self.base, "snaps", sid)
+        shutil.copytree(self.ws, dst, symlinks=True)
+        self.snapshots[sid] = dst
+        return sid
+
+    def restore(self, sid: str) -> None:
+        src = self.snapshots[sid]
+        trash = tempfile.mkdtemp(dir=self.base, prefix="trash-")
+        os.rename(self.ws, os.path.join(trash, "ws"))
+        shutil.copytree(src, self.ws, symlinks=True)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def shutdown(self) -> None:
+        shutil.rmtree(self.base, ignore_errors=True)

@@ -1,0 +1,67 @@
+"""Host uids for sandboxes: one unused, unprivileged uid per live sandbox.
+
+Run as root, posttrain launches each bubblewrap sandbox as its own host uid (never root, and
+never the uid of another live sandbox, so that RLIMIT_NPROC counts one sandbox and a process of
+one sandbox can never signal another's). A uid is claimed with an exclusive `flock` on a file
+named after it, held for the sandbox's life, so that several posttrain processes on one machine
+(several test runs, several trainers) never hand out the same uid. The lock dies with the
+process that holds it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+
+SLOT_UID_BASE = 2_100_000
+"""first host uid used for sandboxes (far above any uid a distribution hands out)"""
+SLOT_COUNT = 8192
+LOCK_DIR = "/run/posttrain/sandbox-uids"
+
+
+class Slot:
+    def __init__(self, uid: int, fd: int) -> None:
+        self.uid, self._fd = uid, fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            kill_uid(self.uid)  # nothing of this sandbox survives into the next owner's
+            os.close(self._fd)
+            self._fd = None
+
+
+def kill_uid(uid: int) -> int:
+    """SIGKILL every process whose real uid is `uid` (scans /proc); returns how many."""
+    n = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        if int(line.split()[1]) == uid:
+                            os.kill(int(name), signal.SIGKILL)
+                            n += 1
+                        break
+        except (OSError, ValueError):
+            continue
+    return n
+
+
+def acquire_slot() -> Slot:
+    os.makedirs(LOCK_DIR, mode=0o700, exist_ok=True)
+    start = (os.getpid() * 7919) % SLOT_COUNT
+    for i in range(SLOT_COUNT):
+        uid = SLOT_UID_BASE + (start + i) % SLOT_COUNT
+        fd = os.open(os.path.join(LOCK_DIR, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                     0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        kill_uid(uid)  # leftovers of an owner that was killed before it could clean up
+        return Slot(uid, fd)
+    raise RuntimeError(f"all {SLOT_COUNT} sandbox uids are in use")

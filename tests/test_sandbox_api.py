@@ -1,0 +1,204 @@
+"""Behaviour of the public sandbox API, on both backends (bubblewrap and the opt-in process
+backend): commands, limits as data, the file API and its escape checks, snapshots, archives,
+the warm path, bad input, broken sandboxes."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import tarfile
+
+import pytest
+
+from posttrain.sandbox import (LimitReason, Limits, RunResult, SandboxBroken, SandboxError,
+                               SandboxUnavailable, WorkspacePathError, open_sandbox)
+from posttrain.sandbox.bwrap import bwrap_problem
+
+BWRAP_PROBLEM = bwrap_problem()
+needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None,
+                                 reason=f"bubblewrap unavailable: {BWRAP_PROBLEM}")
+LIMITS = Limits(wall_s=5, cpu_s=5, memory_mb=512, output_bytes=4096, output_kill_bytes=1 << 16)
+
+
+def _open(backend: str, limits: Limits = LIMITS):
+    if backend == "process":
+        with pytest.warns(RuntimeWarning, match="WITHOUT a sandbox"):
+            return open_sandbox(limits, backend="process", allow_unsandboxed=True)
+    return open_sandbox(limits, backend="bwrap")
+
+
+BACKENDS = [pytest.param("bwrap", marks=needs_bwrap), "process"]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def sb(request):
+    box = _open(request.param)
+    yield box
+    box.close()
+
+
+def test_run_shell_string_and_argv(sb):
+    r = sb.run("echo out; echo err >&2; exit 3")
+    assert isinstance(r, RunResult)
+    assert (r.exit_code, r.stdout, r.stderr, r.limit, r.ok) == (3, "out\n", "err\n", None, False)
+    r = sb.run(["python3", "-c", "import os, sys; print(os.getcwd()); sys.exit(0)"])
+    assert r.ok and r.stdout.strip() == sb.workspace_path
+    assert r.wall_s > 0 and r.cpu_s >= 0
+
+
+def test_stdin_env_and_missing_binary(sb):
+    assert sb.run(["cat"], stdin="hello").stdout == "hello"
+    assert sb.run("echo $FOO", env={"FOO": "bar"}).stdout == "bar\n"
+    r = sb.run(["definitely-not-a-command"])
+    assert r.exit_code == 127 and "not" in r.stderr
+
+
+def test_timeout_is_data(sb):
+    r = sb.run("sleep 30", timeout=0.5)
+    assert r.limit is LimitReason.TIMEOUT and r.exit_code is None and r.wall_s < 5
+    assert sb.run("echo next").stdout == "next\n"  # the sandbox carries on
+
+
+def test_output_truncated_then_killed(sb):
+    r = sb.run("head -c 10000 /dev/zero | tr '\\0' x")
+    assert r.ok and r.stdout_truncated and len(r.stdout) == 4096
+    r = sb.run("yes")
+    assert r.limit is LimitReason.OUTPUT and r.stdout_truncated and len(r.stdout) == 4096
+
+
+def test_file_api_roundtrip(sb):
+    sb.write_file("pkg/sub/a.txt", "alpha")
+    sb.write_file("b.bin", b"\x00\x01", mode=0o600)
+    assert sb.read_file("pkg/sub/a.txt") == b"alpha"
+    assert sb.read_file("./b.bin") == b"\x00\x01"
+    assert {"pkg/sub/a.txt", "b.bin"} <= set(sb.list_files())
+    assert sb.list_files("pkg") == ["pkg/sub/a.txt"]
+    assert sb.run("cat pkg/sub/a.txt").stdout == "alpha"
+    sb.run("echo from-inside > made.txt")
+    assert sb.read_file("made.txt") == b"from-inside\n"
+    with pytest.raises(FileNotFoundError):
+        sb.read_file("nope.txt")
+
+
+@pytest.mark.parametrize("bad", ["/etc/passwd", "../x", "a/../../x", "", "a\0b"])
+def test_file_api_refuses_bad_paths(sb, bad):
+    with pytest.raises(WorkspacePathError):
+        sb.read_file(bad)
+    with pytest.raises(WorkspacePathError):
+        sb.write_file(bad, "x")
+
+
+def test_file_api_symlinks(sb):
+    sb.write_file("target.txt", "inside")
+    ws = sb.workspace_path
+    assert sb.run(f"ln -sf target.txt rel && ln -sf {ws}/target.txt abs && ln -sfn / root "
+                  "&& ln -sf /etc/passwd pw && ln -sf ../../../../etc/passwd up").ok
+    assert sb.read_file("rel") == b"inside" and sb.read_file("abs") == b"inside"
+    for link in ("root/etc/passwd", "pw", "up"):
+        with pytest.raises(WorkspacePathError):
+            sb.read_file(link)
+        with pytest.raises(WorkspacePathError):
+            sb.write_file(link, "overwritten")
+    assert "rel" not in sb.list_files()  # only regular files are listed
+
+
+def test_snapshot_restore_copy_on_write(sb):
+    sb.write_file("state.txt", "v1")
+    s1 = sb.snapshot()
+    sb.write_file("state.txt", "v2")
+    sb.write_file("new.txt", "n")
+    s2 = sb.snapshot()
+    sb.run("echo v3 > state.txt; rm new.txt")
+    sb.restore(s1)
+    assert sb.read_file("state.txt") == b"v1" and "new.txt" not in sb.list_files()
+    assert sb.run("cat state.txt").stdout == "v1"
+    sb.write_file("state.txt", "v1-changed")  # writes after a restore do not touch s1
+    sb.restore(s2)
+    assert sb.read_file("state.txt") == b"v2" and sb.read_file("new.txt") == b"n"
+    sb.restore(s1)
+    assert sb.read_file("state.txt") == b"v1"
+    assert sb.run_python("print(open('state.txt').read())").stdout == "v1\n"
+    with pytest.raises(ValueError):
+        sb.restore("snap-999")
+
+
+def test_archive_is_deterministic(sb):
+    sb.write_file("arch/x.txt", "x")
+    a, b = sb.archive(), sb.archive()
+    assert a == b
+    names = tarfile.open(fileobj=io.BytesIO(a)).getnames()
+    assert names.index("arch") < names.index("arch/x.txt")
+    sb.write_file("arch/x.txt", "y")
+    assert sb.archive() != a
+
+
+def test_run_python_warm_path(sb):
+    r = sb.run_python("import sys; print(sys.argv[1:]); print(input())", args=["a", "b"],
+                      stdin="line\n")
+    assert r.ok and r.stdout == "['a', 'b']\nline\n"
+    r = sb.run_python("raise SystemExit(4)")
+    assert r.exit_code == 4
+    r = sb.run_python("1/0")
+    assert r.exit_code == 1 and "ZeroDivisionError" in r.stderr
+    r = sb.run_python("import time; time.sleep(30)", timeout=0.5)
+    assert r.limit is LimitReason.TIMEOUT
+    assert sb.run_python("print('after')").stdout == "after\n"
+
+
+def test_bad_input_is_rejected(sb):
+    with pytest.raises(ValueError):
+        sb.run([])
+    with pytest.raises(ValueError):
+        sb.run("true", timeout=-1)
+    with pytest.raises(ValueError):
+        sb.run("true", env={"A=B": "c"})
+    with pytest.raises(ValueError):
+        sb.write_file("m.txt", "x", mode=0o4755)
+
+
+@pytest.mark.parametrize("field,value", [("memory_mb", 0), ("wall_s", -1), ("pids", 1.5),
+                                         ("output_kill_bytes", 1)])
+def test_invalid_limits(field, value):
+    with pytest.raises(ValueError, match=field):
+        Limits(**{field: value})
+
+
+def test_process_backend_needs_opt_in(monkeypatch):
+    monkeypatch.delenv("POSTTRAIN_ALLOW_UNSANDBOXED", raising=False)
+    with pytest.raises(SandboxUnavailable, match="allow_unsandboxed"):
+        open_sandbox(backend="process")
+    with pytest.raises(ValueError):
+        open_sandbox(backend="docker")
+
+
+def test_auto_without_bwrap_names_the_install_command(monkeypatch):
+    from posttrain.sandbox import bwrap
+
+    monkeypatch.delenv("POSTTRAIN_ALLOW_UNSANDBOXED", raising=False)
+    monkeypatch.setattr(bwrap, "find_bwrap", lambda: None)
+    bwrap.bwrap_problem.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+            open_sandbox()
+        monkeypatch.setenv("POSTTRAIN_ALLOW_UNSANDBOXED", "1")
+        with pytest.warns(RuntimeWarning, match="WITHOUT a sandbox"):
+            with open_sandbox() as box:
+                assert box.info.backend == "process"
+                assert box.run("echo ok").stdout == "ok\n"
+    finally:
+        bwrap.bwrap_problem.cache_clear()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_killed_supervisor_makes_calls_raise_broken(backend):
+    box = _open(backend)
+    os.kill(box._sup_pid, signal.SIGKILL)
+    with pytest.raises(SandboxBroken):
+        box.run("true")
+    with pytest.raises(SandboxBroken):
+        box.read_file("x")
+    assert issubclass(SandboxBroken, SandboxError)
+    box.close()
+    with pytest.raises(SandboxError):
+        box.run("true")
