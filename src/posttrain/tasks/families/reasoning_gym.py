@@ -1,0 +1,306 @@
+"""The `rg` family: reasoning-gym's procedural generators as domains `rg.<name>`.
+
+Each generator becomes one `single`-answer domain with reasoning-gym's default configuration.
+A task is one dataset item: the prompt is the item's question verbatim, and the reference stores
+what `score_answer` needs (the item's answer and metadata, as JSON) plus where it came from
+(generator name, item key, reasoning-gym version).
+
+Reward: reasoning-gym's `score_answer` gives wrong answers small partial credit (0.01 for a
+parsable answer, 0.05 for a well-formed wrong grid, a share for an answer containing the right
+one). We threshold it: **passed iff score >= 1.0** (`PASS_THRESHOLD`); the verdict's score is
+then 1.0 or 0.0 and the raw score is kept in `details["rg_score"]`.
+
+Answers: the completion is stripped; if it contains `<answer>...</answer>` (reasoning-gym's own
+convention for chat models) the content of the last such tag is graded, otherwise the whole
+text. Answers may span several lines (grids), so these domains set no stop string.
+
+Skipped generators (see `SKIPPED`), probed offline with reasoning-gym 0.1.25: none needs the
+network; three have no usable oracle or verifier, one is not reproducible, one is too slow,
+one is a meta-dataset. Configurations are reasoning-gym's defaults except `CONFIG`.
+
+Cost: most items take well under 10 ms; a few puzzle generators run a solver per item
+(zebra_puzzles, word_ladder and puzzle24 ~0.45 s on one busy core). An eval task draws ~5
+items on average (20% of items are eval), a train task ~1.25.
+
+What this does *not* do: check reasoning-gym's scorers beyond our oracle/negative self-test, or
+support generator configurations other than the defaults.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib.metadata import version
+from typing import Any, Callable
+
+from posttrain.tasks.domain import Domain
+from posttrain.tasks.families.common import MAX_DRAWS, content_split, perturb, task_rng
+from posttrain.tasks.task import Split, Task, TaskLimits
+from posttrain.verifiers.base import Outcome, Verdict, VerifierError, verdict
+
+RG_VERSION = "0.1.25"
+"""the reasoning-gym version the generator list and the fixes below were checked against"""
+
+PASS_THRESHOLD = 1.0
+"""a reasoning-gym score at or above this passes; anything below (partial credit) fails"""
+
+BASE_SEED = 20250101
+"""seed of the one dataset object per generator; items are addressed by key"""
+
+SKIPPED: dict[str, str] = {
+    "composite": "a meta-dataset: needs a list of other datasets to mix",
+    "boxnet": "items have no reference answer (the scorer simulates plans); no oracle",
+    "rush_hour": "items have no reference solution, only the minimum move count; no oracle",
+    "game_of_life_halting": "score_answer is bool(answer) == bool(reference): any non-empty text passes",
+    "knight_swap": "too slow to generate: 0.5-6 s per item (a search per puzzle), whatever the config",
+    "codeio": "computes answers by exec-ing bundled code snippets in our process; their outputs are "
+              "not reproducible (the same item differs between calls)",
+}
+
+# Generators whose items must be addressed by a per-seed dataset of size 1 (their
+# __getitem__ refuses an index past the dataset size).
+PER_SEED = frozenset({"acre", "gsm_symbolic", "list_functions", "word_ladder"})
+
+# Generators whose items carry no answer but whose metadata holds a valid example solution.
+ORACLE_FROM_METADATA: dict[str, Callable[[dict], str]] = {
+    "graph_color": lambda m: json.dumps(m["possible_answer"]),
+    "propositional_logic": lambda m: m["example_answer"],
+    "rubiks_cube": lambda m: m["example_correct_answer"],
+}
+
+
+def _tuple_boards(entry: dict) -> dict:
+    """ARC scorers compare the parsed answer with `metadata['output']` as tuples of tuples;
+    JSON turned them into lists."""
+    meta = dict(entry["metadata"])
+    for k in ("input", "output"):
+        if k in meta:
+            meta[k] = tuple(tuple(row) for row in meta[k])
+    return {**entry, "metadata": meta}
+
+
+def _uses_given_numbers(answer: str, entry: dict) -> bool:
+    """puzzle24's scorer checks that the expression makes 24 with four numbers in range, not
+    that they are the four given ones: any other item's solution would pass."""
+    return sorted(int(n) for n in re.findall(r"\d+", answer)) == sorted(entry["metadata"]["numbers"])
+
+
+# Checks added on top of a scorer that is too lenient: (answer, entry) -> still acceptable.
+EXTRA_CHECKS: dict[str, Callable[[str, dict], bool]] = {"puzzle24": _uses_given_numbers}
+
+# Generators where another problem's answer may validly solve this one too (many valid
+# conclusions): no 'other_problem' negative.
+MANY_ANSWERS = frozenset({"propositional_logic"})
+
+# Non-default configurations: futoshiki boards up to 9x9 cost ~1.3 s per item (up to 5 s);
+# up to 6x6 they cost ~50 ms.
+CONFIG: dict[str, dict[str, Any]] = {"futoshiki": {"max_board_size": 6}}
+
+# Undo what a JSON round trip changed, where a scorer cares.
+RESTORE: dict[str, Callable[[dict], dict]] = {"arc_agi": _tuple_boards, "rearc": _tuple_boards}
+
+NAMES: tuple[str, ...] = (
+    "ab", "acre", "advanced_geometry", "aiw", "arc_1d", "arc_agi", "base_conversion", "basic_arithmetic",
+    "bf", "binary_alternation", "binary_matrix", "bitwise_arithmetic", "boxnet", "caesar_cipher",
+    "calendar_arithmetic", "chain_sum", "circuit_logic", "codeio", "coin_flip", "color_cube_rotation",
+    "complex_arithmetic", "composite", "count_bits", "count_primes", "countdown", "course_schedule",
+    "cryptarithm", "decimal_arithmetic", "decimal_chain_sum", "dice", "emoji_mystery",
+    "family_relationships", "figlet_font", "fraction_simplification", "futoshiki", "game_of_life",
+    "game_of_life_halting", "gcd", "graph_color", "group_anagrams", "gsm_symbolic",
+    "intermediate_integration", "isomorphic_strings", "jugs", "kakurasu", "knight_swap", "knights_knaves",
+    "largest_island", "lcm", "leg_counting", "letter_counting", "letter_jumble", "list_functions",
+    "mahjong_puzzle", "manipulate_matrix", "maze", "mini_sudoku", "modulo_grid", "n_queens",
+    "needle_haystack", "number_filtering", "number_format", "number_sequence", "number_sorting",
+    "palindrome_generation", "palindrome_partitioning", "path_star", "polynomial_equations",
+    "polynomial_multiplication", "pool_matrix", "power_function", "prime_factorization", "products",
+    "propositional_logic", "puzzle24", "quantum_lock", "ransom_note", "rearc", "rectangle_count",
+    "rotate_matrix", "rotten_oranges", "rubiks_cube", "rush_hour", "self_reference", "sentence_reordering",
+    "shortest_path", "simple_equations", "simple_geometry", "simple_integration", "sokoban",
+    "spell_backward", "spiral_matrix", "string_insertion", "string_manipulation", "string_splitting",
+    "string_synthesis", "sudoku", "survo", "syllogism", "time_intervals", "tower_of_hanoi", "tsumego",
+    "word_ladder", "word_sequence_reversal", "word_sorting", "zebra_puzzles",
+)
+"""reasoning-gym 0.1.25's generators, listed here so that `posttrain tasks list` does not pay
+the 2-3 s import of reasoning-gym; with another installed version the list is read from it"""
+
+LIMITS = TaskLimits(max_turns=1, max_tokens=1024, context_tokens=8192)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Some generators and scorers print or warn (numpy loadtxt, invalid moves); keep it off
+    our stdout, which may be carrying JSON."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
+
+
+@lru_cache(maxsize=None)
+def _dataset(name: str, seed: int = BASE_SEED):
+    import reasoning_gym
+
+    with _quiet():
+        return reasoning_gym.create_dataset(name, size=1, seed=seed, **CONFIG.get(name, {}))
+
+
+@contextlib.contextmanager
+def _seeded_globals(key: int):
+    """A few generators (codeio, list_functions) draw from the global `random`/numpy state;
+    seed both from the item key for the call, then put the caller's state back."""
+    import random
+
+    import numpy as np
+
+    py_state, np_state = random.getstate(), np.random.get_state()
+    random.seed(key)
+    np.random.seed(key % 2 ** 32)
+    try:
+        yield
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+
+
+def _item(name: str, key: int) -> dict:
+    with _quiet(), _seeded_globals(key):
+        if name in PER_SEED:
+            import reasoning_gym
+
+            # not cached: one dataset object per key would grow without bound
+            return reasoning_gym.create_dataset(name, size=1, seed=key, **CONFIG.get(name, {}))[0]
+        return _dataset(name)[key]
+
+
+def _oracle_answer(name: str, item: dict) -> str:
+    if item.get("answer") is not None:
+        return str(item["answer"])
+    return str(ORACLE_FROM_METADATA[name](item["metadata"]))
+
+
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def extract_answer(text: str) -> str:
+    """The graded part of a completion: the last `<answer>` tag's content, else the text."""
+    tags = _ANSWER_TAG.findall(text)
+    return (tags[-1] if tags else text).strip()
+
+
+@dataclass(frozen=True)
+class RGScore:
+    """reasoning-gym's own `score_answer`, thresholded at `PASS_THRESHOLD`.
+
+    A scorer that raises or returns a non-finite score is an infrastructure failure
+    (`VerifierError`), not a wrong answer: it needs a look, not a zero reward."""
+
+    name: str = "rg"
+    version: str = f"1+rg{RG_VERSION}"
+    needs_sandbox: bool = False
+
+    def verify(self, task: Task, outcome: Outcome) -> Verdict:
+        ref = task.reference
+        try:
+            gen, entry = ref["rg"]["name"], ref["entry"]
+        except (TypeError, KeyError) as e:
+            raise VerifierError(f"task {task.key}: reference lacks reasoning-gym data ({e})") from e
+        if outcome.answer is None:
+            return verdict(self, False, reason="no answer")
+        answer = extract_answer(outcome.answer)
+        if not answer:
+            return verdict(self, False, reason="empty answer")
+        entry = RESTORE.get(gen, lambda e: e)(entry)
+        try:
+            with _quiet():
+                score = float(_dataset(gen).score_answer(answer, entry))
+        except Exception as e:
+            raise VerifierError(f"task {task.key}: reasoning-gym scorer of {gen!r} raised "
+                                f"{type(e).__name__}: {e}") from e
+        if not 0.0 <= score <= 1.0:  # also catches NaN
+            raise VerifierError(f"task {task.key}: reasoning-gym scorer of {gen!r} returned {score}")
+        passed = score >= PASS_THRESHOLD
+        extra = EXTRA_CHECKS.get(gen)
+        if passed and extra is not None and not extra(answer, entry):
+            return verdict(self, False, rg_score=score, threshold=PASS_THRESHOLD,
+                           reason=f"fails posttrain's extra check for {gen}: {extra.__doc__.split(':')[0].strip()}")
+        return verdict(self, passed, rg_score=score, threshold=PASS_THRESHOLD)
+
+
+RG_SCORE = RGScore()
+
+
+def _generator_names() -> list[str]:
+    try:
+        installed = version("reasoning_gym")
+    except Exception:  # not installed: the family has no domains
+        return []
+    if installed == RG_VERSION:
+        names = NAMES
+    else:
+        from reasoning_gym.factory import DATASETS
+
+        names = tuple(sorted(DATASETS))
+    return [n for n in names if n not in SKIPPED]
+
+
+_BOOL_FLIP = {"true": "False", "false": "True", "yes": "No", "no": "Yes"}
+_INT = re.compile(r"-?\d+")
+_FLOAT = re.compile(r"-?\d+\.\d+")
+
+
+def _wrong_answer(answer: str) -> str:
+    """A plausible wrong answer of the same shape: a flipped boolean, an integer plus one, a
+    decimal doubled plus one, or the first digit/letter changed (grids, lists, words)."""
+    a = answer.strip()
+    if a.lower() in _BOOL_FLIP:
+        return _BOOL_FLIP[a.lower()]
+    if _INT.fullmatch(a):
+        return str(int(a) + 1)
+    if _FLOAT.fullmatch(a):  # doubled: scorers use relative tolerances
+        return f"{float(a) * 2 + 1:.{len(a.split('.')[1])}f}"
+    return perturb(a[::-1])[::-1]  # perturb() edits the last letter/digit: reversed, the first
+
+
+def _make(name: str) -> Domain:
+    domain_name = f"rg.{name}"
+
+    def generate(seed: int, split: Split) -> Task:
+        rng = task_rng(domain_name, split, seed)
+        for _ in range(MAX_DRAWS):
+            key = rng.randrange(2 ** 31)
+            item = _item(name, key)
+            if content_split(item["question"]) == split:
+                break
+        else:
+            raise RuntimeError(f"domain {domain_name}: no {split} item in {MAX_DRAWS} draws")
+        entry = json.loads(json.dumps({"answer": item.get("answer"), "metadata": item["metadata"]},
+                                      allow_nan=False))
+        reference = {"answer": _oracle_answer(name, item), "entry": entry,
+                     "rg": {"name": name, "key": key, "version": RG_VERSION}}
+        return Task(domain=domain_name, prompt=item["question"], reference=reference, env="single",
+                    limits=LIMITS, split=split, tags=("rg",), seed=seed)
+
+    def oracle(task: Task) -> list[str]:
+        return [task.reference["answer"]]
+
+    def negatives(task: Task) -> dict[str, list[str]]:
+        answer = task.reference["answer"]
+        out = {"empty": [""], "wrong": [_wrong_answer(answer)]}
+        if name in MANY_ANSWERS:
+            return out
+        other = _oracle_answer(name, _item(name, (task.reference["rg"]["key"] + 1) % 2 ** 31))
+        if other.strip() != answer.strip():
+            out["other_problem"] = [other]  # the answer to a neighbouring problem
+        return out
+
+    return Domain(name=domain_name, family="rg", env="single", verifier=RG_SCORE, generate=generate,
+                  oracle=oracle, negatives=negatives, description=f"reasoning-gym generator {name!r}",
+                  tags=("rg",), stop=())
+
+
+def domains() -> list[Domain]:
+    return [_make(n) for n in _generator_names()]
