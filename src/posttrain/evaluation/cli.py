@@ -1,0 +1,385 @@
+"""`posttrain eval` (run, compare, baseline), `posttrain report`, `posttrain tasks contamination`,
+`posttrain tasks noise`. Thin: parse arguments, call the library, print. Nothing heavy is
+imported at module level (torch loads only when a model policy is chosen)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, help="Evaluate a policy on the eval split; compare two; gate on a baseline.")
+baseline_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Frozen regression baselines.")
+app.add_typer(baseline_app, name="baseline")
+
+DEFAULT_TASKS = "math.*,text.*"
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _config(k: str, per_domain: int, temperature: float, seed: int, workers: int, ci: str):
+    from posttrain.evaluation.config import EvalConfig
+
+    try:
+        return EvalConfig(k=EvalConfig.parse_k(k), tasks_per_domain=per_domain, temperature=temperature,
+                          seed=seed, workers=workers, ci=ci)  # type: ignore[arg-type]
+    except ValueError as e:
+        _fail(str(e))
+
+
+def _policy(spec: str, run_dir: Optional[Path]):
+    from posttrain.evaluation.policy import PolicySpecError, resolve_policy
+
+    try:
+        return resolve_policy(spec, run_dir)
+    except (PolicySpecError, ValueError, ImportError) as e:
+        _fail(f"--policy: {e}")
+
+
+def _tasks(spec: str, per_domain: int):
+    from posttrain.evaluation.tasksets import TaskSetError, resolve_tasks
+
+    try:
+        return resolve_tasks(spec, per_domain)
+    except (TaskSetError, OSError) as e:
+        _fail(f"--tasks: {e}")
+
+
+def _store(run_dir: Optional[Path]):
+    if run_dir is None:
+        return None
+    from posttrain.storage.store import Store, StoreError
+
+    try:
+        return Store.for_run_dir(run_dir)
+    except StoreError as e:
+        _fail(str(e))
+
+
+def _console():
+    from rich.console import Console
+
+    console = Console()
+    # piped output: rich assumes 80 columns and would squeeze the tables into ellipses
+    return console if console.is_terminal else Console(width=160)
+
+
+def _print_result(result) -> None:
+    from rich.table import Table
+
+    s, ks = result.summary, result.config.k
+    table = Table(title=f"{result.name}: {result.policy}")
+    table.add_column("domain", no_wrap=True)
+    for col in ("n", *[f"pass@{k}" for k in ks], "95% CI", "trunc", "infra", "rework", "tok/ep", "s/ep", "p50 s"):
+        table.add_column(col, justify="right", no_wrap=True)
+
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{100 * x:.1f}%"
+
+    def num(x: float | None) -> str:
+        return "–" if x is None else f"{x:.3f}"
+    for d, v in s["domains"].items():
+        per, p1 = v["cost"]["per_episode"], v["pass@1"]
+        ci = "–" if p1["ci"] is None else f"{p1['ci'][0]:.2f}-{p1['ci'][1]:.2f}"
+        table.add_row(d, str(v["tasks"]), *[num(v[f"pass@{k}"]["value"]) for k in ks], ci,
+                      pct(v["truncation_rate"]), pct(v["infra_error_rate"]),
+                      pct(v["rework"]["rework_rate"]) if v["rework"] else "–",
+                      f"{per['prompt_tokens'] + per['output_tokens']:.0f}{'*' if v['cost']['tokens_estimated'] else ''}",
+                      f"{per['gen_s'] + per['sandbox_s']:.3f}", num(v["latency_s"]["p50"]))
+    fams = Table("family", "domains", "tasks", "macro pass@1", "micro pass@1 [95% CI]", "infra", title="families")
+    for f, v in s["families"].items():
+        ci = v["micro_pass1_ci"] or [0, 0]
+        fams.add_row(f, str(v["domains"]), str(v["tasks"]), pct(v["macro_pass1"]),
+                     f"{pct(v['micro_pass1'])} [{pct(ci[0])}, {pct(ci[1])}]", pct(v["infra_error_rate"]))
+    console = _console()
+    console.print(table)
+    console.print(fams)
+    console.print(f"macro pass@1 {pct(s['macro_pass1'])}, micro pass@1 {pct(s['micro_pass1'])}, infra errors "
+                  f"{pct(s['infra_error_rate'])} (excluded from scores), {s['episodes']} episodes in "
+                  f"{result.wall_s:.1f}s" + ("; * tokens estimated from characters" if s["cost"]["tokens_estimated"] else ""),
+                  highlight=False)
+
+
+@app.callback(invoke_without_command=True)
+def eval_(ctx: typer.Context,
+          policy: Optional[str] = typer.Option(None, "--policy", help="oracle|empty|wrong, a model directory, "
+                                               "openai:URL#MODEL, or a policy version of --run-dir"),
+          tasks: str = typer.Option(DEFAULT_TASKS, "--tasks", help="domain globs, a frozen task-set file, or a task file"),
+          k: str = typer.Option("1", "--k", help="pass@k values, e.g. '1,8' (n samples per task = max k)"),
+          run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="store trajectories and write RUN/evals/NAME.json"),
+          name: str = typer.Option("", "--name", help="eval name (default: policy name + time)"),
+          per_domain: int = typer.Option(20, "--per-domain", min=1, help="eval tasks per domain for domain globs"),
+          temperature: float = typer.Option(1.0, "--temperature", min=0.0, help="sampling temperature"),
+          seed: int = typer.Option(0, "--seed", help="base sampling seed"),
+          workers: int = typer.Option(2, "--workers", min=1, help="episodes stepped in parallel"),
+          ci: str = typer.Option("wilson", "--ci", help="confidence intervals: wilson or bootstrap"),
+          baseline: Optional[Path] = typer.Option(None, "--baseline", help="exit 1 on a significant regression "
+                                                  "against this baseline file"),
+          as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """Evaluate a policy: per-domain and per-family pass@k with CIs, rework, cost, latency."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if policy is None:
+        _fail("--policy is required (e.g. --policy oracle); see `posttrain eval --help`")
+    if baseline is not None:
+        return _gate(policy, baseline, run_dir, name, as_json)
+    from posttrain.evaluation.runner import run_eval
+
+    config = _config(k, per_domain, temperature, seed, workers, ci)
+    pol = _policy(policy, run_dir)
+    task_list = _tasks(tasks, per_domain)
+    store = _store(run_dir)
+    result = run_eval(pol, task_list, config, name=name, policy_spec=policy, task_source=tasks, store=store)
+    if run_dir is not None:
+        path = result.save_to_run(run_dir)
+        store.close()
+        if not as_json:
+            typer.echo(f"wrote {path}")
+    if as_json:
+        typer.echo(json.dumps(result.brief()))
+    else:
+        _print_result(result)
+
+
+def _gate(policy: str, baseline_path: Path, run_dir: Optional[Path], name: str, as_json: bool) -> None:
+    from posttrain.evaluation.baseline import Baseline, gate
+
+    try:
+        base = Baseline.load(baseline_path)
+    except ValueError as e:
+        _fail(str(e))
+    pol = _policy(policy, run_dir)
+    store = _store(run_dir)
+    outcome = gate(base, pol, name=name, policy_spec=policy, store=store)
+    if run_dir is not None:
+        outcome.candidate.save_to_run(run_dir)
+        outcome.report.save_to_run(run_dir, f"{outcome.candidate.name}-vs-baseline")
+        store.close()
+    if as_json:
+        typer.echo(json.dumps({"passed": outcome.passed, "regressions": outcome.report.regressions,
+                               **outcome.candidate.brief(), "ab": outcome.report.to_dict()}))
+    else:
+        for line in outcome.lines():
+            typer.echo(line)
+    raise typer.Exit(0 if outcome.passed else 1)
+
+
+def _load_side(spec: str, run_dir: Optional[Path]):
+    """An EvalResult when `spec` is an eval file or a saved eval name of --run-dir, else None."""
+    from posttrain.evaluation.result import EVALS_DIR, EvalResult, safe_name
+
+    candidates = [Path(spec)]
+    if run_dir is not None:
+        candidates.append(run_dir / EVALS_DIR / f"{safe_name(spec)}.json")
+    for path in candidates:
+        if path.is_file():
+            try:
+                return EvalResult.load(path)
+            except ValueError as e:
+                _fail(str(e))
+    return None
+
+
+@app.command()
+def compare(a: str = typer.Argument(..., help="A: a policy (as for --policy), an eval result file, or an eval "
+                                    "name saved in --run-dir"),
+            b: str = typer.Argument(..., help="B: likewise; differences are B minus A"),
+            tasks: str = typer.Option(DEFAULT_TASKS, "--tasks", help="task set when both sides are policies"),
+            k: str = typer.Option("1", "--k", help="pass@k values when both sides are run"),
+            per_domain: int = typer.Option(20, "--per-domain", min=1),
+            temperature: float = typer.Option(1.0, "--temperature", min=0.0),
+            seed: int = typer.Option(0, "--seed"),
+            workers: int = typer.Option(2, "--workers", min=1),
+            alpha: float = typer.Option(0.05, "--alpha", help="significance level"),
+            run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="save results and RUN/ab/A-vs-B.json"),
+            fail_on_regression: bool = typer.Option(False, "--fail-on-regression", help="exit 1 on a significant regression"),
+            as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """Paired A/B on identical tasks, seeds, prompts and tools: per-domain and overall
+    differences with paired-bootstrap CIs and exact McNemar tests; regressions are flagged."""
+    from posttrain.evaluation.ab import compare as ab_compare
+    from posttrain.evaluation.runner import run_eval
+    from posttrain.evaluation.tasksets import TaskSetError, tasks_of_records
+
+    sides = [_load_side(a, run_dir), _load_side(b, run_dir)]
+    loaded = next((s for s in sides if s is not None), None)
+    store = _store(run_dir)
+    if loaded is not None:
+        config = loaded.config
+        try:
+            task_list = tasks_of_records(loaded.records, store)
+        except TaskSetError as e:
+            _fail(str(e))
+    else:
+        config = _config(k, per_domain, temperature, seed, workers, "wilson")
+        task_list = _tasks(tasks, per_domain)
+    for i, spec in enumerate((a, b)):
+        if sides[i] is None:
+            sides[i] = run_eval(_policy(spec, run_dir), task_list, config, policy_spec=spec,
+                                task_source=tasks if loaded is None else f"tasks of {loaded.name}",
+                                name=f"{'AB'[i]}-{spec}" if loaded is None else "", store=store)
+            if run_dir is not None:
+                sides[i].save_to_run(run_dir)
+    try:
+        report = ab_compare(sides[0], sides[1], alpha=alpha, confidence=config.confidence,
+                            bootstrap_samples=config.bootstrap_samples, seed=config.seed)
+    except ValueError as e:
+        _fail(str(e))
+    if run_dir is not None:
+        report.save_to_run(run_dir)
+        store.close()
+    if as_json:
+        typer.echo(json.dumps(report.to_dict()))
+    else:
+        _print_ab(report)
+    raise typer.Exit(1 if fail_on_regression and report.regressions else 0)
+
+
+def _print_ab(report) -> None:
+    from rich.table import Table
+
+    table = Table("domain", "tasks", "A", "B", "B-A [95% CI]", "A only/B only", "p (Holm)", "",
+                  title=f"A/B: {report.b} minus {report.a}")
+    rows = list(report.domains.items()) + [("overall (macro)", report.overall)]
+    for d, v in rows:
+        flag = "[red]REGRESSION[/red]" if v["regression"] else ("[green]better[/green]" if v["improvement"] else "")
+        table.add_row(d, str(v["tasks"]), f"{v['pass1_a']:.3f}", f"{v['pass1_b']:.3f}",
+                      f"{v['diff']:+.3f} [{v['ci'][0]:+.3f},{v['ci'][1]:+.3f}]", f"{v['a_only']}/{v['b_only']}",
+                      f"{v.get('p_holm', v['mcnemar_p']):.3g}", flag)
+    console = _console()
+    console.print(table)
+    for w in report.warnings:
+        console.print(f"[yellow]warning[/yellow]: {w}", highlight=False)
+
+
+@baseline_app.command("create")
+def baseline_create(policy: str = typer.Option(..., "--policy", help="the version whose verdicts are frozen"),
+                    out: Path = typer.Option(..., "--out", help="baseline file to write"),
+                    tasks: str = typer.Option(DEFAULT_TASKS, "--tasks", help="domain globs or a task-set file"),
+                    size: int = typer.Option(100, "--size", min=1, help="tasks to freeze, spread over domains "
+                                             "(50..200 is a good range)"),
+                    k: str = typer.Option("1", "--k", help="pass@k values (n samples per task = max k)"),
+                    temperature: float = typer.Option(1.0, "--temperature", min=0.0),
+                    seed: int = typer.Option(0, "--seed"),
+                    workers: int = typer.Option(2, "--workers", min=1),
+                    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="to resolve a policy version name"),
+                    as_json: bool = typer.Option(False, "--json")) -> None:
+    """Freeze a task set and a policy version's verdicts into a baseline file."""
+    from posttrain.evaluation.baseline import create_baseline
+    from posttrain.tasks.registry import RegistryError, match_domains
+
+    per_domain = 20
+    if not Path(tasks).is_file():
+        try:
+            per_domain = max(1, math.ceil(size / len(match_domains(tasks))))
+        except RegistryError as e:
+            _fail(f"--tasks: {e}")
+    config = _config(k, per_domain, temperature, seed, workers, "wilson")
+    try:
+        base = create_baseline(_policy(policy, run_dir), _tasks(tasks, per_domain), size, config,
+                               policy_spec=policy, task_source=tasks)
+    except ValueError as e:
+        _fail(str(e))
+    base.save(out)
+    s = base.result.summary
+    if as_json:
+        typer.echo(json.dumps({"path": str(out), "tasks": len(base.tasks), "macro_pass1": s["macro_pass1"],
+                               "micro_pass1": s["micro_pass1"], "infra_error_rate": s["infra_error_rate"]}))
+    else:
+        typer.echo(f"wrote {out}: {len(base.tasks)} tasks over {len(s['domains'])} domains, "
+                   f"{base.result.policy} macro pass@1 {s['macro_pass1']:.3f}")
+
+
+def report(run_dir: Path = typer.Argument(..., help="a run directory"),
+           out: Optional[Path] = typer.Option(None, "--out", help="HTML file (default RUN/report.html)")) -> None:
+    """Write a self-contained HTML report of a run: learning curves, evals, A/B, forgetting, noise."""
+    from posttrain.evaluation.report import build_report
+
+    try:
+        path = build_report(run_dir, out)
+    except FileNotFoundError as e:
+        _fail(str(e))
+    typer.echo(str(path))
+
+
+def contamination(train: str = typer.Option(DEFAULT_TASKS, "--train", help="training tasks: domain globs "
+                                            "(train split) or a task file"),
+                  eval_: Optional[str] = typer.Option(None, "--eval", help="eval tasks: domain globs (eval "
+                                                      "split) or a task file; default: the --train globs"),
+                  train_n: int = typer.Option(50, "--train-n", min=1, help="train tasks per domain (globs)"),
+                  eval_n: int = typer.Option(20, "--eval-n", min=1, help="eval tasks per domain (globs)"),
+                  threshold: float = typer.Option(0.8, "--threshold", help="Jaccard similarity of a near-duplicate"),
+                  run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="record RUN/contamination.json"),
+                  as_json: bool = typer.Option(False, "--json")) -> None:
+    """Find exact and near-duplicate overlap between training and evaluation tasks (exit 1 if any)."""
+    from posttrain.evaluation.contamination import ContaminationConfig, check_contamination
+    from posttrain.evaluation.tasksets import TaskSetError, load_task_file, tasks_from_domains
+
+    def load(spec: str, n: int, split: str):
+        try:
+            return load_task_file(spec) if Path(spec).is_file() else tasks_from_domains(spec, n, split)  # type: ignore[arg-type]
+        except (TaskSetError, OSError) as e:
+            _fail(f"--{split}: {e}")
+
+    try:
+        cfg = ContaminationConfig(threshold=threshold)
+    except ValueError as e:
+        _fail(str(e))
+    rep = check_contamination(load(train, train_n, "train"), load(eval_ or train, eval_n, "eval"), config=cfg)
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "contamination.json").write_text(json.dumps({"overridden": False, "refused": False,
+                                                               **rep.to_dict()}, indent=1))
+    body = rep.to_dict()
+    if as_json:
+        typer.echo(json.dumps(body))
+    else:
+        typer.echo(f"{rep.n_eval} eval tasks vs {rep.n_train} training tasks in {rep.seconds:.1f}s: "
+                   f"{body['exact']} exact, {body['near']} near-duplicate matches, "
+                   f"{body['leaked_eval_tasks']} eval task(s) leak")
+        for m in rep.matches[:50]:
+            typer.echo(f"  {m.kind:5} {m.field:9} {m.similarity:.2f}  {m.eval_key}  ~  {m.train_key}")
+        if len(rep.matches) > 50:
+            typer.echo(f"  ... and {len(rep.matches) - 50} more (use --json)")
+    raise typer.Exit(0 if rep.ok else 1)
+
+
+def noise(run_dir: Path = typer.Argument(..., help="a run directory with a store"),
+          k: int = typer.Option(3, "--k", min=1, help="re-verifications per stored outcome"),
+          domains: Optional[str] = typer.Option(None, "--domains", help="only these domain globs"),
+          run_id: Optional[str] = typer.Option(None, "--run-id", help="only this run id of the store"),
+          max_flip_rate: float = typer.Option(0.0, "--max-flip-rate", help="a task above this flip share is quarantined"),
+          as_json: bool = typer.Option(False, "--json")) -> None:
+    """Re-verify stored outcomes k times, report flip rates per domain, quarantine noisy tasks
+    (RUN/quarantine.json, read by training through posttrain.evaluation.load_quarantine)."""
+    from posttrain.evaluation.noise import measure_noise, update_quarantine, write_noise
+    from posttrain.storage.store import Store, StoreError
+
+    try:
+        store = Store.for_run_dir(run_dir, readonly=False) if (run_dir / "store.sqlite").is_file() else None
+    except StoreError as e:
+        _fail(str(e))
+    if store is None:
+        _fail(f"{run_dir}: no store.sqlite (nothing stored to re-verify)")
+    try:
+        with store:
+            rep = measure_noise(store, k=k, domains=domains, run_id=run_id, max_flip_rate=max_flip_rate)
+    except ValueError as e:
+        _fail(str(e))
+    write_noise(run_dir, rep)
+    qpath = update_quarantine(run_dir, rep)
+    body = rep.to_dict()
+    if as_json:
+        typer.echo(json.dumps({**body, "quarantine": str(qpath)}))
+        return
+    for d, v in body["domains"].items():
+        rate = "–" if v["flip_rate"] is None else f"{100 * v['flip_rate']:.1f}%"
+        typer.echo(f"{d:32} {v['trajectories']:6} trajectories  flip rate {rate:>6}  noisy tasks "
+                   f"{v['noisy_tasks']}  infra errors {v['infra_errors']}")
+    typer.echo(f"{body['trajectories']} trajectories re-verified {k}x in {body['seconds']:.1f}s; "
+               f"{len(body['noisy_tasks'])} noisy task(s) quarantined in {qpath}")

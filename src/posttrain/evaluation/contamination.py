@@ -1,0 +1,264 @@
+"""Train/eval contamination: exact and near-duplicate overlap between two task sets.
+
+Before training, the training job calls
+
+    report = check_contamination(train_tasks, eval_tasks)
+    guard_training(report, run_dir, allow=False)      # raises ContaminationError if eval leaked;
+                                                      # writes RUN/contamination.json either way
+
+What is compared, per task: its `prompt`, its `files` (paths and contents), its `reference` and its
+verifier settings (`tests`), each normalized (Unicode NFKC, lower case, runs of whitespace to one
+space).
+
+* **exact**: an eval task whose problem (prompt + files) equals a training task's, or whose
+  reference or tests equal a training task's and are at least `min_exact_chars` long (short
+  answers such as "85" coincide by chance and are not a leak on their own);
+* **near**: a field whose character `ngram`-shingles have Jaccard similarity >= `threshold` with
+  the same field of a training task. Shingles shared by most tasks of a domain (its template,
+  e.g. "How many apples does") are removed first when the domain has enough tasks to tell, so two
+  different problems written with the same template do not look alike; texts shorter than
+  `min_chars` are only compared exactly.
+
+Why MinHash, and why `datasketch`: comparing every eval field with every training field is
+quadratic (10^4 x 10^5 tasks is 10^9 pairs). MinHash LSH (datasketch's `MinHashLSH`, a maintained
+library, rather than our own banding code) finds the candidate pairs in near-linear time; every
+candidate is then confirmed with its exact Jaccard similarity, so a reported match is never an
+artefact of the sketch. What it does *not* find: paraphrases with few shared character n-grams,
+and the same problem with renamed variables or reordered operands ("37+48=" vs "48+37=").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import unicodedata
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from posttrain.tasks.task import Task, canonical_json
+
+CONTAMINATION_FILE = "contamination.json"
+FIELDS = ("prompt", "files", "reference", "tests")
+
+
+class ContaminationError(RuntimeError):
+    """Eval tasks leak into a training set; training refuses to start (overridable)."""
+
+
+@dataclass(frozen=True)
+class ContaminationConfig:
+    threshold: float = 0.8
+    """Jaccard similarity (of residual shingles) at or above which two fields are near-duplicates"""
+    ngram: int = 5
+    """character n-gram (shingle) size"""
+    num_perm: int = 128
+    """MinHash permutations (more: fewer missed candidates, slower)"""
+    min_chars: int = 40
+    """fields shorter than this (normalized) are compared exactly only"""
+    min_exact_chars: int = 64
+    """an exact match of a reference or tests field counts only from this length"""
+    template_df: float = 0.5
+    """a shingle in more than this share of a domain's tasks is template, not content"""
+    template_min_tasks: int = 10
+    """domains with fewer tasks (train + eval) keep all their shingles"""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"ContaminationConfig.threshold must be in (0, 1], got {self.threshold}")
+        if self.ngram < 1 or self.num_perm < 16:
+            raise ValueError(f"ContaminationConfig: ngram must be >= 1 and num_perm >= 16, "
+                             f"got {self.ngram}, {self.num_perm}")
+        if not 0 < self.template_df <= 1:
+            raise ValueError(f"ContaminationConfig.template_df must be in (0, 1], got {self.template_df}")
+
+
+@dataclass(frozen=True)
+class Match:
+    eval_key: str
+    eval_hash: str
+    eval_domain: str
+    train_key: str
+    train_hash: str
+    train_domain: str
+    field: str
+    kind: str
+    """'exact' or 'near'"""
+    similarity: float
+
+
+@dataclass
+class ContaminationReport:
+    n_train: int
+    n_eval: int
+    config: ContaminationConfig
+    matches: list[Match] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.matches
+
+    @property
+    def leaked_eval_hashes(self) -> set[str]:
+        return {m.eval_hash for m in self.matches}
+
+    def by_domain(self) -> dict[str, int]:
+        """Eval domain -> number of its eval tasks that leak."""
+        seen: dict[str, set[str]] = {}
+        for m in self.matches:
+            seen.setdefault(m.eval_domain, set()).add(m.eval_hash)
+        return {d: len(h) for d, h in sorted(seen.items())}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "n_train": self.n_train, "n_eval": self.n_eval,
+                "leaked_eval_tasks": len(self.leaked_eval_hashes),
+                "exact": sum(m.kind == "exact" for m in self.matches),
+                "near": sum(m.kind == "near" for m in self.matches), "by_domain": self.by_domain(),
+                "config": asdict(self.config), "seconds": round(self.seconds, 3),
+                "matches": [asdict(m) for m in self.matches]}
+
+
+def normalize(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", text).lower().split())
+
+
+def _fields(task: Task) -> dict[str, str]:
+    files = "\n".join(f"{p}\n{c}" for p, c in sorted(task.files.items()))
+    out = {"prompt": normalize(task.prompt), "files": normalize(files),
+           "reference": normalize(canonical_json(task.reference)) if task.reference is not None else "",
+           "tests": normalize(canonical_json(task.verifier)) if task.verifier else ""}
+    return {k: v for k, v in out.items() if v}
+
+
+def _shingles(text: str, n: int) -> set[str]:
+    return {text[i:i + n] for i in range(len(text) - n + 1)} if len(text) >= n else {text}
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _as_tasks(items: Iterable[Any]) -> list[Task]:
+    out = []
+    for it in items:
+        task = it[1] if isinstance(it, tuple) else it
+        if not isinstance(task, Task):
+            raise TypeError(f"check_contamination takes Tasks or (Domain, Task) pairs, got {type(task).__name__}")
+        out.append(task)
+    return out
+
+
+def check_contamination(train_tasks: Iterable[Any], eval_tasks: Iterable[Any], threshold: float = 0.8, *,
+                        config: ContaminationConfig | None = None) -> ContaminationReport:
+    """Exact and near-duplicate overlap of eval tasks with training tasks (module docstring).
+
+    Tasks may be `Task`s or `(Domain, Task)` pairs. One match is reported per (eval task, field,
+    kind): the most similar training task."""
+    from datasketch import MinHash, MinHashLSH
+
+    cfg = config or ContaminationConfig(threshold=threshold)
+    started = time.perf_counter()
+    train, evals = _as_tasks(train_tasks), _as_tasks(eval_tasks)
+    report = ContaminationReport(n_train=len(train), n_eval=len(evals), config=cfg)
+    tf = [_fields(t) for t in train]
+    ef = [_fields(t) for t in evals]
+
+    # exact: whole problem (prompt + files), then long references / tests
+    problem_index: dict[str, int] = {}
+    field_index: dict[tuple[str, str], int] = {}
+    for i, (t, f) in enumerate(zip(train, tf)):
+        problem_index.setdefault(_digest(f.get("prompt", "") + "\0" + f.get("files", "")), i)
+        for name in ("reference", "tests"):
+            if len(f.get(name, "")) >= cfg.min_exact_chars:
+                field_index.setdefault((name, _digest(f[name])), i)
+    found: dict[tuple[str, str, str], Match] = {}
+
+    def add(e: Task, tr: Task, name: str, kind: str, sim: float) -> None:
+        key = (e.hash, name, kind)
+        if key not in found or found[key].similarity < sim:
+            found[key] = Match(e.key, e.hash, e.domain, tr.key, tr.hash, tr.domain, name, kind, round(sim, 4))
+
+    for e, f in zip(evals, ef):
+        j = problem_index.get(_digest(f.get("prompt", "") + "\0" + f.get("files", "")))
+        if j is not None:
+            add(e, train[j], "problem", "exact", 1.0)
+        for name in ("reference", "tests"):
+            if len(f.get(name, "")) >= cfg.min_exact_chars:
+                j = field_index.get((name, _digest(f[name])))
+                if j is not None:
+                    add(e, train[j], name, "exact", 1.0)
+
+    # near: residual shingles (templates removed), MinHash LSH candidates, exact Jaccard check
+    template = _templates(train + evals, tf + ef, cfg)
+
+    def residual(task: Task, f: dict[str, str], name: str) -> set[str] | None:
+        text = f.get(name, "")
+        if len(text) < cfg.min_chars:
+            return None
+        sh = _shingles(text, cfg.ngram) - template.get((task.domain, name), set())
+        return sh or None
+
+    for name in FIELDS:
+        lsh = MinHashLSH(threshold=cfg.threshold, num_perm=cfg.num_perm)
+        train_sets: dict[int, set[str]] = {}
+        for i, (t, f) in enumerate(zip(train, tf)):
+            sh = residual(t, f, name)
+            if sh is not None:
+                train_sets[i] = sh
+        if not train_sets:
+            continue
+        keys = list(train_sets)
+        hashes = MinHash.bulk([[s.encode() for s in train_sets[i]] for i in keys], num_perm=cfg.num_perm)
+        with lsh.insertion_session() as session:
+            for i, mh in zip(keys, hashes):
+                session.insert(i, mh)
+        queries = [(e, residual(e, f, name)) for e, f in zip(evals, ef)]
+        queries = [(e, sh) for e, sh in queries if sh is not None]
+        qhashes = MinHash.bulk([[s.encode() for s in sh] for _, sh in queries], num_perm=cfg.num_perm)
+        for (e, sh), mh in zip(queries, qhashes):
+            for i in lsh.query(mh):
+                other = train_sets[i]
+                sim = len(sh & other) / len(sh | other)
+                if sim >= cfg.threshold:
+                    add(e, train[i], name, "near", sim)
+    report.matches = sorted(found.values(), key=lambda m: (m.eval_domain, m.eval_key, m.field, m.kind))
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _templates(tasks: Sequence[Task], fields_: Sequence[dict[str, str]],
+               cfg: ContaminationConfig) -> dict[tuple[str, str], set[str]]:
+    """(domain, field) -> shingles present in more than `template_df` of that domain's tasks."""
+    by_domain: dict[str, list[int]] = {}
+    for i, t in enumerate(tasks):
+        by_domain.setdefault(t.domain, []).append(i)
+    out: dict[tuple[str, str], set[str]] = {}
+    for domain, idx in by_domain.items():
+        if len(idx) < cfg.template_min_tasks:
+            continue
+        for name in FIELDS:
+            df: Counter[str] = Counter()
+            for i in idx:
+                if name in fields_[i]:
+                    df.update(_shingles(fields_[i][name], cfg.ngram))
+            limit = cfg.template_df * len(idx)
+            out[(domain, name)] = {s for s, c in df.items() if c > limit}
+    return out
+
+
+def guard_training(report: ContaminationReport, run_dir: str | Path, *, allow: bool = False) -> Path:
+    """Record the check in `RUN/contamination.json`; raise ContaminationError when eval tasks leak
+    into the training set, unless `allow` (the override is recorded in the same file)."""
+    path = Path(run_dir) / CONTAMINATION_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {"checked_at": time.time(), "overridden": bool(allow and not report.ok),
+            "refused": not report.ok and not allow, **report.to_dict()}
+    path.write_text(json.dumps(body, indent=1))
+    if not report.ok and not allow:
+        by = ", ".join(f"{d} ({n})" for d, n in list(report.by_domain().items())[:10])
+        raise ContaminationError(f"{len(report.leaked_eval_hashes)} eval task(s) leak into the training set "
+                                 f"({by}); see {path}. Remove them, or override (recorded in the run).")
+    return path

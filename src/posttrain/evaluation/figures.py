@@ -1,0 +1,123 @@
+"""The report's matplotlib figures, each returned as a base64 PNG data URI (self-contained HTML).
+
+Every function takes plain data (parsed files), draws on the Agg backend (no display needed) and
+closes its figure. Long domain lists are cut to `MAX_ROWS` rows (the most changed first) and the
+cut is said in the figure's title, never silently.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any, Sequence
+
+MAX_ROWS = 60
+"""bars / forest rows per figure"""
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def to_data_uri(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    _plt().close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def learning_curves(steps_by_metric: dict[str, dict[str, list[tuple[int, float]]]]) -> str:
+    """{metric: {family: [(step, value), ...]}} -> one panel per metric, one line per family."""
+    plt = _plt()
+    metrics = list(steps_by_metric)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 3.6), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        for family, points in sorted(steps_by_metric[metric].items()):
+            xs, ys = zip(*sorted(points))
+            ax.plot(xs, ys, marker="." if len(xs) < 40 else None, label=family)
+        ax.set_xlabel("step")
+        ax.set_ylabel(metric)
+        ax.set_title(f"{metric} per family")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return to_data_uri(fig)
+
+
+def _cut(rows: list[Any], key) -> tuple[list[Any], str]:
+    if len(rows) <= MAX_ROWS:
+        return rows, ""
+    kept = sorted(rows, key=key, reverse=True)[:MAX_ROWS]
+    return kept, f" ({MAX_ROWS} of {len(rows)} domains: the largest changes)"
+
+
+def pass1_by_domain(series: Sequence[tuple[str, dict[str, tuple[float, float, float]]]]) -> str:
+    """[(eval name, {domain: (pass1, lo, hi)})] -> grouped horizontal bars with CI whiskers."""
+    plt = _plt()
+    domains = sorted({d for _, vals in series for d in vals})
+    first, last = series[0][1], series[-1][1]
+
+    def change(d: str) -> float:
+        return abs(last.get(d, (0, 0, 0))[0] - first.get(d, (0, 0, 0))[0])
+    domains, note = _cut(domains, change)
+    domains = sorted(domains)
+    height = max(2.5, 0.22 * len(domains) * max(1, len(series)) ** 0.5 + 1)
+    fig, ax = plt.subplots(figsize=(7.5, height))
+    width = 0.8 / len(series)
+    for i, (name, vals) in enumerate(series):
+        ys = [j + i * width for j in range(len(domains))]
+        xs = [vals.get(d, (float("nan"),) * 3)[0] for d in domains]
+        err = [[max(0.0, x - vals[d][1]) if d in vals else 0 for d, x in zip(domains, xs)],
+               [max(0.0, vals[d][2] - x) if d in vals else 0 for d, x in zip(domains, xs)]]
+        ax.barh(ys, xs, height=width, xerr=err, label=name, alpha=0.85, error_kw={"lw": 0.7})
+    ax.set_yticks([j + 0.4 - width / 2 for j in range(len(domains))], domains, fontsize=7)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("pass@1 (95% CI)")
+    ax.set_title("pass@1 per domain" + note, fontsize=10)
+    ax.invert_yaxis()
+    ax.legend(fontsize=8, loc="lower right")
+    return to_data_uri(fig)
+
+
+def cost_vs_pass(points: Sequence[tuple[str, str, float, float, float]]) -> str:
+    """[(domain, family, tokens/episode, seconds/episode, pass1)] -> two scatter panels."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    families = sorted({p[1] for p in points})
+    for fam in families:
+        sel = [p for p in points if p[1] == fam]
+        axes[0].scatter([p[2] for p in sel], [p[4] for p in sel], label=fam, s=18)
+        axes[1].scatter([p[3] for p in sel], [p[4] for p in sel], label=fam, s=18)
+    axes[0].set_xlabel("tokens per episode (prompt + output)")
+    axes[1].set_xlabel("seconds per episode (generation + sandbox)")
+    for ax in axes:
+        ax.set_ylabel("pass@1")
+        ax.set_ylim(-0.03, 1.03)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("cost against pass rate (one point per domain)", fontsize=10)
+    return to_data_uri(fig)
+
+
+def forest(rows: Sequence[tuple[str, float, float, float, bool]], title: str) -> str:
+    """[(label, diff, lo, hi, flagged)] -> forest plot; the last row is the overall estimate."""
+    plt = _plt()
+    body, overall = list(rows[:-1]), rows[-1]
+    body, note = _cut(body, lambda r: abs(r[1]))
+    body = sorted(body, key=lambda r: r[1])
+    rows = body + [overall]
+    fig, ax = plt.subplots(figsize=(7.5, max(2.5, 0.22 * len(rows) + 1)))
+    for i, (label, diff, lo, hi, flagged) in enumerate(rows):
+        color = "crimson" if flagged and diff < 0 else ("seagreen" if flagged else "0.3")
+        marker = "D" if i == len(rows) - 1 else "o"
+        ax.errorbar([diff], [i], xerr=[[diff - lo], [hi - diff]], fmt=marker, color=color, ms=4, lw=1)
+    ax.axvline(0, color="0.5", lw=0.8, ls="--")
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=7)
+    ax.invert_yaxis()  # the overall estimate at the bottom, as in a meta-analysis forest plot
+    ax.set_xlabel("difference in pass@1 (95% CI); red: significant regression")
+    ax.set_title(title + note, fontsize=10)
+    return to_data_uri(fig)

@@ -1,0 +1,187 @@
+"""`posttrain report RUN`: one self-contained HTML file (figures embedded as base64 PNG).
+
+What it reads from the run directory (each section says so in the page when its data is missing):
+
+* `metrics.jsonl` -- training metrics, one JSON object per line. Keys read: `step` (int,
+  required: lines without it are skipped and counted), `family/<family>/reward` (mean reward of
+  that family's training samples at the step) and `family/<family>/pass_rate` (share passed), each
+  plotted as one learning curve per family; other keys are ignored. Unparseable lines are skipped
+  and counted in a visible note.
+* `evals/*.json` -- eval results (`posttrain.evaluation.result`): the per-domain pass@1 of every
+  saved evaluation (before/after = oldest/newest), the latest one's tables, cost against pass rate.
+* `ab/*.json` -- A/B reports (`posttrain eval compare --run-dir`): forest plots.
+* `forgetting/*.json` -- forgetting reports (`posttrain.evaluation.forgetting`).
+* `noise.json`, `quarantine.json` -- verifier noise and quarantined tasks (`posttrain tasks noise`).
+* `contamination.json` -- the train/eval contamination check recorded at training start.
+* `store.sqlite` -- episode counts and policy-version lineage, when present.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from posttrain.evaluation import figures
+from posttrain.evaluation.ab import AB_DIR, ABReport
+from posttrain.evaluation.contamination import CONTAMINATION_FILE
+from posttrain.evaluation.forgetting import FORGETTING_DIR
+from posttrain.evaluation.noise import NOISE_FILE, QUARANTINE_FILE
+from posttrain.evaluation.result import EVALS_DIR, EvalResult
+
+METRICS_FILE = "metrics.jsonl"
+CURVE_METRICS = ("reward", "pass_rate")
+"""the `family/<f>/<metric>` metrics drawn as learning curves, in this order"""
+
+
+def _json_files(folder: Path) -> list[tuple[Path, Any]]:
+    out = []
+    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            out.append((p, json.loads(p.read_text())))
+        except (OSError, json.JSONDecodeError) as e:
+            out.append((p, e))
+    return out
+
+
+def _learning(run: Path) -> dict[str, Any]:
+    path = run / METRICS_FILE
+    if not path.is_file():
+        return {"note": f"no {METRICS_FILE} in the run directory: no training metrics to plot"}
+    curves: dict[str, dict[str, list[tuple[int, float]]]] = {m: {} for m in CURVE_METRICS}
+    bad = no_step = 0
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            no_step += 1
+            continue
+        for key, value in row.items():
+            parts = key.split("/")
+            if len(parts) == 3 and parts[0] == "family" and parts[2] in curves and isinstance(value, (int, float)):
+                curves[parts[2]].setdefault(parts[1], []).append((row["step"], float(value)))
+    curves = {m: v for m, v in curves.items() if v}
+    notes = []
+    if bad or no_step:
+        notes.append(f"{bad} unparseable line(s) and {no_step} line(s) without an integer 'step' were skipped")
+    if not curves:
+        return {"note": f"{METRICS_FILE} has no family/<family>/reward or pass_rate keys", "notes": notes}
+    return {"figure": figures.learning_curves(curves), "notes": notes,
+            "families": sorted({f for v in curves.values() for f in v})}
+
+
+def _evals(run: Path) -> tuple[dict[str, Any], list[str]]:
+    folder = run / EVALS_DIR
+    results, problems = [], []
+    for p in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            results.append(EvalResult.load(p))
+        except ValueError as e:
+            problems.append(str(e))
+    results.sort(key=lambda r: (r.created_at, r.name))
+    if not results:
+        return {"note": f"no eval results in {EVALS_DIR}/ (run `posttrain eval --run-dir {run}`)"}, problems
+    series = [(r.name, {d: (v["pass@1"]["value"], *v["pass@1"]["ci"]) for d, v in r.summary["domains"].items()
+                        if v["pass@1"]["value"] is not None}) for r in results]
+    shown = [series[0], series[-1]] if len(series) > 2 else series
+    latest = results[-1]
+    doms = latest.summary["domains"]
+    points = [(d, v["family"], v["cost"]["per_episode"]["prompt_tokens"] + v["cost"]["per_episode"]["output_tokens"],
+               v["cost"]["per_episode"]["gen_s"] + v["cost"]["per_episode"]["sandbox_s"], v["pass@1"]["value"])
+              for d, v in doms.items() if v["pass@1"]["value"] is not None]
+    return {"results": [{"name": r.name, "policy": r.policy, "created": time.strftime(
+                "%Y-%m-%d %H:%M", time.localtime(r.created_at)), "tasks": r.summary["tasks"],
+                "episodes": r.summary["episodes"], "macro": r.summary["macro_pass1"],
+                "micro": r.summary["micro_pass1"], "infra": r.summary["infra_error_rate"],
+                "k": r.config.k, "wall_s": r.wall_s} for r in results],
+            "pass_figure": figures.pass1_by_domain(shown) if any(s[1] for s in shown) else None,
+            "cost_figure": figures.cost_vs_pass(points) if points else None,
+            "latest": latest.name, "families": latest.summary["families"], "domains": doms,
+            "k": latest.config.k}, problems
+
+
+def _ab(run: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    out, problems = [], []
+    for p, data in _json_files(run / AB_DIR):
+        try:
+            if isinstance(data, Exception):
+                raise ValueError(f"{p}: {data}")
+            rep = ABReport.from_dict(data, where=str(p))
+        except (ValueError, KeyError) as e:
+            problems.append(str(e))
+            continue
+        rows = [(d, v["diff"], v["ci"][0], v["ci"][1], v["significant"]) for d, v in rep.domains.items()]
+        o = rep.overall
+        rows.append(("overall (macro)", o["diff"], o["ci"][0], o["ci"][1], o["significant"]))
+        out.append({"title": f"{rep.b} vs {rep.a}", "figure": figures.forest(rows, f"A/B: {rep.b} minus {rep.a}"),
+                    "overall": o, "regressions": rep.regressions, "warnings": rep.warnings})
+    return out, problems
+
+
+def _forgetting(run: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    out, problems = [], []
+    for p, data in _json_files(run / FORGETTING_DIR):
+        if isinstance(data, Exception) or not isinstance(data, dict) or "held_out" not in data:
+            problems.append(f"{p}: not a forgetting report")
+            continue
+        rows = [(d, r["delta"], r["ci"][0], r["ci"][1], r["significant_drop"]) for d, r in data["held_out"].items()]
+        fig = None
+        if rows:
+            mean = data.get("held_out_mean_delta") or 0.0
+            rows.append(("held-out mean", mean, mean, mean, bool(data.get("forgotten"))))
+            fig = figures.forest(rows, f"forgetting: held-out domains, {data['after']} minus {data['before']}")
+        out.append({"name": p.stem, "figure": fig, "data": data})
+    return out, problems
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _store(run: Path) -> dict[str, Any] | None:
+    if not (run / "store.sqlite").is_file():
+        return None
+    from posttrain.storage.store import Store, StoreError
+
+    try:
+        with Store.for_run_dir(run, readonly=True) as store:
+            return {"counts": store.counts(), "versions": store.policy_versions()}
+    except StoreError as e:
+        return {"error": str(e)}
+
+
+def build_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Write the HTML report of `run_dir` (default `RUN/report.html`) and return its path."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise FileNotFoundError(f"{run}: no such run directory")
+    evals, eval_problems = _evals(run)
+    ab, ab_problems = _ab(run)
+    forgetting, f_problems = _forgetting(run)
+    quarantine = _read(run / QUARANTINE_FILE)
+    env = Environment(loader=PackageLoader("posttrain.evaluation", "templates"),
+                      autoescape=select_autoescape(["html", "j2"]))
+    env.filters["pct"] = lambda x: "–" if x is None else f"{100 * x:.1f}%"
+    env.filters["num"] = lambda x, nd=3: "–" if x is None else f"{x:.{nd}f}"
+    page = env.get_template("report.html.j2").render(
+        run=str(run.resolve()), generated=time.strftime("%Y-%m-%d %H:%M:%S"), store=_store(run),
+        learning=_learning(run), evals=evals, ab=ab, forgetting=forgetting,
+        noise=_read(run / NOISE_FILE), quarantine=(quarantine or {}).get("tasks") if isinstance(quarantine, dict) else None,
+        contamination=_read(run / CONTAMINATION_FILE),
+        problems=eval_problems + ab_problems + f_problems, escape=html.escape)
+    path = Path(out) if out else run / "report.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page)
+    return path

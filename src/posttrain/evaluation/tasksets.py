@@ -1,0 +1,165 @@
+"""Task sets: what `--tasks SET` means, and frozen task-set files.
+
+`--tasks` is one of:
+
+* domain globs, comma-separated (`'math.*,text.sort.*'`): the eval split of every matching
+  domain, seeds 0..N-1 (`EvalConfig.tasks_per_domain`); a problem a small domain repeats is kept
+  once (tasks are identified by content hash);
+* a frozen task-set file (`{"format": "posttrain.taskset/1", "name", "tasks": [Task, ...]}`), as
+  written by `save_task_set` -- a baseline file (`posttrain.baseline/1`) works too;
+* a task file: one Task as a JSON object, or JSON Lines with one Task per line.
+
+Tasks from files are used exactly as written (their hash is checked against nothing: the file is
+the definition); their domain must be registered, since the domain supplies the environment and
+the verifier.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from pydantic import ValidationError
+
+from posttrain.tasks.domain import Domain
+from posttrain.tasks.registry import RegistryError, get_domain, match_domains
+from posttrain.tasks.task import Split, Task
+
+TASKSET_FORMAT = "posttrain.taskset/1"
+
+TaskList = list[tuple[Domain, Task]]
+
+
+class TaskSetError(ValueError):
+    """A task set that cannot be resolved; the message names the file, line or pattern."""
+
+
+def _dedupe(tasks: TaskList) -> TaskList:
+    seen: set[str] = set()
+    out = []
+    for d, t in tasks:
+        if t.hash not in seen:
+            seen.add(t.hash)
+            out.append((d, t))
+    return out
+
+
+def tasks_from_domains(patterns: str | Sequence[str], per_domain: int, split: Split = "eval",
+                       first_seed: int = 0) -> TaskList:
+    try:
+        domains = match_domains(patterns)
+    except RegistryError as e:
+        raise TaskSetError(str(e)) from None
+    return _dedupe([(d, d.task(seed, split)) for d in domains
+                    for seed in range(first_seed, first_seed + per_domain)])
+
+
+def parse_task(obj: Any, where: str) -> tuple[Domain, Task]:
+    if not isinstance(obj, dict):
+        raise TaskSetError(f"{where}: expected a Task object, got {type(obj).__name__}")
+    try:
+        task = Task.model_validate(obj)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise TaskSetError(f"{where}: invalid task, field {loc!r}: {first['msg']}") from None
+    try:
+        return get_domain(task.domain), task
+    except RegistryError as e:
+        raise TaskSetError(f"{where}: {e}") from None
+
+
+def load_task_file(path: str | Path) -> TaskList:
+    """Tasks from a task-set file, a baseline file, a single-Task JSON file or a JSONL file."""
+    path = Path(path)
+    text = path.read_text()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+        tasks = []
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TaskSetError(f"{path}:{i}: not JSON ({e.msg})") from None
+            tasks.append(parse_task(obj, f"{path}:{i}"))
+        if not tasks:
+            raise TaskSetError(f"{path}: no tasks in the file")
+        return _dedupe(tasks)
+    if isinstance(data, dict) and "format" in data:
+        if data["format"] not in (TASKSET_FORMAT, "posttrain.baseline/1"):
+            raise TaskSetError(f"{path}: field 'format' is {data['format']!r}; expected "
+                               f"{TASKSET_FORMAT!r} or 'posttrain.baseline/1'")
+        items = data.get("tasks")
+        if not isinstance(items, list) or not items:
+            raise TaskSetError(f"{path}: field 'tasks' must be a non-empty list of tasks")
+        return _dedupe([parse_task(obj, f"{path}: tasks[{i}]") for i, obj in enumerate(items)])
+    if isinstance(data, list):
+        return _dedupe([parse_task(obj, f"{path}: [{i}]") for i, obj in enumerate(data)])
+    return [parse_task(data, str(path))]
+
+
+def resolve_tasks(spec: str, per_domain: int = 20) -> TaskList:
+    """`--tasks SET` -> (domain, task) pairs (see the module docstring)."""
+    if not spec or not spec.strip():
+        raise TaskSetError("--tasks is empty: give domain globs (e.g. 'math.*') or a task-set file")
+    path = Path(spec)
+    if path.is_file():
+        return load_task_file(path)
+    if path.suffix in (".json", ".jsonl") or "/" in spec:
+        raise TaskSetError(f"{spec}: no such task-set file (and not a domain glob)")
+    return tasks_from_domains(spec, per_domain)
+
+
+def save_task_set(path: str | Path, tasks: TaskList, name: str = "",
+                  meta: dict[str, Any] | None = None) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {"format": TASKSET_FORMAT, "name": name or path.stem, "meta": meta or {},
+            "tasks": [t.model_dump(mode="json") for _, t in tasks]}
+    path.write_text(json.dumps(body, indent=1))
+    return path
+
+
+def stratified(tasks: TaskList, size: int) -> TaskList:
+    """`size` tasks spread evenly over domains (round-robin in each domain's order)."""
+    by_domain: dict[str, TaskList] = {}
+    for d, t in tasks:
+        by_domain.setdefault(d.name, []).append((d, t))
+    out: TaskList = []
+    queues = [list(v) for _, v in sorted(by_domain.items())]
+    while len(out) < size and any(queues):
+        for q in queues:
+            if q and len(out) < size:
+                out.append(q.pop(0))
+    return out
+
+
+def tasks_of_records(records: Sequence[Any], store: Any = None) -> TaskList:
+    """The tasks an eval result was run on, rebuilt from its records: regenerated from
+    (domain, seed, split) and checked against the recorded hash, else read from `store` by hash."""
+    out: TaskList = []
+    for r in records:
+        try:
+            domain = get_domain(r.domain)
+        except RegistryError as e:
+            raise TaskSetError(f"task {r.key}: {e}") from None
+        task = None
+        if r.seed is not None:
+            candidate = domain.task(r.seed, r.split)
+            if candidate.hash == r.hash:
+                task = candidate
+        if task is None and store is not None:
+            try:
+                task = store.get_task(r.hash)
+            except KeyError:
+                task = None
+        if task is None:
+            raise TaskSetError(f"task {r.key} ({r.hash[:12]}) cannot be rebuilt: its generator now "
+                               "makes a different task and no run store holding it was given")
+        out.append((domain, task))
+    return out
