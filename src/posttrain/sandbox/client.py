@@ -140,6 +140,8 @@ class SupervisedSandbox:
         ws = f"/proc/{self._sup_pid}/root{reply['workspace']}"
         owner = (self._slot.uid, self._slot.uid) if self._slot else None
         self._ws = Workspace(lambda: ws, owner=owner, inside_path=reply["inside_path"])
+        self.host_uid = self._slot.uid if self._slot else None
+        """the host uid this sandbox's processes run as (bubblewrap backend run as root)"""
         self.workspace_path = reply["inside_path"]
         """where the workspace is, as seen by commands in the sandbox"""
         self.info = SandboxInfo(backend=mode, image=image,

@@ -44,23 +44,15 @@ class ProcessHandle:
         self.pid = proc.pid
         self.pidfd = os.pidfd_open(proc.pid)
 
-    def kill(self, job_pid: int | None = None) -> None:
-        # the whole process group: the command and the children it did not detach; for the
-        # fork-server also the running job's group (a job calls setsid)
-        for pgid in (self.pid, job_pid):
-            if pgid:
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                except OSError:
-                    pass
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
 
     def close(self) -> None:
         os.close(self.pidfd)
-        self.proc.returncode = 0  # reaped by the supervisor (os.wait4); Popen must not wait
-
-    def exit_status(self, status: int) -> tuple[int | None, int | None]:
-        code = os.waitstatus_to_exitcode(status)
-        return (None, -code) if code < 0 else (code, None)
+        self.proc.returncode = 0  # reaped by the supervisor; Popen must not wait again
 
 
 class ProcessRunner:
@@ -80,9 +72,9 @@ class ProcessRunner:
         self.snapshots: dict[str, str] = {}
         # NPROC counts every process of the uid, not just this sandbox's: allow for those
         slack = 8 if os.getuid() == 0 else 8 + _count_own_processes()
-        self.rlimits = rlimit_table(self.limits, memory_cgroup=False, nproc_slack=slack)
-        self.warm_rlimits = rlimit_table(self.limits, memory_cgroup=False, nproc_slack=slack,
-                                         cpu=False)
+        # the job server sets RLIMIT_CPU for each job itself
+        self.rlimits = rlimit_table(self.limits, memory_cgroup=False, nproc_slack=slack,
+                                    cpu=False)
         self.env = {
             "PATH": f"{os.path.dirname(cfg['python'])}:/usr/local/bin:/usr/bin:/bin",
             "HOME": os.path.join(self.base, "tmp"),
@@ -97,20 +89,33 @@ class ProcessRunner:
 
     # -- processes -----------------------------------------------------------------------
     def spawn(self, argv: list[str], *, stdin: int, stdout: int, stderr: int,
-              env: dict[str, str] | None = None, pass_fds: tuple[int, ...] = (),
-              warm: bool = False) -> ProcessHandle:
-        table = self.warm_rlimits if warm else self.rlimits
-        full_env = dict(self.env)
-        full_env.update(env or {})
+              pass_fds: tuple[int, ...] = ()) -> ProcessHandle:
+        table = self.rlimits
         # preexec_fn is safe here: the supervisor is single-threaded
         proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=stderr,
-                                cwd=self.ws, env=full_env, pass_fds=pass_fds,
+                                cwd=self.ws, env=self.env, pass_fds=pass_fds,
                                 start_new_session=True, preexec_fn=lambda: apply_self(table))
         return ProcessHandle(proc)
 
-    def warm_argv(self, fd: int, preload: list[str]) -> list[str]:
+    def server_argv(self, fd: int, preload: list[str]) -> list[str]:
         return [self.cfg["python"], os.path.join(self.cfg["inside_dir"], "_forkserver.py"),
                 str(fd), ",".join(preload), "nosweep"]
+
+    def server_ready(self, handle: ProcessHandle) -> None:
+        pass
+
+    def kill_job(self, handle: ProcessHandle, job_pid: int | None) -> bool:
+        """The job is its own process group (it calls setsid): kill that group."""
+        if not job_pid:
+            return False
+        try:
+            os.killpg(job_pid, signal.SIGKILL)
+        except OSError:
+            pass
+        return True
+
+    def idle(self) -> None:
+        pass
 
     def counters(self) -> dict[str, int]:
         return {}

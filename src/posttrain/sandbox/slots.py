@@ -32,16 +32,20 @@ class Slot:
 
 
 def kill_uid(uid: int) -> int:
-    """SIGKILL every process whose real uid is `uid` (scans /proc); returns how many."""
+    """SIGKILL every live process whose real uid is `uid` (scans /proc); returns how many.
+    Zombies are not counted: they are dead already, only waiting for their parent."""
     n = 0
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/status", "rb") as f:
+                state = b""
                 for line in f:
-                    if line.startswith(b"Uid:"):
-                        if int(line.split()[1]) == uid:
+                    if line.startswith(b"State:"):
+                        state = line.split()[1]
+                    elif line.startswith(b"Uid:"):
+                        if int(line.split()[1]) == uid and state not in (b"Z", b"X"):
                             os.kill(int(name), signal.SIGKILL)
                             n += 1
                         break
