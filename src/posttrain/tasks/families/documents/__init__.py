@@ -14,6 +14,9 @@ rules of the kind (totals add up, assets = liabilities + equity, ...). Answers m
 so these domains set no stop string.
 
 Splits are disjoint by content (prompt plus documents), like every generated family.
+
+`docs.lookup.<kind>.<format>` (see `tools.py`) are `tools`-environment variants of the
+cross-document kinds: the documents sit in the workspace and a `lookup` tool finds lines.
 """
 
 from __future__ import annotations
@@ -87,6 +90,14 @@ def _draw(kind: Kind, fmt: str, rng: random.Random) -> Problem:
                    data={"answer": answer, "decoy": decoy(kind, companies, year), "rules": rules, "names": names})
 
 
+def verifier_settings(p: Problem) -> dict[str, Any]:
+    """Schema, tolerances and consistency rules of a drawn problem (see the module docstring)."""
+    answer = p.data["answer"]
+    return {"schema": schema_of(answer, p.data["names"]), "tolerance": {"rel": 0.0, "abs": 0.0},
+            "field_tolerance": {f: RATIO_TOLERANCE for f in _float_fields(answer)},
+            "consistency": p.data["rules"]}
+
+
 def _negatives(task: Task) -> dict[str, list[str]]:
     answer = task.reference["answer"]
     text = json.dumps(answer)
@@ -107,12 +118,9 @@ def _domain(kind: Kind, fmt: str) -> Domain:
 
     def generate(seed: int, split: Split) -> Task:
         p = draw_problem(name, split, seed, lambda rng: _draw(kind, fmt, rng))
-        answer = p.data["answer"]
-        settings = {"schema": schema_of(answer, p.data["names"]), "tolerance": {"rel": 0.0, "abs": 0.0},
-                    "field_tolerance": {f: RATIO_TOLERANCE for f in _float_fields(answer)},
-                    "consistency": p.data["rules"]}
         return Task(domain=name, prompt=p.prompt, files=dict(p.files),
-                    reference={"answer": answer, "decoy": p.data["decoy"]}, verifier=settings, env="single",
+                    reference={"answer": p.data["answer"], "decoy": p.data["decoy"]},
+                    verifier=verifier_settings(p), env="single",
                     limits=LIMITS, split=split, tags=("docs", "finance", fmt), seed=seed)
 
     return Domain(name=name, family="docs", env="single", verifier=STRUCTURED, generate=generate,
@@ -122,4 +130,6 @@ def _domain(kind: Kind, fmt: str) -> Domain:
 
 
 def domains() -> list[Domain]:
-    return [_domain(kind, fmt) for kind in KINDS for fmt in FORMATS]
+    from posttrain.tasks.families.documents.tools import tool_domains
+
+    return [_domain(kind, fmt) for kind in KINDS for fmt in FORMATS] + tool_domains()
