@@ -1,0 +1,166 @@
+"""The batched decode loop behind `TorchPolicy`: prefill once, then one token per step.
+
+A hand-written loop over the model's own KV cache, not `model.generate()`: for tiny models the
+fixed per-call cost of `generate()` dominates (see `benchmarks/generation.py`), and the loop
+needs per-row settings (temperature, top-p, max tokens, seed, stop check) that `generate()`
+takes only per batch.
+
+Prompts are left-padded so every row's next token sits in the last column; position ids count
+real tokens only, so a padded row computes exactly what it would alone (up to float rounding).
+Rows that finish are dropped from the cache once enough of them have finished.
+
+Log-probs: each sampled token's log-probability under the *temperature-scaled* distribution,
+`log_softmax(logits / T)`, taken **before** top-p truncation (a trainer recomputes exactly this
+from the same temperature; the top-p renormalisation is not differentiable and is not included).
+Greedy rows (T = 0) report `log_softmax(logits)`, i.e. T = 1.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+
+@dataclass
+class RowSpec:
+    """One row to complete."""
+
+    prompt_ids: list[int]
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int | None = None
+
+
+@dataclass
+class RowResult:
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str = ""
+    """'stop' (EOS or a stop string), 'length' (max_tokens or the model's context)"""
+
+
+def cache_kwarg(model: torch.nn.Module) -> str:
+    """The forward() keyword that takes the KV cache ('cache' in transformers >= 5.x, else
+    'past_key_values')."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _output_cache(out: Any) -> Any:
+    cache = out.get("cache") if hasattr(out, "get") else None
+    return cache if cache is not None else out.get("past_key_values")
+
+
+def sample_next(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor,
+                generators: list[torch.Generator | None]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row; returns (tokens [B], log-probs [B]) as documented above."""
+    logits = logits.float()
+    greedy = temps <= 0
+    scaled = logits / torch.where(greedy, torch.ones_like(temps), temps)[:, None]
+    logp = torch.log_softmax(scaled, dim=-1)
+    probs = logp.exp()
+    if bool((top_ps < 1).any()):
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
+        drop = (sorted_p.cumsum(-1) - sorted_p) >= top_ps[:, None]
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    tokens = probs.argmax(dim=-1)
+    sampled_rows = (~greedy).nonzero().flatten().tolist()
+    shared = [i for i in sampled_rows if generators[i] is None]
+    if shared:  # the global torch RNG, one call for all unseeded rows
+        tokens[shared] = torch.multinomial(probs[shared], 1).flatten()
+    for i in sampled_rows:
+        if generators[i] is not None:
+            tokens[i] = torch.multinomial(probs[i:i + 1], 1, generator=generators[i]).flatten()[0]
+    return tokens, logp.gather(-1, tokens[:, None]).flatten()
+
+
+@torch.inference_mode()
+def decode(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids: set[int],
+           max_positions: int | None, stop_check: Callable[[int, list[int]], bool] | None = None,
+           use_cache: bool = True) -> list[RowResult]:
+    """Complete every row. `stop_check(row_index, generated_ids)` returns True when a stop
+    string has appeared (the caller trims the text); EOS ids end a row with the EOS kept in
+    `token_ids` (a trainer must see the stop decision) but never in the text."""
+    device = next(model.parameters()).device
+    results = [RowResult() for _ in rows]
+    todo = []
+    for i, row in enumerate(rows):
+        if max_positions is not None and len(row.prompt_ids) >= max_positions:
+            # The caller turns this into a per-request error; nothing to generate.
+            results[i].finish_reason = "context"
+        else:
+            todo.append(i)
+    if not todo:
+        return results
+
+    width = max(len(rows[i].prompt_ids) for i in todo)
+    ids = torch.full((len(todo), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(todo), width), dtype=torch.long)
+    for r, i in enumerate(todo):
+        p = rows[i].prompt_ids
+        ids[r, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[r, width - len(p):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    temps = torch.tensor([rows[i].temperature for i in todo], dtype=torch.float32, device=device)
+    top_ps = torch.tensor([rows[i].top_p for i in todo], dtype=torch.float32, device=device)
+    gens: list[torch.Generator | None] = []
+    for i in todo:
+        seed = rows[i].seed
+        gens.append(None if seed is None else torch.Generator(device=device).manual_seed(seed))
+    limit = [rows[i].max_tokens if max_positions is None
+             else min(rows[i].max_tokens, max_positions - len(rows[i].prompt_ids)) for i in todo]
+
+    # batch row r currently holds todo[slot[r]]; finished rows are dropped when the cache can
+    # drop rows, else they ride along (their samples are ignored).
+    slot = list(range(len(todo)))
+    done = [False] * len(todo)
+    kw = cache_kwarg(model)
+    cache = None
+    step_input, positions = ids, (mask.cumsum(-1) - 1).clamp(min=0)
+    while True:
+        if use_cache:
+            extra = {kw: cache} if cache is not None else {}
+            out = model(input_ids=step_input, attention_mask=mask, position_ids=positions,
+                        use_cache=True, **extra)
+            cache = _output_cache(out)
+        else:
+            out = model(input_ids=step_input, attention_mask=mask, position_ids=positions,
+                        use_cache=False)
+        tokens, logps = sample_next(out.logits[:, -1, :], temps, top_ps, [gens[s] for s in slot])
+        tok_list, logp_list = tokens.tolist(), logps.tolist()
+        for r, s in enumerate(slot):
+            if done[r]:
+                continue
+            res = results[todo[s]]
+            tok = tok_list[r]
+            res.token_ids.append(tok)
+            res.logprobs.append(logp_list[r])
+            if tok in eos_ids or (stop_check is not None and stop_check(todo[s], res.token_ids)):
+                res.finish_reason = "stop"
+            elif len(res.token_ids) >= limit[s]:
+                res.finish_reason = "length"
+            done[r] = bool(res.finish_reason)
+        if all(done):
+            return results
+        can_prune = not use_cache or hasattr(cache, "batch_select_indices")
+        if can_prune and any(done):
+            keep = torch.tensor([r for r in range(len(slot)) if not done[r]], device=device)
+            if use_cache:
+                cache.batch_select_indices(keep)
+            slot = [slot[r] for r in keep.tolist()]
+            done = [False] * len(slot)
+            ids, mask, tokens = ids[keep], mask[keep], tokens[keep]
+            positions, temps, top_ps = positions[keep], temps[keep], top_ps[keep]
+        new = tokens[:, None]
+        ids = torch.cat([ids, new], dim=1)
+        mask = torch.cat([mask, torch.ones_like(new)], dim=1)
+        if use_cache:
+            step_input, positions = new, positions[:, -1:] + 1
+        else:
+            step_input, positions = ids, (mask.cumsum(-1) - 1).clamp(min=0)

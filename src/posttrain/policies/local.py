@@ -1,0 +1,212 @@
+"""`TorchPolicy`: any Hugging Face causal LM from a local path, sampled in-process.
+
+    policy = TorchPolicy("models/tiny-base")              # or a trainer checkpoint directory
+    [c] = policy.generate([GenerationRequest((Message("user", "37+48="),),
+                                              SamplingParams(stop=("\\n",), max_tokens=8))])
+    c.text, c.token_ids, c.logprobs                       # "85", [...], [...]
+
+Requests are rendered by `posttrain.policies.render` (the tokenizer's chat template, else the
+plain template, under which one user message is exactly the prompt text), batched up to
+`max_batch_size` rows (each row keeps its own temperature, top-p, max tokens, stop strings and
+seed) and decoded by `posttrain.policies.decode` with the model's KV cache.
+
+What comes back, per request:
+
+* `token_ids` / `logprobs` -- the generated tokens up to (not including) the first stop string,
+  and each one's log-prob under the temperature-scaled distribution, before top-p (greedy: T=1).
+  When the model emits its EOS token, that token *is* kept (it is the model's stop decision,
+  which a trainer must see) but never appears in `text`.
+* `finish_reason` -- 'stop' (EOS or a stop string), 'length' (`max_tokens`, or the model's
+  context is full), 'error' (the prompt alone does not fit the context; `error` says so).
+
+Seeds: a request with `sampling.seed` samples from its own generator (same seed, same prompt,
+same batch -> same completion); requests without one draw from torch's global RNG, which a
+trainer checkpoint saves and restores.
+
+A failure of the model as a whole (cannot load, out of memory) raises `PolicyError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from posttrain.policies.base import (Completion, GenerationRequest, PolicyError, PolicyVersion,
+                                     SamplingParams)
+from posttrain.policies.decode import RowSpec, decode
+from posttrain.policies.render import render_ids
+
+VERSION_FILE = "policy_version.json"
+"""written beside the weights (by `models/pretrain.py` and trainer checkpoints): name and parent"""
+
+
+def weights_hash(model: torch.nn.Module) -> str:
+    """sha256 over every (name, tensor) of the state dict, in name order; dtype-sensitive."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(str(tensor.dtype).encode())
+        h.update(tensor.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def tokenizer_hash(tokenizer: Any) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    body = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    body += "\0" + str(getattr(tokenizer, "chat_template", None) or "")
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    resolved = getattr(torch, str(dtype), None)
+    if not isinstance(resolved, torch.dtype):
+        raise ValueError(f"TorchPolicy dtype {dtype!r} is not a torch dtype (e.g. 'float32', 'bfloat16')")
+    return resolved
+
+
+def load_model_and_tokenizer(path: str | os.PathLike, device: str, dtype: torch.dtype | None
+                             ) -> tuple[torch.nn.Module, Any]:
+    """Load an HF causal LM and its tokenizer from a local directory, or raise PolicyError."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise PolicyError(f"{path}: not a Hugging Face model directory (no config.json)")
+    try:
+        kwargs: dict[str, Any] = {}
+        if dtype is not None:
+            import transformers
+            major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+            kwargs["dtype" if major_minor >= (4, 56) else "torch_dtype"] = dtype
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception as e:  # a broken directory is infrastructure, not a bad answer
+        raise PolicyError(f"{path}: cannot load model/tokenizer: {type(e).__name__}: {e}") from e
+    return model.eval(), tokenizer
+
+
+class TorchPolicy:
+    """A local torch model as a `Policy`. Build it from a directory or a loaded model."""
+
+    def __init__(self, model: str | os.PathLike | torch.nn.Module, tokenizer: Any = None, *,
+                 version: PolicyVersion | None = None, device: str | torch.device | None = None,
+                 dtype: str | torch.dtype | None = None, max_batch_size: int = 256,
+                 use_cache: bool = True) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"TorchPolicy max_batch_size must be >= 1, got {max_batch_size}")
+        self.path: Path | None = None
+        if isinstance(model, torch.nn.Module):
+            if tokenizer is None:
+                raise ValueError("TorchPolicy(model=<module>) needs its tokenizer")
+            self.model = model
+        else:
+            self.path = Path(model)
+            dev = str(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+            self.model, loaded_tok = load_model_and_tokenizer(self.path, dev, _resolve_dtype(dtype))
+            tokenizer = tokenizer or loaded_tok
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.use_cache = use_cache
+        self._lock = threading.Lock()
+        self.version = version or self._version_from_path()
+        config = self.model.config
+        self.max_positions: int | None = (getattr(config, "max_position_embeddings", None)
+                                          or getattr(config, "n_positions", None))
+        eos: set[int] = set()
+        for source in (tokenizer.eos_token_id,
+                       getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)):
+            eos.update([source] if isinstance(source, int) else list(source or []))
+        self.eos_ids = eos
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else (min(eos) if eos else 0)
+
+    def _version_from_path(self) -> PolicyVersion:
+        name, parent = (self.path.name if self.path else "model"), None
+        if self.path is not None and (self.path / VERSION_FILE).is_file():
+            stored = json.loads((self.path / VERSION_FILE).read_text())
+            name, parent = stored.get("name", name), stored.get("parent")
+        return PolicyVersion(name=name, parent=parent, weights_hash=weights_hash(self.model),
+                             tokenizer_hash=tokenizer_hash(self.tokenizer))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def render(self, request: GenerationRequest) -> list[int]:
+        return render_ids(self.tokenizer, request.messages)
+
+    def _text(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True,
+                                     clean_up_tokenization_spaces=False)
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """Complete every request, in order (see the module docstring for what comes back)."""
+        return self.generate_ids([self.render(r) for r in requests], [r.sampling for r in requests])
+
+    def generate_ids(self, prompts: Sequence[Sequence[int]], sampling: Sequence[SamplingParams]
+                     ) -> list[Completion]:
+        """Complete already-tokenised prompts (no rendering), one SamplingParams per prompt."""
+        if len(prompts) != len(sampling):
+            raise ValueError(f"generate_ids: {len(prompts)} prompts but {len(sampling)} sampling params")
+        out: list[Completion] = []
+        with self._lock:
+            for lo in range(0, len(prompts), self.max_batch_size):
+                hi = min(lo + self.max_batch_size, len(prompts))
+                out.extend(self._generate_batch([list(p) for p in prompts[lo:hi]], list(sampling[lo:hi])))
+        return out
+
+    def _generate_batch(self, prompts: list[list[int]], sampling: list[SamplingParams]
+                        ) -> list[Completion]:
+        rows = [RowSpec(prompt_ids=p, temperature=s.temperature, top_p=s.top_p,
+                        max_tokens=s.max_tokens, seed=s.seed) for s, p in zip(sampling, prompts)]
+        stops = [tuple(x for x in s.stop if x) for s in sampling]
+
+        def stop_check(row: int, ids: list[int]) -> bool:
+            if not stops[row]:
+                return False
+            text = self._text(ids)
+            return any(s in text for s in stops[row])
+
+        t0 = time.perf_counter()
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            results = decode(self.model, rows, pad_id=self.pad_id, eos_ids=self.eos_ids,
+                             max_positions=self.max_positions, stop_check=stop_check,
+                             use_cache=self.use_cache)
+        except (RuntimeError, ValueError) as e:  # OOM, device errors, a model that cannot run
+            raise PolicyError(f"policy {self.version.name}: generation failed: "
+                              f"{type(e).__name__}: {e}") from e
+        finally:
+            self.model.train(was_training)
+        gen_s = time.perf_counter() - t0
+        out = []
+        for prompt, stop, res in zip(prompts, stops, results):
+            if res.finish_reason == "context":
+                out.append(Completion(
+                    text="", finish_reason="error", prompt_token_ids=prompt, gen_s=gen_s,
+                    error=f"prompt of {len(prompt)} tokens does not fit the model's context of "
+                          f"{self.max_positions} tokens"))
+                continue
+            ids, logprobs = res.token_ids, res.logprobs
+            text = self._text(ids)
+            cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
+            if cut >= 0:
+                text = text[:cut]
+                n = len(ids)
+                while n > 0 and not text.startswith(self._text(ids[:n])):
+                    n -= 1  # keep only the tokens that lie wholly before the stop string
+                ids, logprobs = ids[:n], logprobs[:n]
+            out.append(Completion(text=text, finish_reason=res.finish_reason,  # type: ignore[arg-type]
+                                  prompt_token_ids=prompt, token_ids=ids, logprobs=logprobs,
+                                  gen_s=gen_s))
+        return out

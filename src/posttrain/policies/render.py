@@ -1,0 +1,55 @@
+"""Turning an episode's `messages` into the token ids a causal LM is conditioned on.
+
+Two renderings, chosen by the tokenizer:
+
+* **chat template** -- when the tokenizer has one (`tokenizer.chat_template`), the messages go
+  through `apply_chat_template(..., add_generation_prompt=True)`, exactly as the model's authors
+  intended; the template adds its own special tokens, so none are added again.
+* **plain template** -- a base model without a chat template is a text-completion model. The
+  message contents are joined with "\\n", in order, roles dropped; a single user message therefore
+  renders to exactly its content (the shipped tiny model sees exactly `task.prompt`). The
+  tokenizer then adds its usual special tokens (the tiny model's tokenizer prepends `<bos>`;
+  GPT-2's adds nothing).
+
+The plain template is *not* a chat format: it does not mark who said what. A multi-turn episode
+on a base model reads as one transcript (prompt, answer, next observation, ...), which is what
+a completion model trained on such transcripts expects, and nothing more.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from posttrain.policies.base import Message
+
+PLAIN_SEPARATOR = "\n"
+
+
+def plain_text(messages: Sequence[Message]) -> str:
+    """The plain template: contents joined with "\\n" (one user message -> its content)."""
+    if not messages:
+        raise ValueError("cannot render an empty list of messages")
+    return PLAIN_SEPARATOR.join(m.content for m in messages)
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def render_text(tokenizer: Any, messages: Sequence[Message]) -> str:
+    """The prompt as text (chat template if the tokenizer has one, else the plain template)."""
+    if not messages:
+        raise ValueError("cannot render an empty list of messages")
+    if has_chat_template(tokenizer):
+        return tokenizer.apply_chat_template(
+            [{"role": m.role, "content": m.content} for m in messages],
+            add_generation_prompt=True, tokenize=False)
+    return plain_text(messages)
+
+
+def render_ids(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
+    """The prompt's token ids, with the special tokens the rendering calls for."""
+    text = render_text(tokenizer, messages)
+    # A chat template writes its special tokens (BOS included) into the text itself.
+    add_special = not has_chat_template(tokenizer)
+    return list(tokenizer(text, add_special_tokens=add_special)["input_ids"])

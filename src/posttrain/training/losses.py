@@ -1,0 +1,80 @@
+"""The clipped policy-gradient loss of the GRPO family, per token, and its aggregation.
+
+Per generated token t of a trajectory with advantage A:
+
+    ratio_t = exp(logp_new_t - logp_old_t)
+    pg_t    = max(-A * ratio_t, -A * clip(ratio_t, 1 - clip_low, 1 + clip_high))
+    kl_t    = exp(logp_ref_t - logp_new_t) - (logp_ref_t - logp_new_t) - 1      (k3, >= 0)
+    loss_t  = pg_t + kl_beta * kl_t
+
+and the batch loss is sum_t w_t * loss_t, with token weights that sum to 1 over the whole step
+(`token_weights`), so gradient accumulation over micro-batches is exact: each micro-batch
+back-propagates its share and the sum is the full-batch gradient.
+
+A token is *clipped* when the clipped term is the one chosen and differs from the unclipped one
+(the gradient through it is zero); `clip_fraction` is the weighted share of such tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+
+def token_weights(lengths: Sequence[int], owners: Sequence[int], agg: str) -> list[list[float]]:
+    """Per-token weights for sequences of `lengths` tokens; `owners[i]` is the trajectory that
+    sequence i belongs to (a multi-turn trajectory has one sequence per turn).
+
+    'token'    -> every token 1 / (all tokens of the step);
+    'sequence' -> 1 / (number of trajectories * tokens of its trajectory).
+    """
+    if len(lengths) != len(owners):
+        raise ValueError("token_weights: lengths and owners differ in length")
+    if agg == "token":
+        total = sum(lengths)
+        return [[1.0 / total] * n for n in lengths] if total else [[] for _ in lengths]
+    if agg == "sequence":
+        per_owner: dict[int, int] = {}
+        for n, o in zip(lengths, owners):
+            per_owner[o] = per_owner.get(o, 0) + n
+        live = {o: n for o, n in per_owner.items() if n > 0}
+        return [[1.0 / (len(live) * live[o])] * n if n else [] for n, o in zip(lengths, owners)]
+    raise ValueError(f"unknown loss aggregation {agg!r} (expected 'token' or 'sequence')")
+
+
+@dataclass
+class LossParts:
+    loss: torch.Tensor
+    """the weighted loss of these tokens (a share of the step's loss), differentiable"""
+    pg: float
+    kl: float
+    """weighted k3 KL (0 without a reference)"""
+    clip_fraction: float
+    ratio_max: float
+
+
+def clipped_pg_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                    weights: torch.Tensor, *, clip_low: float, clip_high: float,
+                    ref_logp: torch.Tensor | None = None, kl_beta: float = 0.0) -> LossParts:
+    """All arguments are flat tensors over the same tokens (padding has weight 0)."""
+    ratio = torch.exp(new_logp - old_logp)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    pg = torch.maximum(unclipped, clipped)
+    per_token = pg
+    kl_value = 0.0
+    if ref_logp is not None and kl_beta > 0:
+        delta = ref_logp - new_logp
+        kl = torch.exp(delta) - delta - 1.0
+        per_token = per_token + kl_beta * kl
+        kl_value = float((kl.detach() * weights).sum())
+    is_clipped = (clipped > unclipped).float()
+    return LossParts(
+        loss=(per_token * weights).sum(),
+        pg=float((pg.detach() * weights).sum()),
+        kl=kl_value,
+        clip_fraction=float((is_clipped * weights).sum()),
+        ratio_max=float(ratio.detach().max()) if ratio.numel() else 1.0,
+    )

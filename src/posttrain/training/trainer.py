@@ -1,0 +1,248 @@
+"""`Trainer`: groups of trajectories in, a new policy version out (GRPO family).
+
+    trainer = Trainer("models/tiny-base", TrainerConfig(run_name="round-1"))
+    for groups in batches:                       # list[list[Trajectory]], one list per task
+        metrics = trainer.step(groups)
+    trainer.save("runs/x/ckpt/step-40", extra={"scheduler": ...})
+    trainer = Trainer.resume("runs/x/ckpt/step-40")      # continues exactly
+    policy = trainer.policy()                    # current weights as a Policy, for sampling
+
+One `step()`:
+1. per group, drop `infra_error` trajectories (counted, never trained on), skip groups too
+   small or with zero reward variance (counted), attach group-relative advantages
+   (`advantages.py`);
+2. one sample per generated turn (`batch.py`); old log-probs from the sampler or a no-grad pass,
+   reference log-probs when `kl_beta > 0`;
+3. `ppo_epochs` optimizer updates, each accumulating the clipped loss (`losses.py`) over
+   micro-batches, then gradient clipping and AdamW.
+
+Lineage: a trainer starts from some version (the base model, or a checkpoint of an earlier
+round); every version it produces is '<run_name>/step-<n>' with that starting version as its
+parent, so base -> round-1/step-200 -> round-2/step-200 reads back through `parent`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from posttrain.policies.base import PolicyVersion
+from posttrain.policies.local import VERSION_FILE, TorchPolicy, weights_hash
+from posttrain.rollout.trajectory import Trajectory
+from posttrain.training import checkpoints
+from posttrain.training.advantages import select_groups
+from posttrain.training.batch import Sample, samples_from, sequence_logprobs
+from posttrain.training.config import TrainerConfig
+from posttrain.training.losses import clipped_pg_loss, token_weights
+
+_TOTALS = ("trajectories", "infra_errors", "groups", "groups_zero_variance", "groups_too_small",
+           "tokens", "updates")
+
+
+class Trainer:
+    def __init__(self, policy: str | os.PathLike | TorchPolicy,
+                 config: TrainerConfig = TrainerConfig(), *, _seed: bool = True) -> None:
+        self.config = config
+        if _seed:
+            random.seed(config.seed)
+            np.random.seed(config.seed)
+            torch.manual_seed(config.seed)
+        if not isinstance(policy, TorchPolicy):
+            policy = TorchPolicy(policy, device=config.device)
+        self.model = policy.model.to(config.device)  # trained in place
+        self.tokenizer = policy.tokenizer
+        self.start_version: PolicyVersion = policy.version
+        self.reference: torch.nn.Module | None = None
+        if config.kl_beta > 0:
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr,
+                                           betas=config.betas, weight_decay=config.weight_decay)
+        self.step_count = 0
+        self.data_cursor = 0
+        """groups consumed so far; a caller drawing data in order resumes from here"""
+        self.extra: dict[str, Any] = {}
+        self.totals: dict[str, int] = {k: 0 for k in _TOTALS}
+        self._hash_cache: tuple[int, str] | None = None
+
+    # -- versions --------------------------------------------------------------------
+    @property
+    def version(self) -> PolicyVersion:
+        """The current weights' identity ('<run_name>/step-<n>', parent: the starting version)."""
+        if self.step_count == 0:
+            return self.start_version
+        if self._hash_cache is None or self._hash_cache[0] != self.step_count:
+            self._hash_cache = (self.step_count, weights_hash(self.model))
+        return PolicyVersion(name=f"{self.config.run_name}/step-{self.step_count}",
+                             parent=self.start_version.name, weights_hash=self._hash_cache[1],
+                             tokenizer_hash=self.start_version.tokenizer_hash)
+
+    def policy(self, **kwargs: Any) -> TorchPolicy:
+        """The current weights as a Policy. It shares the trained module (no copy): take a new
+        one after each step so that trajectories record the right version."""
+        return TorchPolicy(self.model, self.tokenizer, version=self.version, **kwargs)
+
+    # -- one step --------------------------------------------------------------------
+    def step(self, groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:
+        """Learn from `groups` (one list of trajectories per task); returns the step's metrics."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        sel = select_groups(groups, scale_by_std=cfg.scale_by_std, eps=cfg.adv_eps,
+                            filter_zero_variance=cfg.filter_zero_variance,
+                            min_group_size=cfg.min_group_size)
+        self._check_temperature(sel.trajectories)
+        samples, skipped_turns = samples_from(sel.trajectories, sel.advantages)
+        n_tokens = sum(len(s.completion_ids) for s in samples)
+        metrics: dict[str, float] = {
+            "groups": sel.groups, "groups_used": sel.groups_used,
+            "groups_zero_variance": sel.groups_zero_variance,
+            "share_zero_variance": sel.groups_zero_variance / max(sel.groups, 1),
+            "groups_too_small": sel.groups_too_small, "trajectories": sel.trajectories_in,
+            "infra_errors": sel.infra_errors,
+            "truncation_share": sel.truncated / max(sel.trainable, 1),
+            "reward_mean": sel.reward_sum / max(sel.trainable, 1),
+            "samples": len(samples), "tokens": n_tokens, "skipped_turns": skipped_turns,
+        }
+        if n_tokens:
+            metrics.update(self._update(samples))
+        else:
+            metrics.update({"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0,
+                            "grad_norm": 0.0, "entropy": 0.0, "updated": 0})
+        self.step_count += 1
+        self.data_cursor += len(groups)
+        for key, value in (("trajectories", sel.trajectories_in), ("infra_errors", sel.infra_errors),
+                           ("groups", sel.groups), ("groups_zero_variance", sel.groups_zero_variance),
+                           ("groups_too_small", sel.groups_too_small), ("tokens", n_tokens),
+                           ("updates", int(metrics["updated"]) * cfg.ppo_epochs)):
+            self.totals[key] += value
+        metrics.update(step=self.step_count, lr=cfg.lr, step_s=time.perf_counter() - t0)
+        return metrics
+
+    def _check_temperature(self, trajectories: Sequence[Trajectory]) -> None:
+        for t in trajectories:
+            sampled_at = t.sampling.get("temperature") if t.sampling else None
+            if sampled_at is not None and abs(float(sampled_at) - self.config.temperature) > 1e-6:
+                raise ValueError(
+                    f"trajectory {t.id} ({t.task_key}) was sampled at temperature {sampled_at}, "
+                    f"but TrainerConfig.temperature is {self.config.temperature}: the log-probs "
+                    "would not describe the policy that sampled it")
+
+    def _micro_batches(self, samples: list[Sample]) -> list[tuple[int, int]]:
+        """(sample range) per micro-batch."""
+        size = self.config.micro_batch_size
+        return [(lo, min(lo + size, len(samples))) for lo in range(0, len(samples), size)]
+
+    @torch.no_grad()
+    def _logprobs_no_grad(self, model: torch.nn.Module, samples: list[Sample]) -> torch.Tensor:
+        was_training = model.training
+        model.eval()
+        try:
+            parts = [sequence_logprobs(model, samples[lo:hi], temperature=self.config.temperature)[0]
+                     for lo, hi in self._micro_batches(samples)]
+        finally:
+            model.train(was_training)
+        return torch.cat(parts)
+
+    def _update(self, samples: list[Sample]) -> dict[str, float]:
+        cfg = self.config
+        device = next(self.model.parameters()).device
+        offsets = [0]
+        for s in samples:
+            offsets.append(offsets[-1] + len(s.completion_ids))
+        weights = torch.tensor([w for ws in token_weights([len(s.completion_ids) for s in samples],
+                                                          [s.owner for s in samples], cfg.loss_agg)
+                                for w in ws], device=device)
+        adv = torch.tensor([s.advantage for s in samples for _ in s.completion_ids], device=device)
+        use_sampler = cfg.old_logprobs == "sampler" and all(s.old_logprobs for s in samples)
+        if use_sampler:
+            old = torch.tensor([lp for s in samples for lp in s.old_logprobs], device=device)  # type: ignore[union-attr]
+        else:
+            old = self._logprobs_no_grad(self.model, samples)
+        ref = self._logprobs_no_grad(self.reference, samples) if self.reference is not None else None
+
+        self.model.train()
+        sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0,
+                "grad_norm": 0.0, "ratio_max": 0.0, "sampler_logprob_diff": 0.0}
+        for epoch in range(cfg.ppo_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            for lo, hi in self._micro_batches(samples):
+                a, b = offsets[lo], offsets[hi]
+                new, entropy = sequence_logprobs(self.model, samples[lo:hi],
+                                                 temperature=cfg.temperature, with_entropy=True)
+                parts = clipped_pg_loss(new, old[a:b], adv[a:b], weights[a:b],
+                                        clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                                        ref_logp=None if ref is None else ref[a:b], kl_beta=cfg.kl_beta)
+                parts.loss.backward()
+                sums["loss"] += float(parts.loss.detach())
+                sums["pg_loss"] += parts.pg
+                sums["kl"] += parts.kl
+                sums["clip_fraction"] += parts.clip_fraction
+                sums["ratio_max"] = max(sums["ratio_max"], parts.ratio_max)
+                assert entropy is not None
+                sums["entropy"] += float((entropy * weights[a:b]).sum())
+                if epoch == 0:
+                    sums["sampler_logprob_diff"] += float(((new.detach() - old[a:b]).abs()
+                                                           * weights[a:b]).sum())
+            limit = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+            sums["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), limit))
+            self.optimizer.step()
+        out = {k: (v if k == "ratio_max" else v / cfg.ppo_epochs) for k, v in sums.items()}
+        out["sampler_logprob_diff"] = sums["sampler_logprob_diff"] if use_sampler else 0.0
+        out["old_logprobs_from_sampler"] = float(use_sampler)
+        out["updated"] = 1
+        return out
+
+    # -- checkpoints -----------------------------------------------------------------
+    def save(self, directory: str | os.PathLike, extra: dict[str, Any] | None = None) -> Path:
+        """Write an atomic checkpoint (see `checkpoints.py`); `extra` replaces `self.extra`."""
+        if extra is not None:
+            self.extra = dict(extra)
+        version = self.version
+        state = {"step": self.step_count, "data_cursor": self.data_cursor,
+                 "config": self.config.to_dict(), "version": version.to_dict(),
+                 "start_version": self.start_version.to_dict(), "totals": dict(self.totals),
+                 "extra": self.extra}
+
+        def write(tmp: Path) -> None:
+            import json
+
+            self.model.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
+            (tmp / VERSION_FILE).write_text(json.dumps({"name": version.name, "parent": version.parent}) + "\n")
+            if self.reference is not None:
+                self.reference.save_pretrained(tmp / "reference")
+            checkpoints.save_state(tmp, optimizer=self.optimizer, state=state)
+
+        return checkpoints.write_atomic(directory, write)
+
+    @classmethod
+    def resume(cls, directory: str | os.PathLike, config: TrainerConfig | None = None) -> "Trainer":
+        """Continue a run from its checkpoint: weights, optimizer, RNG, step, cursor, extra.
+
+        `config` defaults to the checkpoint's own; pass one only to change what does not alter
+        the optimisation (device, micro_batch_size), or knowingly."""
+        state = checkpoints.load_state(directory)
+        if config is None:
+            config = TrainerConfig.from_dict(state["config"], where=f"{directory}/trainer_state.json")
+        start = PolicyVersion(**state["start_version"])
+        policy = TorchPolicy(directory, device=config.device, version=start)
+        trainer = cls(policy, config, _seed=False)
+        if trainer.reference is not None:
+            from transformers import AutoModelForCausalLM
+
+            ref_dir = Path(directory) / "reference"
+            trainer.reference = (AutoModelForCausalLM.from_pretrained(ref_dir).to(config.device)
+                                 .eval().requires_grad_(False))
+        trainer.optimizer.load_state_dict(checkpoints.load_tensors(directory, "optimizer.pt"))
+        trainer.step_count = int(state["step"])
+        trainer.data_cursor = int(state["data_cursor"])
+        trainer.totals.update(state.get("totals", {}))
+        trainer.extra = dict(state.get("extra") or {})
+        checkpoints.set_rng_state(checkpoints.load_tensors(directory, "rng.pt"))
+        return trainer
