@@ -92,11 +92,14 @@ def _print_result(result) -> None:
                       pct(v["rework"]["rework_rate"]) if v["rework"] else "–",
                       f"{per['prompt_tokens'] + per['output_tokens']:.0f}{'*' if v['cost']['tokens_estimated'] else ''}",
                       f"{per['gen_s'] + per['sandbox_s']:.3f}", num(v["latency_s"]["p50"]))
-    fams = Table("family", "domains", "tasks", "macro pass@1", "micro pass@1 [95% CI]", "infra", title="families")
+    fams = Table("family", "domains", "tasks", "macro pass@1", "micro pass@1 [95% CI]", "trunc", "infra",
+                 "tok/ep", "s/ep", "p50/p90 s", title="families")
     for f, v in s["families"].items():
-        ci = v["micro_pass1_ci"] or [0, 0]
+        ci, per, lat = v["micro_pass1_ci"] or [0, 0], v["cost"]["per_episode"], v["latency_s"]
         fams.add_row(f, str(v["domains"]), str(v["tasks"]), pct(v["macro_pass1"]),
-                     f"{pct(v['micro_pass1'])} [{pct(ci[0])}, {pct(ci[1])}]", pct(v["infra_error_rate"]))
+                     f"{pct(v['micro_pass1'])} [{pct(ci[0])}, {pct(ci[1])}]", pct(v["truncation_rate"]),
+                     pct(v["infra_error_rate"]), f"{per['prompt_tokens'] + per['output_tokens']:.0f}",
+                     f"{per['gen_s'] + per['sandbox_s']:.3f}", f"{num(lat['p50'])}/{num(lat['p90'])}")
     console = _console()
     console.print(table)
     console.print(fams)

@@ -26,7 +26,8 @@ def _plt():
 
 def to_data_uri(fig: Any) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=90)
     _plt().close(fig)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 

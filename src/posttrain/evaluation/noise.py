@@ -105,12 +105,7 @@ def measure_noise(store: Any, *, k: int = 3, domains: str | None = None, run_id:
     report = NoiseReport(k=k, max_flip_rate=max_flip_rate)
     with ExitStack() as stack:
         if sandbox_factory is None:
-            try:
-                from posttrain.sandbox import SandboxPool
-            except ImportError:  # no pool yet: rescore opens default sandboxes where needed
-                SandboxPool = None
-            if SandboxPool is not None:
-                sandbox_factory = stack.enter_context(SandboxPool(size=1)).sandbox
+            sandbox_factory = _lazy_pool(stack)
         for traj in store.trajectories(run_id=run_id):
             if traj.status == "infra_error" or traj.verdict is None:
                 continue
@@ -137,6 +132,19 @@ def measure_noise(store: Any, *, k: int = 3, domains: str | None = None, run_id:
             entry.flips += int(any(o != stored for o in outcomes))
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _lazy_pool(stack: ExitStack) -> Callable[[], Any]:
+    """A sandbox factory that starts a one-sandbox pool on first use (most verifiers need none)."""
+    pool: list[Any] = []
+
+    def factory() -> Any:
+        if not pool:
+            from posttrain.sandbox import SandboxPool
+
+            pool.append(stack.enter_context(SandboxPool(size=1)))
+        return pool[0].sandbox()
+    return factory
 
 
 def _write_json(path: Path, body: Any) -> Path:

@@ -53,6 +53,7 @@ def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalC
     given, under run id `eval:<name>`. Raises ValueError on an empty task set."""
     if not tasks:
         raise ValueError("run_eval: the task set is empty")
+    tasks = list({t.hash: (d, t) for d, t in tasks}.values())  # a task listed twice is one task
     started = time.perf_counter()
     name = name or f"{policy.version.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_id = f"eval:{name}"
@@ -69,12 +70,9 @@ def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalC
 
     with ExitStack() as stack:
         if sandbox_factory is None and _needs_sandbox(tasks):
-            try:
-                from posttrain.sandbox import SandboxPool
-            except ImportError:  # the pool is not built: episodes open default sandboxes
-                SandboxPool = None
-            if SandboxPool is not None:
-                sandbox_factory = stack.enter_context(SandboxPool(size=config.workers)).sandbox
+            from posttrain.sandbox import SandboxPool
+
+            sandbox_factory = stack.enter_context(SandboxPool(size=config.workers)).sandbox
         attempts: dict[tuple[str, int], list[Trajectory]] = {key: [] for key in index}
         pending = [EpisodeSpec(d, t, group_id=f"eval:{h[:16]}:{j}") for (h, j), (d, t) in index.items()]
         for attempt in range(config.retries + 1):

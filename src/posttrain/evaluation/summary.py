@@ -100,7 +100,14 @@ def summarize(records: Iterable[TaskRecord], ks: Sequence[int], *, ci: CIMethod 
         n_scored = sum(domains[n]["scored"] for n in names)
         infra = sum(domains[n]["infra_errors"] for n in names)
         micro = fmean(task_p1) if task_p1 else None
+        recs = [r for n in names for r in by_domain[n]]
+        samples = [s for r in recs for s in r.samples]
+        scored = [s for s in samples if s.scored]
+        tools = [r for r in recs if r.env == "tools"]
         return {"domains": len(names), "tasks": sum(domains[n]["tasks"] for n in names),
+                "truncation_rate": _r(sum(s.status == "truncated" for s in scored) / len(scored)) if scored else None,
+                "rework": _rework(tools) if tools else None, "cost": _cost(samples),
+                "latency_s": percentiles([s.total_s for s in samples]),
                 "macro_pass1": _r(fmean(dom_p1)) if dom_p1 else None, "micro_pass1": _r(micro),
                 "micro_pass1_ci": ([_r(x) for x in mean_interval(task_p1, "wilson", confidence, max_n=n_scored)]
                                    if micro is not None else None),
@@ -110,8 +117,7 @@ def summarize(records: Iterable[TaskRecord], ks: Sequence[int], *, ci: CIMethod 
     for name, d in domains.items():
         fams.setdefault(d["family"], []).append(name)
     overall = averages(list(domains))
-    cost = _cost([s for rs in by_domain.values() for r in rs for s in r.samples])
+    keep = ("macro_pass1", "micro_pass1", "micro_pass1_ci", "infra_error_rate", "episodes", "tasks",
+            "truncation_rate", "rework", "cost", "latency_s")
     return {"domains": domains, "families": {f: averages(ns) for f, ns in sorted(fams.items())},
-            "macro_pass1": overall["macro_pass1"], "micro_pass1": overall["micro_pass1"],
-            "micro_pass1_ci": overall["micro_pass1_ci"], "infra_error_rate": overall["infra_error_rate"],
-            "episodes": overall["episodes"], "tasks": overall["tasks"], "k": list(ks), "cost": cost}
+            **{key: overall[key] for key in keep}, "k": list(ks)}
