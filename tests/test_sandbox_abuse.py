@@ -32,9 +32,8 @@ def test_two_concurrent_sandboxes_are_isolated():
         results = {}
 
         def hold(name, sb):  # each keeps a process alive while the other looks around
-            results[name] = sb.run("sleep 1.5 & ls /ws; ps -e -o comm= | sort | uniq | tr '\\n' ' '; "
-                                   "cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' '; wait",
-                                   timeout=10)
+            results[name] = sb.run("sleep 1.5 & ls /ws; cat /proc/*/cmdline 2>/dev/null "
+                                   "| tr '\\0' ' '; wait", timeout=10)
 
         threads = [threading.Thread(target=hold, args=(n, s)) for n, s in (("a", a), ("b", b))]
         for t in threads:
@@ -45,7 +44,7 @@ def test_two_concurrent_sandboxes_are_isolated():
         assert "secret.txt" not in results["b"].stdout
         with pytest.raises(FileNotFoundError):
             b.read_file("secret.txt")
-        r = b.run(f"ls /proc/*/root/ws 2>&1; kill -9 -1; true")
+        r = b.run("ls /proc/*/root/ws 2>&1; kill -9 -1; true")
         assert "secret.txt" not in r.stdout
         assert a.run("cat secret.txt").stdout == "only-a"  # b's kill -1 did not reach a
     finally:

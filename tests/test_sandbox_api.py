@@ -202,3 +202,29 @@ def test_killed_supervisor_makes_calls_raise_broken(backend):
     box.close()
     with pytest.raises(SandboxError):
         box.run("true")
+
+
+def _sandbox_processes(uid: int, but: int) -> list[int]:
+    pids = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/status") as f:
+                uid_line = next(line for line in f if line.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if int(uid_line.split()[1]) == uid and int(name) != but:
+            pids.append(int(name))
+    return pids
+
+
+@needs_bwrap
+def test_processes_killed_from_outside_are_replaced():
+    with _open("bwrap") as box:
+        assert box.run_python("print(1)").ok
+        victims = _sandbox_processes(box.host_uid, but=box._sup_pid)
+        assert len(victims) >= 2  # the job server and its bubblewrap
+        for pid in victims:  # killed from the host (an admin, the OOM killer)
+            os.kill(pid, signal.SIGKILL)
+        r = box.run("echo back")
+        assert r.stdout == "back\n"  # a new job server was started
+        assert box.run_python("print(2)").stdout == "2\n"

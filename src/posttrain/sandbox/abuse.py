@@ -9,9 +9,11 @@ survived. Only loopback addresses are ever used (nothing is sent off this machin
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import socket
+import textwrap
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -23,7 +25,7 @@ SMALL = Limits(wall_s=5, cpu_s=5, memory_mb=256, pids=32, file_mb=16, workspace_
 
 
 def _py(sb: Sandbox, code: str, **kw):
-    return sb.run(["python3", "-c", code], **kw)
+    return sb.run(["python3", "-c", textwrap.dedent(code)], **kw)
 
 
 def _still_works(sb: Sandbox) -> tuple[bool, str]:
@@ -32,28 +34,46 @@ def _still_works(sb: Sandbox) -> tuple[bool, str]:
 
 
 def fork_bomb(sb):
-    r = _py(sb, "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
-                "        pass", timeout=2)
+    r = _py(sb, """
+        import os
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                pass
+        """, timeout=2)
     ok, after = _still_works(sb)
     return (r.limit in (LimitReason.TIMEOUT, LimitReason.PIDS) and ok,
             f"limit={r.limit}; {after}")
 
 
 def memory_bomb(sb):
-    r = _py(sb, "chunks = []\nwhile True:\n    chunks.append(b'x' * (8 << 20))")
+    r = _py(sb, """
+        chunks = []
+        while True:
+            chunks.append(b"x" * (8 << 20))
+        """)
     ok, after = _still_works(sb)
     return (not r.ok and r.limit in (LimitReason.MEMORY, None) and ok,
             f"limit={r.limit} exit={r.exit_code} peak={r.peak_memory_mb}; {after}")
 
 
 def disk_fill(sb):
-    r = _py(sb, "import os\nn = 0\ntry:\n    while True:\n"
-                "        with open(f'fill{n}', 'wb') as f:\n            f.write(b'x' * (8 << 20))\n"
-                "        n += 1\nexcept OSError as e:\n    print(e.errno, n)")
+    r = _py(sb, """
+        n = 0
+        try:
+            while True:
+                with open(f"fill{n}", "wb") as f:
+                    f.write(b"x" * (8 << 20))
+                n += 1
+        except OSError as e:
+            print(e.errno, n)
+        """)
     written = sum(len(sb.read_file(p)) for p in sb.list_files())
-    full = r.stdout.split()[:1] == ["28"]  # ENOSPC
-    return (full and written <= sb.limits.workspace_mb << 20,
-            f"{r.stdout.strip()!r}: {written >> 20} MiB in a {sb.limits.workspace_mb} MiB workspace")
+    full = r.stdout.split()[:1] == [str(errno.ENOSPC)]
+    cap = sb.limits.workspace_mb
+    return (full and written <= cap << 20,
+            f"{r.stdout.strip()!r}: {written >> 20} MiB written in a {cap} MiB workspace")
 
 
 def infinite_loop(sb):
@@ -73,15 +93,21 @@ def stdout_flood(sb):
 
 
 def no_network(sb):
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # on the host's loopback
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
     listener.settimeout(0.5)
     port = listener.getsockname()[1]
     try:
-        r = _py(sb, "import socket\nprint([n for _, n in socket.if_nameindex()])\n"
-                    f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
-                    "    print('CONNECTED')\nexcept OSError as e:\n    print('refused', e.errno)")
+        r = _py(sb, f"""
+            import socket
+            print([name for _, name in socket.if_nameindex()])
+            try:
+                socket.create_connection(("127.0.0.1", {port}), timeout=1)
+                print("CONNECTED")
+            except OSError as e:
+                print("refused", e.errno)
+            """)
         try:
             listener.accept()[0].close()
             accepted = True
@@ -90,18 +116,26 @@ def no_network(sb):
     finally:
         listener.close()
     return (r.stdout.startswith("['lo']") and "CONNECTED" not in r.stdout and not accepted,
-            r.stdout.strip())
+            r.stdout.strip().replace("\n", "; "))
 
 
 def host_files(sb):
     import posttrain
 
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(posttrain.__file__))))
-    targets = ["/etc/shadow", "/root", "/home", repo, os.path.abspath(posttrain.__file__)]
-    code = ("import os\nfor p in %r:\n    try:\n        print(p, 'LISTED' if os.path.isdir(p) "
-            "and os.listdir(p) else ('READ' if open(p, 'rb').read() else 'EMPTY'))\n"
-            "    except OSError as e:\n        print(p, 'denied', e.errno)" % (targets,))
-    r = _py(sb, code)
+    package = os.path.abspath(posttrain.__file__)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(package)))
+    targets = ["/etc/shadow", "/root", "/home", repo, package]
+    r = _py(sb, f"""
+        import os
+        for p in {targets!r}:
+            try:
+                if os.path.isdir(p):
+                    print(p, "LISTED" if os.listdir(p) else "empty")
+                else:
+                    print(p, "READ" if open(p, "rb").read() else "empty")
+            except OSError as e:
+                print(p, "denied", e.errno)
+        """)
     leaked = [line for line in r.stdout.splitlines() if line.endswith(("LISTED", "READ"))]
     return (r.ok and not leaked and len(r.stdout.splitlines()) == len(targets),
             "; ".join(r.stdout.splitlines()))
@@ -110,12 +144,18 @@ def host_files(sb):
 def write_outside(sb):
     marker = f"posttrain-abuse-{secrets.token_hex(4)}"
     paths = [f"/etc/{marker}", f"/usr/{marker}", f"/opt/{marker}", f"/{marker}",
-             "/proc/sys/kernel/hostname", f"/dev/{marker}"]
-    code = ("for p in %r:\n    try:\n        open(p, 'w').write('x')\n        print(p, 'WROTE')\n"
-            "    except OSError as e:\n        print(p, 'denied', e.errno)" % (paths,))
-    r = _py(sb, code)
-    on_host = [p for p in paths if os.path.exists(p) and marker in p]
-    return (r.ok and "WROTE" not in r.stdout and not on_host, r.stdout.strip().replace("\n", "; "))
+             f"/dev/{marker}", "/proc/sys/kernel/hostname"]
+    r = _py(sb, f"""
+        for p in {paths!r}:
+            try:
+                open(p, "w").write("x")
+                print(p, "WROTE")
+            except OSError as e:
+                print(p, "denied", e.errno)
+        """)
+    on_host = [p for p in paths if marker in p and os.path.exists(p)]
+    return (r.ok and "WROTE" not in r.stdout and not on_host,
+            r.stdout.strip().replace("\n", "; "))
 
 
 def env_secret(sb):
@@ -128,22 +168,39 @@ def env_secret(sb):
     return (bool(secret) and not found and r.ok, "LEAKED" if found else "secret not visible")
 
 
+PTRACE = """
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    res = []
+    for pid in (1, os.getppid()):
+        rc = libc.ptrace(16, pid, 0, 0)  # PTRACE_ATTACH
+        res.append((pid, rc, ctypes.get_errno()))
+    try:
+        open("/proc/1/mem", "rb").read(1)
+        res.append("MEM")
+    except OSError as e:
+        res.append(("mem", e.errno))
+    print(res)
+    """
+
+
 def ptrace_anything(sb):
-    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nres = []\n"
-            "for pid in (1, os.getppid()):\n    rc = libc.ptrace(16, pid, 0, 0)\n"
-            "    res.append((pid, rc, ctypes.get_errno()))\n"
-            "try:\n    open('/proc/1/mem', 'rb').read(1)\n    res.append('MEM')\n"
-            "except OSError as e:\n    res.append(('mem', e.errno))\nprint(res)")
-    r = _py(sb, code)
-    w = sb.run_python(code)
+    r = _py(sb, PTRACE)
+    w = sb.run_python(textwrap.dedent(PTRACE))
     bad = any("MEM" in x.stdout or ", 0, " in x.stdout for x in (r, w))
     return (r.ok and w.ok and not bad, f"cold {r.stdout.strip()} warm {w.stdout.strip()}")
 
 
 def kill_parent(sb):
     a = sb.run("kill -9 $PPID; kill -9 1; kill -9 -1; true")
-    b = sb.run_python("import os, signal\nfor pid in (os.getppid(), 1, -1):\n    try:\n"
-                      "        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass")
+    b = sb.run_python(textwrap.dedent("""
+        import os, signal
+        for pid in (os.getppid(), 1, -1):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        """))
     ok, after = _still_works(sb)
     w = sb.run_python("print('warm alive')")
     return (ok and w.stdout == "warm alive\n", f"{a.limit} {b.limit}; {after}")
@@ -151,9 +208,16 @@ def kill_parent(sb):
 
 def daemon(sb):
     r = sb.run("(setsid sh -c 'sleep 1; echo late > late.txt' &) ; echo started")
-    w = sb.run_python("import os, time\nif os.fork() == 0:\n    os.setsid()\n"
-                      "    if os.fork() == 0:\n        time.sleep(1)\n"
-                      "        open('late2.txt', 'w').write('late')\n    os._exit(0)\nprint('ok')")
+    w = sb.run_python(textwrap.dedent("""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(1)
+                open("late2.txt", "w").write("late")
+            os._exit(0)
+        print("ok")
+        """))
     time.sleep(1.5)
     files = sb.list_files()
     return (r.stdout == "started\n" and w.ok and "late.txt" not in files
@@ -162,21 +226,27 @@ def daemon(sb):
 
 def privilege_escalation(sb):
     sb.write_file("f.txt", "x")
-    code = ("import os, subprocess\nres = {}\n"
-            "for name, fn in [('setuid', lambda: os.setuid(0)), ('setgid', lambda: os.setgid(0)),"
-            " ('chown', lambda: os.chown('f.txt', 0, 0))]:\n"
-            "    try:\n        fn()\n        res[name] = 'ALLOWED'\n"
-            "    except OSError:\n        res[name] = 'denied'\n"
-            "for name, argv in [('userns', ['unshare', '-Ur', 'true']), "
-            "('mount', ['mount', '-t', 'tmpfs', 'x', '/tmp']), ('su', ['su', '-c', 'true'])]:\n"
-            "    rc = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL).returncode\n"
-            "    res[name] = 'ALLOWED' if rc == 0 else 'denied'\n"
-            "st = open('/proc/self/status').read().splitlines()\n"
-            "res['status'] = [l for l in st if l.startswith(('CapEff', 'CapBnd', 'NoNewPrivs'))]\n"
-            "print(res)")
-    r = _py(sb, code)
-    caps_zero = ("CapEff:\\t0000000000000000" in r.stdout
-                 and "CapBnd:\\t0000000000000000" in r.stdout and "NoNewPrivs:\\t1" in r.stdout)
+    r = _py(sb, """
+        import os, subprocess
+        res = {}
+        for name, fn in [("setuid", lambda: os.setuid(0)), ("setgid", lambda: os.setgid(0)),
+                         ("chown", lambda: os.chown("f.txt", 0, 0))]:
+            try:
+                fn()
+                res[name] = "ALLOWED"
+            except OSError:
+                res[name] = "denied"
+        for name, argv in [("userns", ["unshare", "-Ur", "true"]),
+                           ("mount", ["mount", "-t", "tmpfs", "x", "/tmp"]),
+                           ("su", ["su", "-c", "true"])]:
+            rc = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL).returncode
+            res[name] = "ALLOWED" if rc == 0 else "denied"
+        status = open("/proc/self/status").read().splitlines()
+        res["status"] = [s for s in status if s.startswith(("CapEff", "CapBnd", "NoNewPrivs"))]
+        print(res)
+        """)
+    caps_zero = all(s in r.stdout for s in ("CapEff:\\t0000000000000000",
+                                            "CapBnd:\\t0000000000000000", "NoNewPrivs:\\t1"))
     return r.ok and "ALLOWED" not in r.stdout and caps_zero, r.stdout.strip()
 
 
@@ -201,10 +271,14 @@ def hostname(sb):
 
 
 def fd_and_proc_leaks(sb):
-    r = _py(sb, "import os\nprint(sorted(os.listdir('/proc/self/fd')))\n"
-                "print(len([p for p in os.listdir('/proc') if p.isdigit()]))")
-    fds, nprocs = r.stdout.split("\n")[:2]
-    return (fds in ("['0', '1', '2']", "['0', '1', '2', '3']") and int(nprocs) <= 4,
+    r = _py(sb, """
+        import os
+        print(sorted(os.listdir("/proc/self/fd")))
+        print(len([p for p in os.listdir("/proc") if p.isdigit()]))
+        """)
+    fds, nprocs = (r.stdout.split("\n") + ["", "0"])[:2]
+    # 3 is listdir's own descriptor; the processes are bwrap's pid 1, the job server, this one
+    return (fds in ("['0', '1', '2']", "['0', '1', '2', '3']") and 0 < int(nprocs) <= 4,
             f"fds {fds}, {nprocs} processes visible")
 
 

@@ -50,16 +50,9 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
-import time
-
-from posttrain.sandbox import mounts
-from posttrain.sandbox.base import Limits
-from posttrain.sandbox.cgroups import SandboxCgroup, collect_stale
-from posttrain.sandbox.rlimits import rlimit_table
 
 INSIDE_UID = 1000
 WS = "/ws"
@@ -121,7 +114,8 @@ def python_layout() -> dict:
     inside_base = base if base == "/usr" else "/opt/python"
     venv = os.path.realpath(sys.prefix) != base
     site = os.path.realpath(sysconfig.get_paths()["purelib"]) if venv else None
-    libdir = sysconfig.get_config_var("LIBDIR") if sysconfig.get_config_var("Py_ENABLE_SHARED") else None
+    shared = sysconfig.get_config_var("Py_ENABLE_SHARED")
+    libdir = sysconfig.get_config_var("LIBDIR") if shared else None
     return {
         "base": base, "inside_base": inside_base, "exe": os.path.relpath(exe, base),
         "version": ver, "full_version": sys.version.split()[0], "venv": venv, "site": site,

@@ -75,7 +75,8 @@ class SandboxPool:
             try:
                 item = self._ready.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise SandboxUnavailable(f"no sandbox booted within {TAKE_TIMEOUT_S:.0f} s") from None
+                raise SandboxUnavailable(
+                    f"no sandbox booted within {TAKE_TIMEOUT_S:.0f} s") from None
             with self._cond:
                 self._cond.notify()
             if isinstance(item, Exception):

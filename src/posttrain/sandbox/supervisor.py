@@ -12,6 +12,7 @@ everything and exits: nothing of a sandbox outlives its host.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import sys
@@ -53,7 +54,17 @@ class JobServer:
             theirs.close()
         self.sock, self.ready = ours, False
 
+    def alive(self) -> bool:
+        if self.handle is None:
+            return False
+        readable, _, _ = select.select([self.handle.pidfd], [], [], 0)
+        return not readable  # a pidfd becomes readable when its process exits
+
     def ensure(self) -> None:
+        """A ready server: the running one, or a new one if it died since the last job (the
+        OOM killer, a job that killed it, someone outside)."""
+        if self.handle is not None and not self.alive():
+            self.kill()
         if self.handle is None:
             self.start()
         if self.ready:
@@ -151,13 +162,18 @@ class Supervisor:
         payload.update(cwd=self.runner.inside_ws, cpu_s=max(1, int(round(self.limits.cpu_s))))
         server.job_pid = None
         try:
-            send_json(server.sock, payload, fds=list(child))
+            try:
+                send_json(server.sock, payload, fds=list(child))
+            except OSError:  # it died just now: one new server, one more try
+                server.kill()
+                server.ensure()
+                send_json(server.sock, payload, fds=list(child))
         except OSError:
             server.kill()
             for fd in ours:
                 if fd is not None:
                     os.close(fd)
-            raise RuntimeError("the sandbox's job server died between commands") from None
+            raise RuntimeError("the sandbox's job server keeps dying") from None
         finally:
             for fd in child:
                 os.close(fd)
