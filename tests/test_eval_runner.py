@@ -5,7 +5,7 @@ import json
 import pytest
 
 from posttrain.evaluation import EvalConfig, EvalResult, resolve_policy, run_eval
-from posttrain.evaluation.policy import PolicySpecError, SeededPolicy
+from posttrain.evaluation.policy import PolicySpecError
 from posttrain.evaluation.records import Sample, TaskRecord
 from posttrain.evaluation.summary import summarize
 from posttrain.evaluation.tasksets import (TaskSetError, load_task_file, resolve_tasks, save_task_set,

@@ -95,7 +95,9 @@ def cost_vs_pass(points: Sequence[tuple[str, str, float, float, float]]) -> str:
         axes[1].scatter([p[3] for p in sel], [p[4] for p in sel], label=fam, s=18)
     axes[0].set_xlabel("tokens per episode (prompt + output)")
     axes[1].set_xlabel("seconds per episode (generation + sandbox)")
+    axes[1].ticklabel_format(axis="x", style="sci", scilimits=(-2, 3))  # scripted runs take microseconds
     for ax in axes:
+        ax.xaxis.set_major_locator(_plt().MaxNLocator(5))
         ax.set_ylabel("pass@1")
         ax.set_ylim(-0.03, 1.03)
         ax.grid(alpha=0.3)

@@ -88,7 +88,7 @@ def load_task_file(path: str | Path) -> TaskList:
                 raise TaskSetError(f"{path}:{i}: not JSON ({e.msg})") from None
             tasks.append(parse_task(obj, f"{path}:{i}"))
         if not tasks:
-            raise TaskSetError(f"{path}: no tasks in the file")
+            raise TaskSetError(f"{path}: no tasks in the file") from None
         return _dedupe(tasks)
     if isinstance(data, dict) and "format" in data:
         if data["format"] not in (TASKSET_FORMAT, "posttrain.baseline/1"):
