@@ -1,7 +1,8 @@
 """The policy contract: prompts in, completions (with token ids and log-probs) out.
 
-Backends: a local torch model (`posttrain.policies.torch`), any OpenAI-compatible server
-(`posttrain.policies.openai`, for vLLM / SGLang), and scripted policies for tests and smoke runs
+Backends: a local torch model (`posttrain.policies.local.TorchPolicy`), any OpenAI-compatible
+server (`posttrain.policies.openai_compat.OpenAIPolicy`, for vLLM / SGLang; a local model can be
+served with `python -m posttrain.policies.serve`), and scripted policies for tests and smoke runs
 (`posttrain.policies.scripted`: oracle, negatives, replay). A policy is stateless between calls:
 an episode's history travels in each request's `messages`.
 """
