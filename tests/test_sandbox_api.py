@@ -146,6 +146,36 @@ def test_run_python_warm_path(sb):
     assert sb.run_python("print('after')").stdout == "after\n"
 
 
+def test_project_interpreter_and_helpers_inside(sb):
+    r = sb.run(["python", "-c", "import sys, numpy, trimesh, _forkserver; print(sys.prefix)"],
+               timeout=120)  # a cold import of trimesh on a busy machine takes seconds
+    assert r.ok, r
+    r = sb.run(["python3", "-c", "import posttrain"])
+    if sb.info.backend == "bwrap":  # only the helper directory is exposed, not the package
+        assert r.exit_code == 1 and "ModuleNotFoundError" in r.stderr
+
+
+@pytest.mark.parametrize("limits,command,reason", [
+    (Limits(wall_s=20, cpu_s=1), ["python3", "-c", "while True: pass"], LimitReason.CPU),
+    (Limits(wall_s=10, file_mb=1), ["dd", "if=/dev/zero", "of=big", "bs=1M", "count=5"],
+     LimitReason.FILESIZE),
+    (Limits(wall_s=10, pids=12), "for i in $(seq 40); do sleep 3 & done; wait", LimitReason.PIDS),
+    (Limits(wall_s=10, memory_mb=64), ["python3", "-c", "b = [b'x' * (8 << 20) for _ in range(99)]"],
+     LimitReason.MEMORY),
+], ids=["cpu", "filesize", "pids", "memory"])
+@needs_bwrap
+def test_limit_reasons(limits, command, reason):
+    with open_sandbox(limits, backend="bwrap") as box:
+        r = box.run(command)
+        assert r.limit is reason and r.exit_code is None and not r.ok, r
+        assert box.run("echo fine").stdout == "fine\n"
+
+
+def test_unknown_preload_is_rejected():
+    with pytest.raises(ValueError, match="no_such_module_xyz"):
+        open_sandbox(preload=("no_such_module_xyz",))
+
+
 def test_bad_input_is_rejected(sb):
     with pytest.raises(ValueError):
         sb.run([])
@@ -224,7 +254,10 @@ def test_processes_killed_from_outside_are_replaced():
         victims = _sandbox_processes(box.host_uid, but=box._sup_pid)
         assert len(victims) >= 2  # the job server and its bubblewrap
         for pid in victims:  # killed from the host (an admin, the OOM killer)
-            os.kill(pid, signal.SIGKILL)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it was exiting anyway
         r = box.run("echo back")
         assert r.stdout == "back\n"  # a new job server was started
         assert box.run_python("print(2)").stdout == "2\n"

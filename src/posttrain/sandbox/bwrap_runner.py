@@ -323,8 +323,11 @@ class BwrapRunner:
             if pid == 0:
                 break
 
-    def shutdown(self) -> None:
+    def shutdown(self) -> bool:
+        clean = False
         if self.cg is not None:
+            self.cg.kill_all()
+            clean = "pids" in self.cg.dirs and not self.cg.pids()
             self.cg.destroy()
         # as a subreaper we inherited every orphan: reap them all, so that no zombie of this
         # sandbox is left to the host's init (zombies count against the uid's RLIMIT_NPROC)
@@ -336,3 +339,4 @@ class BwrapRunner:
                 break
             if pid == 0:
                 time.sleep(0.002)
+        return clean

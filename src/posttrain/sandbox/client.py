@@ -70,10 +70,11 @@ def _check_stdin(stdin: str | bytes | None) -> bytes | None:
 
 def _shutdown(proc: subprocess.Popen, sock: socket.socket, slot, stderr) -> None:
     """Stop a supervisor and free what it held (also run by the finalizer at exit/GC)."""
+    clean = False
     try:
         sock.settimeout(5.0)
         send_obj(sock, {"op": "close"})
-        recv_obj(sock)
+        clean = bool(recv_obj(sock).get("clean"))
     except (OSError, EOFError, ValueError):
         pass
     sock.close()
@@ -83,7 +84,7 @@ def _shutdown(proc: subprocess.Popen, sock: socket.socket, slot, stderr) -> None
         proc.kill()
         proc.wait()
     if slot is not None:
-        slot.release()
+        slot.release(clean=clean and proc.returncode == 0)
     stderr.close()
 
 
@@ -113,7 +114,8 @@ class SupervisedSandbox:
             self._proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", SUPERVISOR, str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=self._stderr, env={})
+                stdout=subprocess.DEVNULL, stderr=self._stderr, env={},
+                start_new_session=True)  # a Ctrl-C meant for the host is not the sandbox's
         except BaseException:
             if self._slot:
                 self._slot.release()
@@ -264,12 +266,17 @@ class SupervisedSandbox:
         except SandboxError:
             return False
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Kill everything in the sandbox and free it. `wait=False` returns at once and finishes
+        in a background thread (the sandbox is unusable from the moment of the call)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self._finalizer()
+        if wait:
+            self._finalizer()
+        else:
+            threading.Thread(target=self._finalizer, name=f"close-{self.id}", daemon=False).start()
 
     @property
     def closed(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
@@ -25,6 +26,9 @@ def _check_preload(preload: Sequence[str]) -> tuple[str, ...]:
     for name in out:
         if not (isinstance(name, str) and _MODULE_RE.match(name)):
             raise ValueError(f"preload: {name!r} is not a module name")
+        # the sandbox sees the same site-packages: a module missing here is missing there
+        if importlib.util.find_spec(name.split(".")[0]) is None:
+            raise ValueError(f"preload: no module named {name.split('.')[0]!r} is installed")
     return out
 
 

@@ -141,5 +141,6 @@ class ProcessRunner:
         shutil.copytree(src, self.ws, symlinks=True)
         shutil.rmtree(trash, ignore_errors=True)
 
-    def shutdown(self) -> None:
+    def shutdown(self) -> bool:
         shutil.rmtree(self.base, ignore_errors=True)
+        return False  # a daemon that called setsid may still run (see the module docstring)

@@ -4,15 +4,16 @@ Two formats, on purpose:
 
 * host <-> supervisor: length-prefixed pickles. Both ends are posttrain's own code running
   outside the sandbox (the supervisor as root), so pickle is safe there and it carries bytes.
-* supervisor <-> fork-server: length-prefixed JSON, plus file descriptors (SCM_RIGHTS). The
-  fork-server lives *inside* the sandbox, next to untrusted code; whatever comes from it is
-  parsed as plain data and checked, never unpickled by the root supervisor.
+* supervisor -> job server: a length-prefixed `marshal`led dict plus file descriptors
+  (SCM_RIGHTS); job server -> supervisor: fixed binary reports (`recv_report`). The job server
+  lives *inside* the sandbox, next to untrusted code: what comes from it is parsed as numbers
+  and text of fixed layouts, never unpickled or unmarshalled by the root supervisor. (Neither
+  format needs a module import in the job server, which keeps its start-up short.)
 """
 
 from __future__ import annotations
 
-import array
-import json
+import marshal
 import pickle
 import socket
 import struct
@@ -49,34 +50,33 @@ def recv_obj(sock: socket.socket) -> object:
     return pickle.loads(_recv_frame(sock))
 
 
-def send_json(sock: socket.socket, obj: object, fds: list[int] = ()) -> None:
-    data = json.dumps(obj).encode()
+def send_job(sock: socket.socket, job: dict, fds: list[int]) -> None:
+    """Supervisor -> job server: a marshalled dict (trusted direction) and three descriptors
+    riding on the first byte."""
+    data = marshal.dumps(job)
     frame = _HEADER.pack(len(data)) + data
-    if fds:
-        # the descriptors ride on the first byte; the rest follows as ordinary stream data
-        socket.send_fds(sock, [frame[:1]], list(fds))
-        sock.sendall(frame[1:])
-    else:
-        sock.sendall(frame)
+    socket.send_fds(sock, [frame[:1]], list(fds))
+    sock.sendall(frame[1:])
 
 
-def recv_json(sock: socket.socket, max_fds: int = 0) -> tuple[object, list[int]]:
-    """Receive one JSON frame and the descriptors sent with it (at most `max_fds`)."""
-    fds: list[int] = []
-    if max_fds:
-        fdsize = array.array("i").itemsize
-        first, ancdata, _flags, _addr = sock.recvmsg(1, socket.CMSG_SPACE(max_fds * fdsize))
-        if not first:
-            raise EOFError("peer closed the connection")
-        for level, kind, data in ancdata:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                arr = array.array("i")
-                arr.frombytes(data[: len(data) - (len(data) % fdsize)])
-                fds.extend(arr)
-        head = first + _recv_exact(sock, _HEADER.size - 1)
-    else:
-        head = _recv_exact(sock, _HEADER.size)
-    (size,) = _HEADER.unpack(head)
-    if size > MAX_MESSAGE:
-        raise EOFError(f"frame of {size} bytes exceeds {MAX_MESSAGE}")
-    return json.loads(_recv_exact(sock, size)), fds
+# job server -> supervisor: (kind, payload length) then the payload. Fixed binary layouts, so
+# that what comes from inside the sandbox is parsed as numbers and text, nothing else.
+REPORT_HEADER = struct.Struct("!BI")
+READY, STARTED, DONE = 0, 1, 2
+STARTED_BODY = struct.Struct("!q")  # the job's pid, as the server sees it
+DONE_BODY = struct.Struct("!qdq")  # wait status, CPU seconds, max RSS in KiB
+MAX_READY_TEXT = 1 << 16
+
+
+def recv_report(sock: socket.socket) -> tuple[int, object]:
+    """One report from the job server: (READY, error text), (STARTED, pid) or
+    (DONE, (status, cpu_s, maxrss_kb)). Raises EOFError if the server is gone, ValueError if
+    the report is malformed."""
+    kind, size = REPORT_HEADER.unpack(_recv_exact(sock, REPORT_HEADER.size))
+    if kind == READY and size <= MAX_READY_TEXT:
+        return kind, _recv_exact(sock, size).decode("utf-8", errors="replace")
+    if kind == STARTED and size == STARTED_BODY.size:
+        return kind, STARTED_BODY.unpack(_recv_exact(sock, size))[0]
+    if kind == DONE and size == DONE_BODY.size:
+        return kind, DONE_BODY.unpack(_recv_exact(sock, size))
+    raise ValueError(f"malformed report from the job server (kind {kind}, {size} bytes)")

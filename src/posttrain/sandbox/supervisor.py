@@ -24,7 +24,8 @@ if __name__ == "__main__":  # started as a script with -I -S: make `posttrain` i
 
 from posttrain.sandbox.base import LimitReason, Limits  # noqa: E402
 from posttrain.sandbox.execute import pump  # noqa: E402
-from posttrain.sandbox.protocol import recv_json, recv_obj, send_json, send_obj  # noqa: E402
+from posttrain.sandbox.protocol import (DONE, READY, STARTED, recv_obj, recv_report,  # noqa: E402
+                                        send_job, send_obj)
 
 SERVER_BOOT_TIMEOUT_S = 120.0
 """how long the job server may take to import its preloads before the sandbox is broken"""
@@ -40,7 +41,8 @@ class JobServer:
         self.sock: socket.socket | None = None
         self.ready = False
         self.job_pid: int | None = None
-        """the running job's pid as the server sees it (used by the process backend only)"""
+        """the running job's pid as the server sees it (None until it reports the start; the
+        process backend uses it to kill a timed-out job's process group)"""
 
     def start(self) -> None:
         ours, theirs = socket.socketpair()
@@ -71,21 +73,19 @@ class JobServer:
             return
         self.sock.settimeout(SERVER_BOOT_TIMEOUT_S)
         try:
-            msg, _ = recv_json(self.sock)
+            kind, errors = recv_report(self.sock)
         except (EOFError, OSError, ValueError) as e:
             self.kill()
             raise RuntimeError(f"the sandbox's job server did not start: {e!r}") from None
         finally:
             if self.sock is not None:
                 self.sock.settimeout(None)
-        if not (isinstance(msg, dict) and msg.get("ready") is True):
+        if kind != READY:
             self.kill()
             raise RuntimeError("the sandbox's job server sent a malformed greeting")
-        if msg.get("errors"):
-            errors = msg["errors"]
+        if errors:
             self.kill()
-            raise RuntimeError("preload failed inside the sandbox: "
-                               + "; ".join(f"{k}: {v}" for k, v in errors.items()))
+            raise RuntimeError(f"preload failed inside the sandbox: {errors}")
         self.runner.server_ready(self.handle)
         self.ready = True
 
@@ -154,26 +154,28 @@ class Supervisor:
             self.server.handle.kill()  # no way to tell the job from the server: both go
 
     def job(self, payload: dict, req: dict) -> dict:
+        payload.update(cwd=self.runner.inside_ws, cpu_s=max(1, int(round(self.limits.cpu_s))))
+        for attempt in range(2):
+            result = self._attempt(payload, req)
+            if result is not None:
+                return result
+            # the server died before it started the job (killed from outside between two
+            # commands, say): the job never ran, so run it once more on a new server
+        raise RuntimeError("the sandbox's job server keeps dying before it starts a command")
+
+    def _attempt(self, payload: dict, req: dict) -> dict | None:
         server = self.server
         server.ensure()
         child, ours = _pipes(req.get("stdin"))
         before = self.runner.counters()
         self.runner.reset_peak()
-        payload.update(cwd=self.runner.inside_ws, cpu_s=max(1, int(round(self.limits.cpu_s))))
         server.job_pid = None
         try:
-            try:
-                send_json(server.sock, payload, fds=list(child))
-            except OSError:  # it died just now: one new server, one more try
-                server.kill()
-                server.ensure()
-                send_json(server.sock, payload, fds=list(child))
+            send_job(server.sock, payload, list(child))
         except OSError:
-            server.kill()
-            for fd in ours:
-                if fd is not None:
-                    os.close(fd)
-            raise RuntimeError("the sandbox's job server keeps dying") from None
+            send_failed = True
+        else:
+            send_failed = False
         finally:
             for fd in child:
                 os.close(fd)
@@ -181,26 +183,37 @@ class Supervisor:
 
         def on_done() -> bool:
             try:
-                msg, _ = recv_json(server.sock)
-                if "status" not in msg:  # {"pid": N}: the job started
-                    server.job_pid = int(msg["pid"])
-                    return False
-                status.update(status=int(msg["status"]), cpu_s=float(msg["cpu_s"]),
-                              maxrss_kb=int(msg["maxrss_kb"]))
-            except (EOFError, OSError, ValueError, KeyError, TypeError):
+                kind, body = recv_report(server.sock)
+            except (EOFError, OSError, ValueError):
                 status["server_died"] = True
+                return True
+            if kind == STARTED:
+                server.job_pid = body
+                return False
+            if kind != DONE:
+                status["server_died"] = True  # a confused server is as good as a dead one
+                return True
+            status.update(status=body[0], cpu_s=body[1], maxrss_kb=body[2])
             return True
 
         try:
-            cap = pump(out_fd=ours[1], err_fd=ours[2], stdin_fd=ours[0],
-                       stdin_data=req.get("stdin"), done_fd=server.sock.fileno(),
-                       on_done=on_done, kill=self.kill_job, timeout=req["timeout"],
-                       limits=self.limits, hangup_fd=self.host.fileno())
+            if send_failed:
+                status["server_died"] = True
+                cap = None
+            else:
+                cap = pump(out_fd=ours[1], err_fd=ours[2], stdin_fd=ours[0],
+                           stdin_data=req.get("stdin"), done_fd=server.sock.fileno(),
+                           on_done=on_done, kill=self.kill_job, timeout=req["timeout"],
+                           limits=self.limits, hangup_fd=self.host.fileno())
         finally:
+            if send_failed and ours[0] is not None:
+                os.close(ours[0])
             for fd in ours[1:]:
                 os.close(fd)
         if "server_died" in status:
-            server.kill()  # reaped here; started again by the next command
+            server.kill()  # reaped here; a new one starts with the next command
+            if server.job_pid is None:
+                return None  # it never started the job
             exit_code, sig = None, None
             if cap.killed is None:
                 cap.err += b"\n[posttrain] the sandbox's job server was killed during this " \
@@ -242,9 +255,10 @@ class Supervisor:
             "limit": limit.value if limit else None, "signal": sig,
         }
 
-    def shutdown(self) -> None:
+    def shutdown(self) -> bool:
+        """Kill everything; True if the sandbox is known to be empty afterwards."""
         self.server.kill()
-        self.runner.shutdown()
+        return self.runner.shutdown()
 
 
 def main() -> None:
@@ -285,9 +299,9 @@ def main() -> None:
         except OSError:
             break
         sup.runner.idle()
-    sup.shutdown()
+    clean = sup.shutdown()
     try:
-        send_obj(host, {"ok": True, "closed": True})
+        send_obj(host, {"ok": True, "closed": True, "clean": clean})
     except OSError:
         pass
 

@@ -18,25 +18,33 @@ starts a new one. Jobs of one sandbox share its workspace and `/tmp`; a fork-ser
 reused across sandboxes (episodes).
 
 This file is self-contained (stdlib only) because the `posttrain` package is not visible inside
-the sandbox.
+the sandbox, and it imports only built-in modules (`_socket`, `marshal`, `struct`, ...) so that it
+is ready in a few tens of milliseconds; the wire format is described in `protocol.py`.
 """
 
-import array
 import builtins
-import ctypes
-import importlib
-import json
+import marshal
 import os
 import resource
 import signal
-import socket
 import struct
 import sys
-import traceback
-import types
+
+import _socket
 
 _HEADER = struct.Struct("!I")
+_REPORT = struct.Struct("!BI")
+_READY, _STARTED, _DONE = 0, 1, 2
+_DONE_BODY = struct.Struct("!qdq")
 _PR_SET_DUMPABLE = 4
+_FD = struct.Struct("i")
+
+try:
+    import ctypes
+
+    _libc = ctypes.CDLL(None, use_errno=True)
+except (ImportError, OSError):  # no ctypes/libc: the server stays dumpable (weaker, see above)
+    _libc = None
 
 
 def _recv_exact(sock, n):
@@ -50,28 +58,20 @@ def _recv_exact(sock, n):
     return b"".join(chunks)
 
 
-def _recv(sock):
-    fdsize = array.array("i").itemsize
-    first, anc, _flags, _addr = sock.recvmsg(1, socket.CMSG_SPACE(3 * fdsize))
+def _recv_job(sock):
+    first, anc, _flags, _addr = sock.recvmsg(1, _socket.CMSG_SPACE(3 * _FD.size))
     if not first:
         raise EOFError
-    fds = array.array("i")
+    fds = []
     for level, kind, data in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[: len(data) - (len(data) % fdsize)])
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds += [_FD.unpack_from(data, i)[0] for i in range(0, len(data) - 3, _FD.size)]
     (size,) = _HEADER.unpack(first + _recv_exact(sock, _HEADER.size - 1))
-    return json.loads(_recv_exact(sock, size)), list(fds)
+    return marshal.loads(_recv_exact(sock, size)), fds
 
 
-def _send(sock, obj):
-    data = json.dumps(obj).encode()
-    sock.sendall(_HEADER.pack(len(data)) + data)
-
-
-try:
-    _libc = ctypes.CDLL(None, use_errno=True)
-except OSError:  # no dynamic libc: the server stays dumpable (documented weaker isolation)
-    _libc = None
+def _report(sock, kind, body=b""):
+    sock.sendall(_REPORT.pack(kind, len(body)) + body)
 
 
 def _set_dumpable(flag):
@@ -120,7 +120,7 @@ def _run_job(msg, fds, sock):
         sys.argv = ["-c", *msg["args"]]
         if "random" in sys.modules:
             sys.modules["random"].seed()
-        main = types.ModuleType("__main__")
+        main = type(sys)("__main__")
         main.__builtins__ = builtins
         sys.modules["__main__"] = main
         try:
@@ -135,7 +135,7 @@ def _run_job(msg, fds, sock):
                 print(e.code, file=sys.stderr)
                 status = 1
         except BaseException:
-            traceback.print_exc()
+            sys.excepthook(*sys.exc_info())  # the interpreter's own traceback printer
             status = 1
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -158,24 +158,26 @@ def _sweep(own_pid):
 
 
 def main():
-    sock = socket.socket(fileno=int(sys.argv[1]))
+    sock = _socket.socket(fileno=int(sys.argv[1]))
     preload = [m for m in sys.argv[2].split(",") if m] if len(sys.argv) > 2 else []
     sweep = len(sys.argv) > 3 and sys.argv[3] == "sweep"
     if sweep:
         with open("/proc/1/comm") as f:  # refuse to sweep a pid namespace that is not ours
             sweep = f.read().strip() == "bwrap"
     _set_dumpable(0)
-    errors = {}
+    errors = []
     for name in preload:
         try:
-            importlib.import_module(name)
+            __import__(name)
         except BaseException:
-            errors[name] = traceback.format_exc(limit=3)
+            import traceback
+
+            errors.append(f"{name}: {traceback.format_exc(limit=3)}")
     os.chdir("/")
-    _send(sock, {"ready": True, "errors": errors})
+    _report(sock, _READY, "\n".join(errors).encode()[:60000])
     while True:
         try:
-            msg, fds = _recv(sock)
+            msg, fds = _recv_job(sock)
         except (EOFError, OSError):
             os._exit(0)
         pid = os.fork()
@@ -183,8 +185,9 @@ def main():
             (_exec_job if "argv" in msg else _run_job)(msg, fds, sock)
         for fd in fds:
             os.close(fd)
-        if not sweep:  # the process backend kills a timed-out job by its process group
-            _send(sock, {"pid": pid})
+        # "started": from here on the job may have run (the supervisor retries a job only if
+        # the server died before this report); the process backend also kills by this pid
+        _report(sock, _STARTED, struct.pack("!q", pid))
         _, status, ru = os.wait4(pid, 0)
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -192,8 +195,7 @@ def main():
             pass
         if sweep:
             _sweep(os.getpid())
-        _send(sock, {"status": status, "cpu_s": ru.ru_utime + ru.ru_stime,
-                     "maxrss_kb": ru.ru_maxrss})
+        _report(sock, _DONE, _DONE_BODY.pack(status, ru.ru_utime + ru.ru_stime, ru.ru_maxrss))
 
 
 if __name__ == "__main__":
