@@ -1,0 +1,111 @@
+"""Per-domain judgements the scheduler acts on: infrastructure health and learning signal.
+
+* `Quarantine`: a domain whose infrastructure-error rate over its last episodes passes a threshold
+  is quarantined: no new groups, its queued groups dropped (counted), training goes on with the
+  rest. Policy-backend errors (`ErrorInfo.where == 'policy'`) are not the domain's fault and are
+  not counted. Nothing releases a domain automatically; `release` does (after a fix).
+* `SignalTracker`: the adaptive sampling of the trainer tier (see `AdaptiveConfig`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+from posttrain.scheduling.config import AdaptiveConfig, QuarantineConfig
+
+
+class Quarantine:
+    def __init__(self, config: QuarantineConfig) -> None:
+        self.config = config
+        self._windows: dict[str, deque[bool]] = {}
+        self._errors: dict[str, int] = {}
+        """infra errors in each domain's window (a running count: `record` stays O(1))"""
+        self.quarantined: dict[str, dict[str, Any]] = {}
+        """domain -> why: error rate, episodes looked at, last error, wall time"""
+
+    def record(self, domain: str, infra_error: bool, error: str = "") -> dict[str, Any] | None:
+        """Count one finished episode; returns the report if this quarantines the domain."""
+        if domain in self.quarantined:
+            return None
+        w = self._windows.get(domain)
+        if w is None:
+            w = self._windows[domain] = deque(maxlen=self.config.window)
+            self._errors[domain] = 0
+        if len(w) == w.maxlen:
+            self._errors[domain] -= w[0]
+        w.append(infra_error)
+        self._errors[domain] += infra_error
+        if len(w) < self.config.min_episodes or not infra_error:
+            return None
+        rate = self._errors[domain] / len(w)
+        if rate <= self.config.max_error_rate:
+            return None
+        report = {"error_rate": round(rate, 4), "episodes": len(w), "last_error": error[:500],
+                  "threshold": self.config.max_error_rate, "at": time.time()}
+        self.quarantined[domain] = report
+        return report
+
+    def rate(self, domain: str) -> float:
+        w = self._windows.get(domain)
+        return self._errors[domain] / len(w) if w else 0.0
+
+    def release(self, domain: str) -> None:
+        self.quarantined.pop(domain, None)
+        self._windows.pop(domain, None)
+        self._errors.pop(domain, None)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"windows": {d: [int(x) for x in w] for d, w in self._windows.items()},
+                "quarantined": dict(self.quarantined)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._windows = {d: deque((bool(x) for x in w), maxlen=self.config.window)
+                         for d, w in state["windows"].items()}
+        self._errors = {d: sum(w) for d, w in self._windows.items()}
+        self.quarantined = {d: dict(r) for d, r in state["quarantined"].items()}
+
+
+class SignalTracker:
+    def __init__(self, config: AdaptiveConfig) -> None:
+        self.config = config
+        self._signal: dict[str, deque[bool]] = {}
+        self._all_pass_run: dict[str, int] = {}
+        self.retired: dict[str, dict[str, Any]] = {}
+        """domain -> why: consecutive all-pass groups, wall time"""
+
+    def record(self, domain: str, has_signal: bool, all_passed: bool) -> tuple[float, bool]:
+        """Count one completed group; returns (weight multiplier, whether this retires the domain)."""
+        if not self.config.enabled:
+            return 1.0, False
+        w = self._signal.get(domain)
+        if w is None:
+            w = self._signal[domain] = deque(maxlen=self.config.window)
+        w.append(has_signal)
+        run = self._all_pass_run[domain] = self._all_pass_run.get(domain, 0) + 1 if all_passed else 0
+        retire = (self.config.retire_after is not None and run >= self.config.retire_after
+                  and domain not in self.retired)
+        if retire:
+            self.retired[domain] = {"all_pass_groups_in_a_row": run, "at": time.time()}
+        return self.multiplier(domain), retire
+
+    def multiplier(self, domain: str) -> float:
+        w = self._signal.get(domain)
+        if not self.config.enabled or w is None or len(w) < self.config.min_groups:
+            return 1.0
+        return max(self.config.floor, sum(w) / len(w))
+
+    def signal_share(self, domain: str) -> float | None:
+        w = self._signal.get(domain)
+        return sum(w) / len(w) if w else None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"signal": {d: [int(x) for x in w] for d, w in self._signal.items()},
+                "all_pass_run": dict(self._all_pass_run), "retired": dict(self.retired)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._signal = {d: deque((bool(x) for x in w), maxlen=self.config.window)
+                        for d, w in state["signal"].items()}
+        self._all_pass_run = {d: int(n) for d, n in state["all_pass_run"].items()}
+        self.retired = {d: dict(r) for d, r in state["retired"].items()}

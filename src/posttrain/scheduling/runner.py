@@ -1,0 +1,247 @@
+"""The asynchronous scheduler: runs what `SchedulerCore` decides, on a worker backend, with
+continuous batching of generation.
+
+    sched = Scheduler(config, domains, policy, factory=RolloutEpisodeFactory(...))
+    async with sched:
+        for step in range(steps):
+            groups = await sched.take(config.groups_per_step)   # ready groups, staleness-bounded
+            ...train on groups...
+            sched.set_policy_version(f"step-{step + 1}")       # after the weights changed
+
+Every running episode is an asyncio task: `start` on a worker, then `generate` through the shared
+batcher and `advance` on a worker, turn after turn (the last call also fetches `result`). When it ends, its slot goes to
+whatever the core names next. The same code path runs real episodes
+(`posttrain.rollout.episode.Episode`) and simulated ones (`posttrain.scheduling.sim`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable, Sequence
+
+from posttrain.policies.base import Policy
+from posttrain.rollout.trajectory import ErrorInfo, Trajectory
+from posttrain.scheduling.backends import LocalBackend, WorkerBackend
+from posttrain.scheduling.batcher import GenerationBatcher
+from posttrain.scheduling.config import DomainSpec, SchedulerConfig
+from posttrain.scheduling.core import Completed, SchedulerCore
+from posttrain.scheduling.work import EpisodeFactory, EpisodeSpec, Group, Usage
+
+
+class EpisodeTimeout(RuntimeError):
+    """An episode ran past `RetryConfig.episode_timeout_s`."""
+
+
+class SchedulerStalled(RuntimeError):
+    """Nothing can make progress (every trainer domain quarantined or retired, or the trainer did
+    not advance the policy version); the message says which."""
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, domains: Sequence[DomainSpec], policy: Policy, *,
+                 factory: EpisodeFactory | None = None, backend: WorkerBackend | None = None,
+                 workers: int = 32, state: dict[str, Any] | None = None,
+                 completed: Completed | None = None,
+                 load_group: Callable[[str], list[Trajectory]] | None = None,
+                 on_group: Callable[[Group], None] | None = None,
+                 on_failure: Callable[[Trajectory], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """`factory` builds a driver per `EpisodeSpec` (on the worker); give it, or a `backend`
+        built with it. `state` (from `state_dict`) resumes a killed run; `completed` (the store's
+        group ids: a set or a predicate) keeps finished groups from running again; they reach the
+        trainer loaded by `load_group(group_id)` (or flagged `Group.recovered`, left empty)."""
+        if backend is None:
+            if factory is None:
+                raise ValueError("Scheduler needs an episode factory (or a backend built with one)")
+            backend = LocalBackend(factory, workers=workers)
+        self.config, self.policy, self.backend, self.clock = config, policy, backend, clock
+        kwargs = dict(clock=clock, on_group=on_group, on_failure=on_failure, load_group=load_group)
+        if state is not None:
+            self.core = SchedulerCore.from_state(state, config, domains, completed=completed or (), **kwargs)
+        else:
+            self.core = SchedulerCore(config, domains, completed=completed, **kwargs)
+        self.core.worker_slots = backend.capacity
+        self.batcher = GenerationBatcher(policy, config.batch)
+        self._tasks: set[asyncio.Task] = set()
+        self._changed: asyncio.Event | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float("inf")
+        self._error: BaseException | None = None
+        self._started_at: float | None = None
+        self._closed_at: float | None = None
+
+    # -- lifecycle --------------------------------------------------------------------
+    async def start(self) -> None:
+        self.backend.open()
+        self.batcher.start()
+        self._changed = asyncio.Event()
+        self._started_at = time.perf_counter()
+        self._fill()
+
+    async def close(self) -> None:
+        """Stop: running episodes are cancelled (counted as abandoned; their groups would be
+        re-issued by a resume from a saved state)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.batcher.close()
+        await self.backend.close()
+        if self._started_at is not None and self._closed_at is None:
+            self._closed_at = time.perf_counter()
+
+    async def __aenter__(self) -> "Scheduler":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # -- the trainer's side -----------------------------------------------------------
+    async def take(self, n: int) -> list[Group]:
+        """Wait for `n` trainer-tier groups (due ones first, then oldest). Fewer only when a fixed
+        workload (`max_groups`) is exhausted; raises `SchedulerStalled` if none can ever come."""
+        while True:
+            self._raise_if_failed()
+            groups = self.core.take(n)
+            if groups is not None:
+                return groups
+            if self.core.finished():
+                return self.core.take_ready(self.config.trainer_tier)
+            reason = self.core.stalled_reason(n)
+            if reason:
+                raise SchedulerStalled(reason)
+            await self._wait_change()
+
+    async def take_ready(self, tier: str, n: int) -> list[Group]:
+        """Wait for `n` ready groups of `tier` (evaluation, background), oldest first."""
+        out: list[Group] = []
+        while len(out) < n:
+            self._raise_if_failed()
+            out += self.core.take_ready(tier, n - len(out))
+            if len(out) < n:
+                if self.core.finished() and not self.core.open[tier]:
+                    break
+                await self._wait_change()
+        return out
+
+    async def wait_finished(self) -> None:
+        """Wait until a fixed workload (`max_groups`, submitted work) is done."""
+        while not self.core.finished():
+            self._raise_if_failed()
+            reason = self.core.stalled_reason(1)
+            if reason:
+                raise SchedulerStalled(reason)
+            await self._wait_change()
+
+    def set_policy_version(self, name: str) -> int:
+        version = self.core.set_version(name)
+        self._fill()
+        return version
+
+    def submit(self, domain: str, n_groups: int = 1) -> None:
+        self.core.submit(domain, n_groups)
+        self._fill()
+
+    def release_quarantine(self, domain: str) -> None:
+        self.core.release_quarantine(domain)
+        self._fill()
+
+    @property
+    def recovered(self) -> list[str]:
+        """Group ids that a resume found already complete in the store (not run again)."""
+        return list(self.core.recovered)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.core.state_dict()
+
+    def metrics(self) -> dict[str, Any]:
+        m = self.core.metrics()
+        end = self._closed_at or time.perf_counter()
+        elapsed = end - self._started_at if self._started_at is not None else 0.0
+        m["elapsed_s"] = round(elapsed, 6)
+        m["generator_busy"] = round(self.batcher.busy_seconds() / elapsed, 6) if elapsed > 0 else None
+        m["worker_utilization"] = (round(self.backend.busy_s / (self.backend.capacity * elapsed), 6)
+                                   if elapsed > 0 else None)
+        m["batcher"] = self.batcher.metrics()
+        m["backend"] = {"name": self.backend.name, "capacity": self.backend.capacity,
+                        "busy_s": round(self.backend.busy_s, 6)}
+        return m
+
+    # -- internals --------------------------------------------------------------------
+    def _fill(self) -> None:
+        if self._changed is None:
+            return  # not started: start() fills
+        loop = asyncio.get_running_loop()
+        while (spec := self.core.next_episode()) is not None:
+            task = loop.create_task(self._episode(spec), name=f"episode {spec.key}")
+            self._tasks.add(task)
+            task.add_done_callback(self._task_done)
+        at = self.core.next_retry_at()
+        if at is not None and at < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = at
+            self._timer = loop.call_later(max(0.0, at - self.clock()), self._on_timer)
+        self._changed.set()
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_at = None, float("inf")
+        self._fill()
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None and self._error is None:
+            self._error = task.exception()  # a bug in the scheduler itself: surface it
+            if self._changed is not None:
+                self._changed.set()
+
+    async def _episode(self, spec: EpisodeSpec) -> None:
+        usage, handle = Usage(), None
+        try:
+            async with asyncio.timeout(self.config.retry.episode_timeout_s):
+                handle, (request, traj, secs) = await self.backend.start(spec)
+                usage.sandbox_s += secs
+                while request is not None:
+                    completion, gen_s, tokens = await self.batcher.generate(request)
+                    usage.gen_s += gen_s
+                    usage.tokens += tokens
+                    request, traj, secs = await self.backend.advance(handle, completion)
+                    usage.sandbox_s += secs
+                if traj is None:
+                    raise RuntimeError(f"backend {self.backend.name} ended episode {spec.key} "
+                                       "without its trajectory")
+        except asyncio.CancelledError:
+            self.core.episode_abandoned(spec)
+            raise
+        except TimeoutError:
+            self.backend.discard(handle)
+            traj = _infra_trajectory(spec, EpisodeTimeout(
+                f"episode {spec.key} ran past {self.config.retry.episode_timeout_s}s"))
+        except Exception as e:  # noqa: BLE001 - a driver that raises is an infrastructure failure
+            self.backend.discard(handle)
+            traj = _infra_trajectory(spec, e)
+        self.core.episode_finished(spec, traj, usage)
+        self._fill()
+
+    async def _wait_change(self) -> None:
+        self._changed.clear()
+        await self._changed.wait()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"the scheduler failed: {type(self._error).__name__}: {self._error}") \
+                from self._error
+
+
+def _infra_trajectory(spec: EpisodeSpec, exc: BaseException) -> Trajectory:
+    """The record of an episode whose driver raised or timed out (the task itself is unknown
+    here: its key is rebuilt from the spec, its hash left empty)."""
+    return Trajectory(task_key=f"{spec.domain}/{spec.split}/{spec.task_seed}", task_hash="",
+                      domain=spec.domain, split=spec.split, policy_version=spec.policy_version,
+                      status="infra_error", error=ErrorInfo.from_exception(exc, "runner"),
+                      seed=spec.seed, group_id=spec.group_id, attempt=spec.attempt,
+                      created_at=time.time())

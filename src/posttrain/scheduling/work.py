@@ -1,0 +1,150 @@
+"""The units the scheduler hands out and gets back, and the episode-driver contract.
+
+The scheduler is generic over *episode drivers*: anything with `start`, `advance` and `result`
+(`posttrain.rollout.episode.Episode` is one; `posttrain.scheduling.sim.SimEpisode` is the
+simulated one of the benchmark). A factory turns an `EpisodeSpec` into a driver; it is called on
+the worker that will run the episode (a thread, or a Ray actor), so it must be picklable for the
+Ray backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
+
+from posttrain.policies.base import Completion, GenerationRequest
+from posttrain.rollout.trajectory import Trajectory
+
+
+@runtime_checkable
+class EpisodeDriver(Protocol):
+    def start(self) -> GenerationRequest | None:
+        """Set the episode up (sandbox, environment reset); the first request, or None if the
+        episode finished without generating (e.g. it failed to start: see `result`)."""
+        ...
+
+    def advance(self, completion: Completion) -> GenerationRequest | None:
+        """Apply one completion (tools, and the verifier at the end; may block for long); the next
+        request, or None when the episode is over."""
+        ...
+
+    def result(self) -> Trajectory:
+        """The finished episode's trajectory: completed, truncated or infra_error."""
+        ...
+
+
+class EpisodeSpec(NamedTuple):
+    """One member of one group, at one attempt: everything a factory needs to build a driver.
+    (A named tuple: immutable, picklable, and cheap to make — one is made per launch.)"""
+
+    group_id: str
+    """'<domain>#<n>': the n-th group drawn for the domain; stable across restarts"""
+    domain: str
+    tier: str
+    split: str
+    """'train' or 'eval': the split the task is drawn from"""
+    member: int
+    """index of this episode in its group, 0..G-1"""
+    attempt: int
+    """0 for the first run; each re-run (after an infra error or a restart) increments it"""
+    task_seed: int
+    """the seed of the group's task (every member shares it)"""
+    seed: int
+    """this episode's own seed (sampling, simulated randomness), derived from group, member, attempt"""
+    policy_version: str
+    """name of the policy version the group was admitted under"""
+    version: int
+    """its index: the number of policy updates before it"""
+
+    @property
+    def key(self) -> str:
+        return f"{self.group_id}/{self.member}/{self.attempt}"
+
+
+EpisodeFactory = Callable[[EpisodeSpec], EpisodeDriver]
+
+
+@dataclass
+class Usage:
+    """What one episode consumed, measured by the scheduler (not reported by the episode)."""
+
+    sandbox_s: float = 0.0
+    """worker seconds spent in start/advance/result (environment steps, verification)"""
+    gen_s: float = 0.0
+    """generator seconds attributed to its requests (a batch's time split by tokens)"""
+    tokens: int = 0
+    """generated tokens"""
+    queue_s: float = 0.0
+    """time between becoming ready to launch and being launched"""
+
+    def add(self, other: "Usage") -> None:
+        self.sandbox_s += other.sandbox_s
+        self.gen_s += other.gen_s
+        self.tokens += other.tokens
+        self.queue_s += other.queue_s
+
+
+@dataclass
+class Group:
+    """G episodes of one task under one policy version: what the trainer consumes."""
+
+    group_id: str
+    domain: str
+    tier: str
+    task_seed: int
+    policy_version: str
+    version: int
+    trajectories: list[Trajectory]
+    """the members, in member order, all completed or truncated"""
+    usage: Usage = field(default_factory=Usage)
+    """summed over members and over their failed attempts"""
+    admitted_at: float = 0.0
+    completed_at: float = 0.0
+    staleness: int = 0
+    """trainer version when taken minus `version` (also set on each trajectory)"""
+    recovered: bool = False
+    """found complete in the store on resume, not run again: its trajectories come from
+    `load_group` (empty without one: load them from the store by `group_id`)"""
+
+    @property
+    def rewards(self) -> list[float]:
+        return [float(t.reward) for t in self.trajectories if t.reward is not None]
+
+    @property
+    def has_signal(self) -> bool:
+        """False for a zero-variance group (all rewards equal): GRPO learns nothing from it."""
+        r = self.rewards
+        return len(r) > 1 and max(r) != min(r)
+
+    @property
+    def all_passed(self) -> bool:
+        return all(passed(t) for t in self.trajectories)
+
+
+def passed(traj: Trajectory) -> bool:
+    """A trajectory's pass/fail: its verdict if it has one, else a full reward."""
+    if traj.verdict is not None:
+        return bool(traj.verdict.passed)
+    return traj.reward is not None and traj.reward >= 1.0
+
+
+def derive_seed(*parts: Any) -> int:
+    """A stable 31-bit seed from any parts (the same parts, the same seed, in every process)."""
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def mix_seed(seed: int, *parts: int) -> int:
+    """A stable 31-bit seed from a seed and small integers (splitmix64 steps): the cheap
+    per-episode counterpart of `derive_seed`, the same in every process."""
+    x = seed & _MASK64
+    for p in parts:
+        x = (x + 0x9E3779B97F4A7C15 + p) & _MASK64
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+        x ^= x >> 31
+    return x & 0x7FFFFFFF

@@ -1,0 +1,138 @@
+"""Quota arithmetic of the fair queue (samples and cost), caps, blocking and the starvation guard."""
+
+from collections import Counter
+
+import pytest
+
+from posttrain.scheduling import DomainSpec, SchedulerConfig
+from posttrain.scheduling.quotas import FairQueue, Window
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def serve(q: FairQueue, n: int, charge=lambda name: 1.0, clock: Clock | None = None) -> Counter:
+    got = Counter()
+    for _ in range(n):
+        name = q.pick()
+        assert name is not None
+        amount = charge(name)
+        q.charge(name, amount, samples=1, cost=amount)
+        got[name] += 1
+        if clock is not None:
+            clock.t += 1.0
+    return got
+
+
+def test_weighted_shares_are_exact_to_one_group():
+    q = FairQueue(window_s=1e9, starvation_s=None, clock=Clock())
+    for name, w in (("a", 1), ("b", 2), ("c", 3), ("d", 6)):
+        q.add(name, w)
+    got = serve(q, 1200)
+    for name, w in (("a", 1), ("b", 2), ("c", 3), ("d", 6)):
+        assert abs(got[name] - 1200 * w / 12) <= 1
+
+
+def test_cost_fair_share_gives_cheap_domains_more_groups():
+    cost = {"cheap": 1.0, "mid": 4.0, "dear": 16.0}
+    q = FairQueue(window_s=1e9, starvation_s=None, clock=Clock())
+    for name in cost:
+        q.add(name, 1.0)
+    got = serve(q, 2100, charge=cost.__getitem__)
+    spent = {n: got[n] * cost[n] for n in cost}
+    total = sum(spent.values())
+    for n in cost:  # equal cost shares, to within one dear group
+        assert abs(spent[n] / total - 1 / 3) <= 16 / total
+    assert got["cheap"] > 10 * got["dear"] > 0
+
+
+def test_adjust_corrects_a_wrong_estimate():
+    q = FairQueue(window_s=1e9, starvation_s=None, clock=Clock())
+    q.add("a", 1.0)
+    q.add("b", 1.0)
+    # both are estimated at 1.0 per group, but "a" really costs 3.0: corrections catch up
+    got = Counter()
+    for _ in range(400):
+        name = q.pick()
+        q.charge(name, 1.0, 1, 1.0)
+        if name == "a":
+            q.adjust("a", 2.0, 2.0)
+        got[name] += 1
+    assert abs(got["b"] / got["a"] - 3.0) < 0.05
+
+
+def test_sample_cap_is_soft_and_bounds_the_share():
+    clock = Clock()
+    q = FairQueue(window_s=1e9, starvation_s=None, clock=clock)
+    q.add("big", 10.0, sample_cap=0.2)
+    q.add("small", 1.0)
+    got = serve(q, 500)
+    assert got["big"] / 500 == pytest.approx(0.2, abs=0.02)
+    q.block("small")  # alone, a capped domain still runs: caps never leave work undone
+    assert q.pick() == "big"
+
+
+def test_window_expires_usage():
+    w = Window()
+    w.add(0.0, 4, 2.0)
+    w.add(5.0, 4, 1.0)
+    w.expire(1.0)
+    assert (w.samples, w.cost) == (4, 1.0)
+    w.expire(10.0)
+    assert (w.samples, w.cost) == (0, 0.0)
+
+
+def test_unblocked_domain_gets_no_hoarded_credit():
+    q = FairQueue(window_s=1e9, starvation_s=None, clock=Clock())
+    q.add("a", 1.0)
+    q.add("b", 1.0)
+    q.block("b")
+    serve(q, 100)  # only "a" runs meanwhile
+    q.unblock("b")
+    got = serve(q, 20)
+    assert got["b"] == 10  # back to its share, not 100 groups of catch-up
+
+
+def test_blocked_domains_are_never_picked_and_all_blocked_is_none():
+    q = FairQueue(window_s=1e9, starvation_s=None, clock=Clock())
+    q.add("a", 1.0)
+    q.add("b", 1.0)
+    q.block("a")
+    assert set(serve(q, 10)) == {"b"}
+    q.block("b")
+    assert q.pick() is None
+
+
+def test_starvation_guard_bounds_the_wait_under_an_adversarial_mix():
+    # one domain of weight 1 among 50 of weight 1000: its fair turn comes every ~50,000 groups;
+    # the guard serves it once it has waited 100 s (one group per simulated second)
+    clock = Clock()
+    q = FairQueue(window_s=1e9, starvation_s=100.0, clock=clock)
+    q.add("rare", 1.0)
+    for i in range(50):
+        q.add(f"hog{i}", 1000.0)
+    got = serve(q, 1000, clock=clock)
+    assert got["rare"] >= 9
+    max_gap, current = q.wait("rare")
+    assert max_gap <= 102 and current <= 101
+    q2 = FairQueue(window_s=1e9, starvation_s=None, clock=Clock())
+    q2.add("rare", 1.0)
+    for i in range(50):
+        q2.add(f"hog{i}", 1000.0)
+    assert serve(q2, 1000)["rare"] == 1  # without the guard: only its first turn
+
+
+def test_domain_spec_validation_names_field_and_value():
+    with pytest.raises(ValueError, match=r"DomainSpec 'x'.weight: must be > 0, got -1"):
+        DomainSpec("x", weight=-1)
+    with pytest.raises(ValueError, match=r"max_cost_share"):
+        DomainSpec("x", max_cost_share=1.5)
+    with pytest.raises(ValueError, match=r"SchedulerConfig.trainer_tier"):
+        SchedulerConfig(tiers=("eval",), trainer_tier="train")
+    with pytest.raises(ValueError, match=r"share_by"):
+        SchedulerConfig(share_by="tokens")  # type: ignore[arg-type]
