@@ -1,7 +1,9 @@
 """The default backend: bubblewrap, driven by a root supervisor in a private mount namespace.
 
-Every command of a sandbox is a fresh `bwrap` process tree; short Python jobs go to a fork-server
-that lives in its own long-lived `bwrap`. What each layer protects against, and what it does not:
+Each sandbox is one long-lived `bwrap` whose command is the job server
+(`inside/_forkserver.py`); every command (`run`) and Python job (`run_python`) is a process the
+server forks inside that sandbox, so a command costs a fork (+ exec), not a new set of
+namespaces. What each layer protects against, and what it does not:
 
 * **Namespaces** (`--unshare-all --unshare-user --disable-userns`): the sandbox has its own
   mount, pid, network, ipc, uts, cgroup and user namespaces. Host processes are invisible and
@@ -11,7 +13,8 @@ that lives in its own long-lived `bwrap`. What each layer protects against, and 
   surface). Not covered: the kernel itself is shared; a kernel exploit escapes every layer here.
 * **Filesystem**: a tmpfs root remounted read-only; `/usr` (and the `/bin`, `/lib` links)
   read-only; generated `/etc/passwd`, `/etc/group`, `/etc/hosts` and the loader cache, no other
-  host `/etc` (no `/etc/shadow`); a private `/proc` and a minimal `/dev`; the project's Python at
+  host `/etc` (no `/etc/shadow`); a private `/proc`; a minimal, read-only `/dev` (no disks, no
+  `kvm`, no `mem`) with a capped `/dev/shm`; the project's Python at
   neutral paths (`/opt/python`, `/opt/venv`, read-only) and `src/posttrain/sandbox/inside` at
   `/opt/posttrain/inside`; the repository, `/root` and `/home` are not there at all. The
   workspace (`/ws`) and `/tmp` are size-capped tmpfs: a disk fill ends in ENOSPC. Not covered:
@@ -20,17 +23,21 @@ that lives in its own long-lived `bwrap`. What each layer protects against, and 
 * **Identity**: run as root, posttrain launches each sandbox as its own unused host uid (see
   `slots.py`) mapped to uid 1000 inside, with no capabilities (`--cap-drop ALL` and an empty
   bounding set) and `no_new_privs`: setuid binaries, `chown` and writes to `/proc/sys` fail.
-  Not covered: if posttrain itself runs as an ordinary user, the sandbox's host uid is that
-  user's (still without access to anything not bound in).
+  Not covered: the backend needs posttrain to run as root (it mounts the workspace and switches
+  uids); as an ordinary user only the unisolated `process` backend is available.
 * **Environment**: bubblewrap is started with an empty environment, so neither the command nor
   `/proc/1/environ` (bubblewrap's own pid 1) shows the launcher's variables; the command sees
   only PATH, HOME, LANG, TMPDIR, USER, PYTHONPATH and what the caller passes.
 * **seccomp** (`seccomp.py`): a deny-list of syscalls (ptrace, process_vm_*, bpf, keyrings,
   mount, unshare, io_uring, ...). Not covered: it is a deny-list, not an allow-list.
 * **Resources**: cgroups for memory, pids and CPU where the machine offers them (`cgroups.py`),
-  rlimits always (`rlimits.py`), a wall timeout that kills the process tree, output caps. Each
-  command runs in a new pid namespace whose death kills everything in it, so no daemon outlives
-  its command; the supervisor is a subreaper, so no zombie outlives it either.
+  rlimits always (`rlimits.py`; RLIMIT_CPU afresh for every command), a wall timeout, output
+  caps. When a command ends, the job server kills every other process in the sandbox (no daemon
+  outlives its command); on a timeout the supervisor kills the command's processes through the
+  cgroup (or the whole sandbox, job server included, where there is no cgroup). The sandbox's
+  pid 1 reaps inside; the supervisor is a subreaper and reaps outside: no zombie outlives it.
+  Not covered: processes of one sandbox share its uid, so a command can kill the job server
+  (the supervisor then starts a new one and says so in the result).
 * **Lifetime**: `--die-with-parent` and `--new-session` (no terminal injection through TIOCSTI);
   the supervisor exits when the host's socket closes, and everything dies with it.
 

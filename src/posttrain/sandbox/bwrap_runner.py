@@ -238,10 +238,10 @@ class BwrapRunner:
             os.close(block_w)
         return handle
 
-    def server_argv(self, fd: int, preload: list[str]) -> list[str]:
+    def server_argv(self, fd: int, started_fd: int, preload: list[str]) -> list[str]:
         python = "/opt/venv/bin/python3" if self.layout["venv"] else self._python()
-        return [python, "/opt/posttrain/inside/_forkserver.py", str(fd), ",".join(preload),
-                "sweep"]
+        return [python, "/opt/posttrain/inside/_forkserver.py", str(fd), str(started_fd),
+                ",".join(preload), "sweep"]
 
     def server_ready(self, handle: BwrapHandle) -> None:
         """Learn the server's host pid: the only child of bubblewrap's pid 1 at this point."""

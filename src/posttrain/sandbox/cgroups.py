@@ -22,7 +22,11 @@ import time
 from posttrain.sandbox.base import Limits
 
 CONTROLLERS = ("memory", "pids", "cpu")
-PARENT = "posttrain-sandbox"
+PREFIX = "posttrain-sandbox-"
+"""each sandbox's cgroup is a top-level `posttrain-sandbox-<supervisor pid>-<id>`. Top level on
+purpose: under a shared parent, all sandboxes of the machine would share one CPU weight against
+every ordinary process (a sandboxed command would run slower than the same command outside on a
+busy machine); at the top level a sandbox weighs what one process weighs."""
 CPU_PERIOD_US = 100_000
 
 
@@ -86,20 +90,18 @@ class SandboxCgroup:
         try:
             if v2:
                 mnt = self.controllers[next(iter(v2))][1]
-                parent = os.path.join(mnt, PARENT)
-                os.makedirs(parent, exist_ok=True)
                 enable = " ".join(f"+{c}" for c in sorted(v2))
-                _write(os.path.join(mnt, "cgroup.subtree_control"), enable)
-                _write(os.path.join(parent, "cgroup.subtree_control"), enable)
-                path = os.path.join(parent, name)
+                try:
+                    _write(os.path.join(mnt, "cgroup.subtree_control"), enable)
+                except OSError:
+                    pass  # already enabled, or not ours to enable: the writes below will tell
+                path = os.path.join(mnt, PREFIX + name)
                 os.mkdir(path)
                 for c in v2:
                     self.dirs[c] = path
             for c, (ver, mnt) in self.controllers.items():
                 if ver == "v1":
-                    parent = os.path.join(mnt, PARENT)
-                    os.makedirs(parent, exist_ok=True)
-                    path = os.path.join(parent, name)
+                    path = os.path.join(mnt, PREFIX + name)
                     os.mkdir(path)
                     self.dirs[c] = path
             self._limit(limits)
@@ -227,16 +229,15 @@ def collect_stale() -> int:
     """Remove sandbox cgroups left by supervisors that were killed (empty ones only)."""
     n = 0
     for c, (ver, mnt) in detect().items():
-        parent = os.path.join(mnt, PARENT)
         try:
-            names = os.listdir(parent)
+            names = [x for x in os.listdir(mnt) if x.startswith(PREFIX)]
         except OSError:
             continue
         for name in names:
-            pid = name.split("-")[0]
+            pid = name[len(PREFIX):].split("-")[0]
             if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
                 try:
-                    os.rmdir(os.path.join(parent, name))
+                    os.rmdir(os.path.join(mnt, name))
                     n += 1
                 except OSError:
                     pass

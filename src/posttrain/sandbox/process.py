@@ -97,9 +97,9 @@ class ProcessRunner:
                                 start_new_session=True, preexec_fn=lambda: apply_self(table))
         return ProcessHandle(proc)
 
-    def server_argv(self, fd: int, preload: list[str]) -> list[str]:
+    def server_argv(self, fd: int, started_fd: int, preload: list[str]) -> list[str]:
         return [self.cfg["python"], os.path.join(self.cfg["inside_dir"], "_forkserver.py"),
-                str(fd), ",".join(preload), "nosweep"]
+                str(fd), str(started_fd), ",".join(preload), "nosweep"]
 
     def server_ready(self, handle: ProcessHandle) -> None:
         pass

@@ -14,6 +14,7 @@ Two formats, on purpose:
 from __future__ import annotations
 
 import marshal
+import os
 import pickle
 import socket
 import struct
@@ -62,21 +63,37 @@ def send_job(sock: socket.socket, job: dict, fds: list[int]) -> None:
 # job server -> supervisor: (kind, payload length) then the payload. Fixed binary layouts, so
 # that what comes from inside the sandbox is parsed as numbers and text, nothing else.
 REPORT_HEADER = struct.Struct("!BI")
-READY, STARTED, DONE = 0, 1, 2
-STARTED_BODY = struct.Struct("!q")  # the job's pid, as the server sees it
+READY, DONE = 0, 2
 DONE_BODY = struct.Struct("!qdq")  # wait status, CPU seconds, max RSS in KiB
 MAX_READY_TEXT = 1 << 16
+STARTED = struct.Struct("!q")
+"""the job server writes each job's pid (as it sees it) to a separate "started" pipe right
+after the fork. The supervisor does not poll that pipe (no wake-up per job); it reads it only
+when it needs to know: did a server that died start the job? which process group to kill?"""
 
 
 def recv_report(sock: socket.socket) -> tuple[int, object]:
-    """One report from the job server: (READY, error text), (STARTED, pid) or
-    (DONE, (status, cpu_s, maxrss_kb)). Raises EOFError if the server is gone, ValueError if
-    the report is malformed."""
+    """One report from the job server: (READY, error text) or (DONE, (status, cpu_s,
+    maxrss_kb)). Raises EOFError if the server is gone, ValueError if it is malformed."""
     kind, size = REPORT_HEADER.unpack(_recv_exact(sock, REPORT_HEADER.size))
     if kind == READY and size <= MAX_READY_TEXT:
         return kind, _recv_exact(sock, size).decode("utf-8", errors="replace")
-    if kind == STARTED and size == STARTED_BODY.size:
-        return kind, STARTED_BODY.unpack(_recv_exact(sock, size))[0]
     if kind == DONE and size == DONE_BODY.size:
         return kind, DONE_BODY.unpack(_recv_exact(sock, size))
     raise ValueError(f"malformed report from the job server (kind {kind}, {size} bytes)")
+
+
+def read_started(fd: int) -> int | None:
+    """The last pid on a (non-blocking) started pipe, or None if nothing was written since the
+    last call."""
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    n = len(data) // STARTED.size
+    return STARTED.unpack_from(data, (n - 1) * STARTED.size)[0] if n else None

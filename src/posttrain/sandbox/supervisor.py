@@ -24,8 +24,8 @@ if __name__ == "__main__":  # started as a script with -I -S: make `posttrain` i
 
 from posttrain.sandbox.base import LimitReason, Limits  # noqa: E402
 from posttrain.sandbox.execute import pump  # noqa: E402
-from posttrain.sandbox.protocol import (DONE, READY, STARTED, recv_obj, recv_report,  # noqa: E402
-                                        send_job, send_obj)
+from posttrain.sandbox.protocol import (DONE, READY, read_started, recv_obj,  # noqa: E402
+                                        recv_report, send_job, send_obj)
 
 SERVER_BOOT_TIMEOUT_S = 120.0
 """how long the job server may take to import its preloads before the sandbox is broken"""
@@ -39,22 +39,35 @@ class JobServer:
         self.preload = preload
         self.handle = None
         self.sock: socket.socket | None = None
+        self.started_r: int | None = None
         self.ready = False
         self.job_pid: int | None = None
-        """the running job's pid as the server sees it (None until it reports the start; the
-        process backend uses it to kill a timed-out job's process group)"""
+        """the running job's pid as the server sees it (None until the server wrote it to the
+        started pipe; the process backend kills a timed-out job's process group by it)"""
 
     def start(self) -> None:
         ours, theirs = socket.socketpair()
+        started_r, started_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         try:
             self.handle = self.runner.spawn(
-                self.runner.server_argv(theirs.fileno(), self.preload), stdin=null,
-                stdout=null, stderr=null, pass_fds=(theirs.fileno(),))
+                self.runner.server_argv(theirs.fileno(), started_w, self.preload), stdin=null,
+                stdout=null, stderr=null, pass_fds=(theirs.fileno(), started_w))
+        except BaseException:
+            os.close(started_r)
+            raise
         finally:
             os.close(null)
+            os.close(started_w)
             theirs.close()
-        self.sock, self.ready = ours, False
+        self.sock, self.started_r, self.ready = ours, started_r, False
+
+    def started(self) -> int | None:
+        """The pid of the job running now, if the server has started it."""
+        pid = read_started(self.started_r) if self.started_r is not None else None
+        if pid is not None:
+            self.job_pid = pid
+        return self.job_pid
 
     def alive(self) -> bool:
         if self.handle is None:
@@ -99,7 +112,9 @@ class JobServer:
             self.handle.close()
         if self.sock is not None:
             self.sock.close()
-        self.handle, self.sock, self.ready = None, None, False
+        if self.started_r is not None:
+            os.close(self.started_r)
+        self.handle, self.sock, self.started_r, self.ready = None, None, None, False
 
 
 def _pipes(stdin: bytes | None):
@@ -150,7 +165,7 @@ class Supervisor:
 
     def kill_job(self) -> None:
         """Stop the running job and everything it started, keeping the server if we can."""
-        if not self.runner.kill_job(self.server.handle, self.server.job_pid):
+        if not self.runner.kill_job(self.server.handle, self.server.started()):
             self.server.handle.kill()  # no way to tell the job from the server: both go
 
     def job(self, payload: dict, req: dict) -> dict:
@@ -169,6 +184,7 @@ class Supervisor:
         child, ours = _pipes(req.get("stdin"))
         before = self.runner.counters()
         self.runner.reset_peak()
+        server.started()  # drain: what is written from here on is this job's
         server.job_pid = None
         try:
             send_job(server.sock, payload, list(child))
@@ -187,9 +203,6 @@ class Supervisor:
             except (EOFError, OSError, ValueError):
                 status["server_died"] = True
                 return True
-            if kind == STARTED:
-                server.job_pid = body
-                return False
             if kind != DONE:
                 status["server_died"] = True  # a confused server is as good as a dead one
                 return True
@@ -211,8 +224,9 @@ class Supervisor:
             for fd in ours[1:]:
                 os.close(fd)
         if "server_died" in status:
+            started = server.started() is not None
             server.kill()  # reaped here; a new one starts with the next command
-            if server.job_pid is None:
+            if not started:
                 return None  # it never started the job
             exit_code, sig = None, None
             if cap.killed is None:

@@ -34,7 +34,8 @@ import _socket
 
 _HEADER = struct.Struct("!I")
 _REPORT = struct.Struct("!BI")
-_READY, _STARTED, _DONE = 0, 1, 2
+_READY, _DONE = 0, 2
+_STARTED = struct.Struct("!q")
 _DONE_BODY = struct.Struct("!qdq")
 _PR_SET_DUMPABLE = 4
 _FD = struct.Struct("i")
@@ -81,7 +82,7 @@ def _set_dumpable(flag):
 
 def _become_job(msg, fds, sock):
     """In the forked child: stdio, session, CPU limit, working directory."""
-    sock.close()
+    sock.close()  # the child keeps no way to talk to the supervisor (closerange below, too)
     os.setsid()  # its own session and process group: signals to its group stay in the job
     for i, fd in enumerate(fds):
         os.dup2(fd, i)
@@ -158,9 +159,12 @@ def _sweep(own_pid):
 
 
 def main():
+    # argv: control socket fd, started pipe fd, preload modules (a,b,c), "sweep" | "nosweep"
     sock = _socket.socket(fileno=int(sys.argv[1]))
-    preload = [m for m in sys.argv[2].split(",") if m] if len(sys.argv) > 2 else []
-    sweep = len(sys.argv) > 3 and sys.argv[3] == "sweep"
+    started = int(sys.argv[2])
+    os.set_blocking(started, False)
+    preload = [m for m in sys.argv[3].split(",") if m]
+    sweep = sys.argv[4] == "sweep"
     if sweep:
         with open("/proc/1/comm") as f:  # refuse to sweep a pid namespace that is not ours
             sweep = f.read().strip() == "bwrap"
@@ -185,9 +189,13 @@ def main():
             (_exec_job if "argv" in msg else _run_job)(msg, fds, sock)
         for fd in fds:
             os.close(fd)
-        # "started": from here on the job may have run (the supervisor retries a job only if
-        # the server died before this report); the process backend also kills by this pid
-        _report(sock, _STARTED, struct.pack("!q", pid))
+        # "started", on a pipe the supervisor does not poll: from here on the job may have
+        # run (it is retried only if the server died before this); the process backend also
+        # kills a timed-out job's process group by this pid
+        try:
+            os.write(started, _STARTED.pack(pid))
+        except OSError:
+            pass
         _, status, ru = os.wait4(pid, 0)
         try:
             os.killpg(pid, signal.SIGKILL)
