@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from posttrain.sandbox.base import RunResult, Sandbox
     from posttrain.tasks.task import Task
 
-GRADER_MARGIN_S = 20.0
+GRADER_MARGIN_S = 10.0
 """extra wall time a grading program gets beyond the budget it gives what it runs (start-up of
 Python and trimesh on a busy machine, writing the result)"""
 
@@ -240,7 +240,8 @@ class ScriptVerifier:
       or raises `Fail(reason)`. Helpers in scope: `info(path)`, `read_text(path)`,
       `read_bytes(path)`, `files(dir)`, `run(argv, timeout=)`, `git(*args)`, `WS`, `json`, `os`;
     * `args` (object): the hidden expected values, sent on stdin at grading time;
-    * `timeout_s` (number, default 20): wall budget of the check script.
+    * `timeout_s` (number, default 20): wall budget of the whole check, interpreter start included
+      (policy programs the check runs need their own, shorter timeouts: see `run`).
 
     An exception in the check script (other than `Fail`) is a bug of the check: `VerifierError`.
     Check scripts must therefore read policy files through the helpers, which refuse symlinks,
@@ -260,7 +261,7 @@ class ScriptVerifier:
         timeout = float(settings.get("timeout_s", 20.0))
         payload = {"check": check, "args": settings.get("args") or {}, "answer": outcome.answer or ""}
         with grading_sandbox(outcome) as sandbox:
-            found = run_grader(sandbox, CHECK_PROGRAM, payload, timeout=timeout + GRADER_MARGIN_S,
+            found = run_grader(sandbox, CHECK_PROGRAM, payload, timeout=timeout,
                                label=f"script verifier, task {task.key}")
         passed = found.pop("passed", None)
         if not isinstance(passed, bool):

@@ -1,0 +1,343 @@
+"""Task folders in the Harbor / Terminal-Bench layout, run in our sandbox without Docker.
+
+    my-task/
+      instruction.md          what the agent is told (required, non-empty)
+      task.toml               [metadata] (optional table), [agent].timeout_sec,
+                              [verifier].timeout_sec, [environment].memory_mb (all optional)
+      environment/Dockerfile  only `WORKDIR /app` and `COPY`/`ADD` of local files into /app are
+                              honoured (they build the initial workspace); FROM, RUN, ENV, ... are
+                              NOT executed: the sandbox's toolchain is the host's (`tasks check`
+                              runs the oracle and shows whether the task works here)
+      tests/test.sh           the verifier entry point (required) + any test_*.py / data files
+      solution/solve.sh       the reference solution (required: it is the domain's oracle)
+      solution/wrong.sh       optional (our extension): a plausible wrong solution (a negative)
+
+`load_harbor_task(dir)` returns a `Domain` named `terminal.harbor.<folder name>`. A malformed
+folder raises `HarborTaskError` naming the file and field.
+
+How it maps onto the sandbox: `/app` is the workspace (the instruction says so, and `/app/...`
+paths in it are shown relative). After the episode (and after every process the agent left has
+been killed), the grading program creates a fresh directory with a random name under the
+sandbox's `/tmp`, writes `tests/` and an empty `logs/verifier/` into it, rewrites the absolute
+paths `/tests`, `/logs/verifier` and `/app` in the test files to those directories and the
+workspace (a textual rewrite: a path built at run time is not caught), and runs
+`bash tests/test.sh` with the tests directory as working directory (so a planted `conftest.py`
+or `pytest.py` in the workspace is not picked up) and `PYTHONSAFEPATH=1`. The reward is then
+read from `logs/verifier/reward.txt` (a number), else `reward.json` (`{"reward": x}`): files in a
+directory that did not exist while the agent ran, so nothing from the episode can pre-write
+them. Not covered: agent code that `test.sh` itself runs (e.g. the agent's program under test)
+runs as the same user and could write the reward file while the tests run.
+
+Scoring follows Harbor: reward >= 1 passes, the score is the reward clipped to [0, 1]. As in
+Harbor (`RewardFileNotFoundError`, `VerifierTimeoutError`), a test script that writes no reward
+or runs past `[verifier].timeout_sec` is an infrastructure error (`VerifierError`), not a 0.
+
+Splits: a task folder is one fixed problem, in one split: `[metadata].split` ("train" or
+"eval") when given, else a hash of its content (as for generated domains). Asking the domain
+for the other split raises `ValueError`; every seed gives the same task.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import shlex
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from posttrain.tasks.domain import Domain
+from posttrain.tasks.families.common import content_split
+from posttrain.tasks.task import Split, Task, TaskLimits
+from posttrain.verifiers.base import Outcome, Verdict, VerifierError, verdict
+from posttrain.verifiers.script import GRADER_MARGIN_S, grading_sandbox, run_grader
+
+DEFAULT_AGENT_TIMEOUT_S = 600.0
+DEFAULT_VERIFIER_TIMEOUT_S = 120.0
+MAX_FILE_BYTES = 1 << 20
+
+
+class HarborTaskError(ValueError):
+    """A task folder that does not follow the layout; the message names the file and field."""
+
+
+# In-sandbox path rewriting, shared by the grader and the oracle (source text, run there).
+REWRITE = r'''
+import re as _re
+
+
+def rewrite(text, app, tests=None, logs=None, solution=None):
+    """Map Harbor's absolute paths onto this sandbox's directories (textually)."""
+    for src, dst in (("/logs/verifier", logs), ("/tests", tests), ("/solution", solution), ("/app", app)):
+        if dst:
+            text = _re.sub(r"(?<![\w.~/-])" + src + r"(?![\w.-])", lambda m: dst, text)
+    return text
+'''
+
+GRADER = REWRITE + r'''
+import signal, subprocess, tempfile, time
+
+p = _PAYLOAD
+ws = os.getcwd()
+root = tempfile.mkdtemp(prefix="ptharbor-")
+tests, logs = os.path.join(root, "tests"), os.path.join(root, "logs", "verifier")
+os.makedirs(logs)
+for rel, content in p["tests"].items():
+    path = os.path.join(tests, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(rewrite(content, ws, tests, logs))
+    os.chmod(path, 0o755 if rel.endswith(".sh") else 0o644)
+out = tempfile.TemporaryFile(dir=root)
+env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": root, "LANG": "C.UTF-8",
+       "TMPDIR": root, "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1", "TEST_DIR": tests}
+t0 = time.monotonic()
+proc = subprocess.Popen(["bash", os.path.join(tests, "test.sh")], cwd=tests, env=env,
+                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                        start_new_session=True)
+status = "exited"
+try:
+    proc.wait(timeout=p["timeout_s"])
+except subprocess.TimeoutExpired:
+    status = "timeout"
+try:
+    os.killpg(proc.pid, signal.SIGKILL)
+except OSError:
+    pass
+proc.wait()
+
+
+def _read(name):
+    path = os.path.join(logs, name)
+    if not os.path.isfile(path) or os.path.islink(path):
+        return None
+    with open(path, "rb") as f:
+        return f.read(4096).decode("utf-8", "replace")
+
+
+out.seek(0, 2)
+size = out.tell()
+out.seek(max(0, size - 2000))
+emit({"status": status, "returncode": proc.returncode, "seconds": round(time.monotonic() - t0, 3),
+      "reward_txt": _read("reward.txt"), "reward_json": _read("reward.json"),
+      "output_tail": out.read().decode("utf-8", "replace")})
+'''
+
+
+def _oracle_program(files: dict[str, str], script: str) -> str:
+    """`<python>` code that writes solution/ to a temp dir (paths rewritten) and runs `script`."""
+    return REWRITE + f'''
+import os, subprocess, tempfile
+ws = os.getcwd()
+root = tempfile.mkdtemp(prefix="ptsolution-")
+files = {json.dumps(files)}
+for rel, content in files.items():
+    path = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(rewrite(content, ws, solution=root))
+r = subprocess.run(["bash", os.path.join(root, {script!r})], cwd=ws, stdin=subprocess.DEVNULL)
+print("{script} exited with", r.returncode)
+'''
+
+
+@dataclass(frozen=True)
+class HarborVerifier:
+    """Runs a Harbor task's `tests/test.sh` after the episode (see the module docstring).
+
+    `task.verifier`: `tests` (relative path -> text of every file under tests/), `timeout_s`."""
+
+    name: str = "harbor"
+    version: str = "1"
+    needs_sandbox: bool = True
+
+    def verify(self, task: Task, outcome: Outcome) -> Verdict:
+        tests, timeout = task.verifier.get("tests"), float(task.verifier.get("timeout_s", 0) or 0)
+        if not isinstance(tests, dict) or "test.sh" not in tests or timeout <= 0:
+            raise VerifierError(f"task {task.key}: harbor verifier needs 'tests' with test.sh and a timeout_s")
+        with grading_sandbox(outcome) as sandbox:
+            found = run_grader(sandbox, GRADER, {"tests": tests, "timeout_s": timeout},
+                               timeout=timeout + GRADER_MARGIN_S, label=f"harbor verifier, task {task.key}")
+        tail = str(found.get("output_tail", ""))[-800:]
+        if found.get("status") == "timeout":
+            raise VerifierError(f"task {task.key}: tests/test.sh ran past the verifier timeout "
+                                f"({timeout:g} s); output: {tail[-300:]!r}")
+        reward = self._reward(task, found)
+        return verdict(self, reward >= 1.0, score=min(1.0, max(0.0, reward)), reward=reward,
+                       test_exit=found.get("returncode"), seconds=found.get("seconds"), output_tail=tail)
+
+    @staticmethod
+    def _reward(task: Task, found: dict[str, Any]) -> float:
+        text, blob = found.get("reward_txt"), found.get("reward_json")
+        try:
+            if text is not None and text.strip():
+                value = float(text.strip().split()[0])
+            elif blob is not None:
+                data = json.loads(blob)
+                value = float(data["reward"] if isinstance(data, dict) and "reward" in data else data)
+            else:
+                raise VerifierError(f"task {task.key}: tests/test.sh wrote no reward (neither "
+                                    f"/logs/verifier/reward.txt nor reward.json); exit status "
+                                    f"{found.get('returncode')}, output: {str(found.get('output_tail'))[-300:]!r}")
+        except (ValueError, TypeError, KeyError) as e:
+            raise VerifierError(f"task {task.key}: unreadable reward ({text or blob!r:.80}): {e}") from e
+        if value != value:
+            raise VerifierError(f"task {task.key}: the reward is NaN")
+        return value
+
+
+HARBOR = HarborVerifier()
+
+
+# --- loading a folder ---------------------------------------------------------------------
+
+def _read_text(path: Path, root: Path) -> str:
+    rel = path.relative_to(root)
+    if path.is_symlink():
+        raise HarborTaskError(f"{root.name}/{rel}: symbolic links are not supported")
+    data = path.read_bytes()
+    if len(data) > MAX_FILE_BYTES:
+        raise HarborTaskError(f"{root.name}/{rel}: larger than {MAX_FILE_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise HarborTaskError(f"{root.name}/{rel}: not UTF-8 text (binary files are not supported)") from None
+
+
+def _tree(base: Path, root: Path) -> dict[str, str]:
+    return {p.relative_to(base).as_posix(): _read_text(p, root)
+            for p in sorted(base.rglob("*")) if p.is_file() or p.is_symlink()}
+
+
+def _number(table: dict, section: str, key: str, default: float, where: str) -> float:
+    value = table.get(section, {}).get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise HarborTaskError(f"{where}: field [{section}].{key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _config(root: Path) -> dict[str, Any]:
+    where = f"{root.name}/task.toml"
+    path = root / "task.toml"
+    if not path.is_file():
+        raise HarborTaskError(f"{where}: missing")
+    try:
+        config = tomllib.loads(_read_text(path, root))
+    except tomllib.TOMLDecodeError as e:
+        raise HarborTaskError(f"{where}: invalid TOML: {e}") from None
+    for section in ("metadata", "agent", "verifier", "environment"):
+        if section in config and not isinstance(config[section], dict):
+            raise HarborTaskError(f"{where}: [{section}] must be a table, got {config[section]!r}")
+    split = config.get("metadata", {}).get("split")
+    if split is not None and split not in ("train", "eval"):
+        raise HarborTaskError(f"{where}: field [metadata].split must be 'train' or 'eval', got {split!r}")
+    return {"agent_timeout": _number(config, "agent", "timeout_sec", DEFAULT_AGENT_TIMEOUT_S, where),
+            "verifier_timeout": _number(config, "verifier", "timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S, where),
+            "memory_mb": int(_number(config, "environment", "memory_mb", 1024, where)),
+            "metadata": config.get("metadata", {}), "split": split}
+
+
+def _workspace(root: Path) -> dict[str, str]:
+    """Files the Dockerfile COPYs/ADDs into the working directory /app."""
+    env_dir = root / "environment"
+    dockerfile = env_dir / "Dockerfile"
+    if not dockerfile.is_file():
+        return {}
+    where = f"{root.name}/environment/Dockerfile"
+    workdir, files = "/app", {}
+    text = re.sub(r"\\\n", " ", _read_text(dockerfile, root))
+    for n, line in enumerate(text.splitlines(), start=1):
+        words = shlex.split(line, comments=True) if line.strip() else []
+        if not words:
+            continue
+        op = words[0].upper()
+        if op == "WORKDIR":
+            workdir = words[1] if len(words) > 1 else ""
+            if workdir.rstrip("/") != "/app":
+                raise HarborTaskError(f"{where}:{n}: WORKDIR must be /app here, got {workdir!r}")
+        elif op in ("COPY", "ADD"):
+            args = [w for w in words[1:] if not w.startswith("--")]
+            if len(args) < 2:
+                raise HarborTaskError(f"{where}:{n}: {op} needs a source and a destination")
+            *sources, dest = args
+            target = posixpath.normpath(dest if dest.startswith("/") else f"/app/{dest}")
+            if not (target == "/app" or target.startswith("/app/")):
+                raise HarborTaskError(f"{where}:{n}: {op} destination {dest!r} is outside /app")
+            prefix = target[len("/app"):].strip("/")
+            into_dir = dest.endswith("/") or dest in (".", "./") or len(sources) > 1 or not prefix
+            for src in sources:
+                if "://" in src or ".." in src.split("/"):
+                    raise HarborTaskError(f"{where}:{n}: {op} source {src!r} must be a local path")
+                path = env_dir / src
+                if path.is_dir():
+                    base = f"{prefix}/" if prefix else ""
+                    files.update({base + rel: t for rel, t in _tree(path, root).items()})
+                elif path.is_file():
+                    files[f"{prefix}/{path.name}".strip("/") if into_dir else prefix] = _read_text(path, root)
+                else:
+                    raise HarborTaskError(f"{where}:{n}: {op} source {src!r} not found in environment/")
+    return files
+
+
+def _app_relative(text: str) -> str:
+    return re.sub(r"(?<![\w.~/-])/app(?![\w.-])/?", lambda m: "./" if m.group().endswith("/") else ".", text)
+
+
+def load_harbor_task(path: str | Path, name: str | None = None) -> Domain:
+    """A domain for one task folder (see the module docstring)."""
+    root = Path(path)
+    if not root.is_dir():
+        raise HarborTaskError(f"{root}: not a directory")
+    cfg = _config(root)
+    if not (root / "instruction.md").is_file():
+        raise HarborTaskError(f"{root.name}/instruction.md: missing")
+    instruction = _read_text(root / "instruction.md", root).strip()
+    if not instruction:
+        raise HarborTaskError(f"{root.name}/instruction.md: empty")
+    tests = _tree(root / "tests", root) if (root / "tests").is_dir() else {}
+    if "test.sh" not in tests:
+        raise HarborTaskError(f"{root.name}/tests/test.sh: missing (the verifier entry point)")
+    solution = _tree(root / "solution", root) if (root / "solution").is_dir() else {}
+    if "solve.sh" not in solution:
+        raise HarborTaskError(f"{root.name}/solution/solve.sh: missing (the domain's oracle)")
+    for rel, content in solution.items():
+        if "</python>" in content:
+            raise HarborTaskError(f"{root.name}/solution/{rel}: contains '</python>', which the oracle cannot carry")
+    files = _workspace(root)
+    slug = re.sub(r"[^a-z0-9-]+", "-", (name or root.name).lower()).strip("-")
+    if not slug:
+        raise HarborTaskError(f"{root}: cannot make a domain name from the folder name")
+    domain_name = f"terminal.harbor.{slug}"
+    prompt = ("(You are in the task's working directory, which the instructions call /app; "
+              "paths below are relative to it.)\n\n" + _app_relative(instruction))
+    split: Split = cfg["split"] or content_split(prompt, files)
+    limits = TaskLimits(max_turns=50, max_tokens=1024, context_tokens=16384, time_s=cfg["agent_timeout"],
+                        command_timeout_s=min(cfg["agent_timeout"], 120.0), memory_mb=max(16, cfg["memory_mb"]))
+    wrong = solution.pop("wrong.sh", None)
+    tags = ("terminal", "harbor") + tuple(str(t) for t in cfg["metadata"].get("tags", ()) if isinstance(t, str))
+
+    def generate(seed: int, want: Split) -> Task:
+        if want != split:
+            raise ValueError(f"domain {domain_name} is one imported task of the {split} split; "
+                             f"it has no {want} tasks")
+        return Task(domain=domain_name, prompt=prompt, files=files, env="tools", split=split, seed=0,
+                    key=f"{domain_name}/{split}/0", limits=limits, tags=tags,
+                    reference={"solution": solution, "wrong": wrong, "folder": root.name},
+                    verifier={"tests": tests, "timeout_s": cfg["verifier_timeout"]})
+
+    def oracle(task: Task) -> list[str]:
+        return [f"<python>{_oracle_program(task.reference['solution'], 'solve.sh')}</python>", "<submit></submit>"]
+
+    def negatives(task: Task) -> dict[str, list[str]]:
+        out = {"empty": ["<submit></submit>"], "look-only": ["<bash>ls -la; cat *.md 2>/dev/null | head</bash>",
+                                                            "<submit>done</submit>"]}
+        if task.reference.get("wrong"):
+            files = {**task.reference["solution"], "wrong.sh": task.reference["wrong"]}
+            out["wrong"] = [f"<python>{_oracle_program(files, 'wrong.sh')}</python>", "<submit></submit>"]
+        return out
+
+    return Domain(name=domain_name, family="terminal", env="tools", verifier=HARBOR, generate=generate,
+                  oracle=oracle, negatives=negatives, tags=tags,
+                  description=f"Harbor task {root.name}: {instruction.splitlines()[0][:80]}")
