@@ -82,6 +82,9 @@ def test_each_kind_of_breakage_is_reported():
     assert infra.checks[0].infra_errors == 6 and infra.checks[0].oracle_passed == 0
     assert infra.checks[0].negatives == 0 and infra.negative_fail_rate == 1.0
     assert "checker script crashed" in infra.failures[0].detail
+    # a domain that only ever fails on infrastructure is not ground through all its tasks
+    stopped = check_domains([broken["infra_error"]], per_domain=10)
+    assert stopped.checks[0].tasks == 2 and "stopped" in stopped.failures[-1].detail
 
 
 def test_two_workers_give_the_same_report_as_one():

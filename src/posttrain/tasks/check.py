@@ -12,8 +12,9 @@ graded directly with `verifier.verify(task, Outcome(answer=actions[-1]))`, and e
 graded twice. Others (`tools` envs, verifiers that run code) are played through
 `posttrain.envs.play_actions`, one sandbox episode each; to keep that affordable only the oracle
 is played twice. An exception raised while grading is an *infrastructure* failure: it is
-counted as such, never as a pass or a fail. When the environments or the sandbox are not
-importable, those domains are reported as "not checked" (a visible count, not a pass).
+counted as such, never as a pass or a fail; after `MAX_BROKEN_TASKS_IN_A_ROW` tasks that failed
+on infrastructure alone, the domain's remaining tasks are skipped. When the environments or the
+sandbox are not importable, those domains are reported as "not checked" (a visible count).
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ from posttrain.verifiers.base import Outcome, Verdict
 
 FAILURE_KINDS = ("generate_error", "nondeterministic", "oracle_failed", "negatives_incomplete",
                  "negative_passed", "flip", "infra_error")
+
+
+MAX_BROKEN_TASKS_IN_A_ROW = 2
+"""a domain whose tasks fail this many times in a row on infrastructure alone (the sandbox does
+not start, the verifier always crashes) is not checked further: it would only repeat the error"""
 
 
 class _NotCheckable(Exception):
@@ -145,7 +151,9 @@ def _sample(per_domain: int, seeds: Sequence[int] | None) -> list[tuple[int, Spl
     return [(s, "train" if i % 2 == 0 else "eval") for i, s in enumerate(chosen)]
 
 
-def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck) -> None:
+def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck) -> int:
+    """Check one task; returns how many attempts were graded (0: nothing, or only infra errors)."""
+
     def fail(kind: str, detail: str) -> None:
         out.failures.append(Failure(domain.name, kind, seed, split, detail))
 
@@ -156,8 +164,9 @@ def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck) -> No
         negatives = {k: list(v) for k, v in domain.negatives(task).items()}
     except Exception as e:  # a generator bug is the domain's failure, not infrastructure
         fail("generate_error", f"{type(e).__name__}: {e}")
-        return
+        return 1  # generation, not infrastructure, failed
     out.tasks += 1
+    graded = 0
     if task.model_dump_json() != again.model_dump_json() or task.split != split:
         fail("nondeterministic", f"generate({seed}, {split!r}) differs between calls or has split "
                                  f"{task.split!r}")
@@ -177,6 +186,7 @@ def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck) -> No
             last = traceback.extract_tb(e.__traceback__)[-1]
             fail("infra_error", f"{name}: {type(e).__name__}: {e} (at {last.filename}:{last.lineno})")
             continue
+        graded += 1
         if second is not None:
             out.regraded += 1
             if not _same(first, second):
@@ -191,15 +201,22 @@ def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck) -> No
             out.negatives_failed += not first.passed
             if first.passed:
                 fail("negative_passed", f"negative {name!r} = {str(actions[-1] if actions else None)[:120]!r} passed")
+    return graded
 
 
 def check_domain(domain: Domain, per_domain: int = 5, seeds: Sequence[int] | None = None) -> DomainCheck:
     """Check one domain on `per_domain` tasks (see the module docstring)."""
     out = DomainCheck(domain.name, domain.family, domain.env)
     t0 = time.perf_counter()
+    broken_in_a_row = 0
     try:
         for seed, split in _sample(per_domain, seeds):
-            _check_task(domain, seed, split, out)
+            if broken_in_a_row == MAX_BROKEN_TASKS_IN_A_ROW:
+                out.failures.append(Failure(domain.name, "infra_error", seed, split, (
+                    f"stopped: {broken_in_a_row} tasks in a row failed on infrastructure only")))
+                break
+            graded = _check_task(domain, seed, split, out)
+            broken_in_a_row = broken_in_a_row + 1 if graded == 0 else 0
     except _NotCheckable as e:
         out = DomainCheck(domain.name, domain.family, domain.env, not_checked=str(e))
     out.seconds = time.perf_counter() - t0

@@ -15,7 +15,7 @@ convention for chat models) the content of the last such tag is graded, otherwis
 text. Answers may span several lines (grids), so these domains set no stop string.
 
 Skipped generators (see `SKIPPED`), probed offline with reasoning-gym 0.1.25: none needs the
-network; three have no usable oracle or verifier, one is not reproducible, one is too slow,
+network; four have no usable oracle or verifier, one is not reproducible, one is too slow,
 one is a meta-dataset. Configurations are reasoning-gym's defaults except `CONFIG`.
 
 Cost: most items take well under 10 ms; a few puzzle generators run a solver per item
@@ -57,6 +57,8 @@ SKIPPED: dict[str, str] = {
     "boxnet": "items have no reference answer (the scorer simulates plans); no oracle",
     "rush_hour": "items have no reference solution, only the minimum move count; no oracle",
     "game_of_life_halting": "score_answer is bool(answer) == bool(reference): any non-empty text passes",
+    "propositional_logic": "premises are often contradictory, and then every well-formed non-trivial "
+                           "formula is scored as a valid conclusion (negations of the answer pass)",
     "knight_swap": "too slow to generate: 0.5-6 s per item (a search per puzzle), whatever the config",
     "codeio": "computes answers by exec-ing bundled code snippets in our process; their outputs are "
               "not reproducible (the same item differs between calls)",
@@ -69,7 +71,6 @@ PER_SEED = frozenset({"acre", "gsm_symbolic", "list_functions", "word_ladder"})
 # Generators whose items carry no answer but whose metadata holds a valid example solution.
 ORACLE_FROM_METADATA: dict[str, Callable[[dict], str]] = {
     "graph_color": lambda m: json.dumps(m["possible_answer"]),
-    "propositional_logic": lambda m: m["example_answer"],
     "rubiks_cube": lambda m: m["example_correct_answer"],
 }
 
@@ -93,9 +94,26 @@ def _uses_given_numbers(answer: str, entry: dict) -> bool:
 # Checks added on top of a scorer that is too lenient: (answer, entry) -> still acceptable.
 EXTRA_CHECKS: dict[str, Callable[[str, dict], bool]] = {"puzzle24": _uses_given_numbers}
 
-# Generators where another problem's answer may validly solve this one too (many valid
-# conclusions): no 'other_problem' negative.
-MANY_ANSWERS = frozenset({"propositional_logic"})
+# Generators where another problem's answer may validly solve this one too (a colouring of
+# another graph may colour this one): no 'other_problem' negative.
+MANY_ANSWERS = frozenset({"graph_color"})
+
+
+def _clashing_colouring(answer: str, entry: dict) -> str:
+    """The example colouring with the two ends of the first edge given the same colour (or, in
+    a graph without edges, a colour that is not allowed)."""
+    colouring, puzzle = json.loads(answer), entry["metadata"]["puzzle"]
+    if puzzle["edges"]:
+        u, v = puzzle["edges"][0]
+        colouring[str(v)] = colouring[str(u)]
+    else:
+        colouring[next(iter(colouring))] = max(puzzle["color_options"]) + 1
+    return json.dumps(colouring)
+
+
+# Wrong answers for generators with many valid answers, where editing a character of the
+# example answer may well give another valid one: (answer, entry) -> surely wrong answer.
+WRONG: dict[str, Callable[[str, dict], str]] = {"graph_color": _clashing_colouring}
 
 # Non-default configurations: futoshiki boards up to 9x9 cost ~1.3 s per item (up to 5 s);
 # up to 6x6 they cost ~50 ms.
@@ -273,7 +291,9 @@ def _make(name: str) -> Domain:
         for _ in range(MAX_DRAWS):
             key = rng.randrange(2 ** 31)
             item = _item(name, key)
-            if content_split(item["question"]) == split:
+            # An item whose reference answer is empty (a rubiks_cube scramble that cancels out)
+            # cannot tell an empty answer from a right one: draw another.
+            if content_split(item["question"]) == split and _oracle_answer(name, item).strip():
                 break
         else:
             raise RuntimeError(f"domain {domain_name}: no {split} item in {MAX_DRAWS} draws")
@@ -289,7 +309,9 @@ def _make(name: str) -> Domain:
 
     def negatives(task: Task) -> dict[str, list[str]]:
         answer = task.reference["answer"]
-        out = {"empty": [""], "wrong": [_wrong_answer(answer)]}
+        make_wrong = WRONG.get(name)
+        wrong = make_wrong(answer, task.reference["entry"]) if make_wrong else _wrong_answer(answer)
+        out = {"empty": [""], "wrong": [wrong]}
         if name in MANY_ANSWERS:
             return out
         other = _oracle_answer(name, _item(name, (task.reference["rg"]["key"] + 1) % 2 ** 31))
