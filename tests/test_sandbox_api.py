@@ -8,6 +8,7 @@ import io
 import os
 import signal
 import tarfile
+import time
 
 import pytest
 
@@ -123,6 +124,37 @@ def test_snapshot_restore_copy_on_write(sb):
     assert sb.run_python("print(open('state.txt').read())").stdout == "v1\n"
     with pytest.raises(ValueError):
         sb.restore("snap-999")
+
+
+def test_background_processes_persist_until_killed(sb):
+    r = sb.run("(sleep 30 > /dev/null 2>&1 &); echo started")  # an agent's `server &`
+    assert r.stdout == "started\n" and r.wall_s < 5
+    count = "import os; print(sum(1 for p in os.listdir('/proc') if p.isdigit() and " \
+            "open(f'/proc/{p}/cmdline', 'rb').read().startswith(b'sleep')))"
+    if sb.info.backend == "bwrap":  # the process backend has no private /proc to look into
+        assert sb.run(["python3", "-c", count]).stdout == "1\n"
+    assert sb.kill_processes() >= 1
+    assert sb.kill_processes() == 0
+    if sb.info.backend == "bwrap":
+        assert sb.run(["python3", "-c", count]).stdout == "0\n"
+    assert sb.run("echo usable").stdout == "usable\n"
+
+
+def test_snapshot_while_a_background_writer_runs(sb):
+    sb.write_file("log.txt", "")
+    sb.run("(while true; do echo tick >> log.txt; sleep 0.05; done > /dev/null 2>&1 &)")
+    time.sleep(0.3)
+    before = sb.read_file("log.txt")
+    sid = sb.snapshot()  # the writer keeps running through the snapshot...
+    after = sb.read_file("log.txt")
+    time.sleep(0.3)
+    assert len(sb.read_file("log.txt")) > len(after)  # ...and after it
+    sb.restore(sid)  # kills the writer and brings back the snapshot
+    restored = sb.read_file("log.txt")
+    assert len(before) <= len(restored) <= len(after) and after.startswith(restored)
+    frozen = sb.archive()
+    time.sleep(0.2)
+    assert sb.archive() == frozen  # nothing writes any more
 
 
 def test_archive_is_deterministic(sb):

@@ -4,7 +4,7 @@
 Each case starts a fresh sandbox with small limits, runs its attack, and checks from the host
 that the attack failed *and* left nothing behind: a contained case returns `(True, detail)`.
 After the case the sandbox is closed and the host checks that no process of the sandbox's uid
-survived. Only loopback addresses are ever used (nothing is sent off this machine).
+survived (background processes may outlive a command, never the sandbox). Only loopback addresses are ever used (nothing is sent off this machine).
 """
 
 from __future__ import annotations
@@ -218,10 +218,11 @@ def daemon(sb):
             os._exit(0)
         print("ok")
         """))
+    killed = sb.kill_processes()  # what an environment does before grading
     time.sleep(1.5)
     files = sb.list_files()
-    return (r.stdout == "started\n" and w.ok and "late.txt" not in files
-            and "late2.txt" not in files, f"workspace after 1.5 s: {files}")
+    return (r.stdout == "started\n" and w.ok and killed >= 2 and "late.txt" not in files
+            and "late2.txt" not in files, f"killed {killed}; workspace after 1.5 s: {files}")
 
 
 def privilege_escalation(sb):

@@ -32,10 +32,11 @@ namespaces. What each layer protects against, and what it does not:
   mount, unshare, io_uring, ...). Not covered: it is a deny-list, not an allow-list.
 * **Resources**: cgroups for memory, pids and CPU where the machine offers them (`cgroups.py`),
   rlimits always (`rlimits.py`; RLIMIT_CPU afresh for every command), a wall timeout, output
-  caps. When a command ends, the job server kills every other process in the sandbox (no daemon
-  outlives its command); on a timeout the supervisor kills the command's processes through the
-  cgroup (or the whole sandbox, job server included, where there is no cgroup). The sandbox's
-  pid 1 reaps inside; the supervisor is a subreaper and reaps outside: no zombie outlives it.
+  caps. On a timeout the supervisor kills the command's session through the cgroup (or, where
+  there is none, the whole sandbox, job server included). What a command leaves running in the
+  background (`server &`) keeps running, as in a shell, until `kill_processes()`, a `restore()`
+  or the sandbox's end, when everything in it is killed. The sandbox's pid 1 reaps inside; the
+  supervisor is a subreaper and reaps outside: no zombie or orphan outlives the sandbox.
   Not covered: processes of one sandbox share its uid, so a command can kill the job server
   (the supervisor then starts a new one and says so in the result).
 * **Lifetime**: `--die-with-parent` and `--new-session` (no terminal injection through TIOCSTI);

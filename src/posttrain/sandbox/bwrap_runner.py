@@ -10,6 +10,7 @@ import resource
 import select
 import shutil
 import signal
+import stat
 import time
 
 from posttrain.sandbox import mounts
@@ -44,6 +45,62 @@ def _read_child_pid(fd: int, timeout: float = 30.0) -> int | None:
             return None
         data += chunk
     return int(json.loads(data)["child-pid"])
+
+
+def copy_layer(src: str, dst: str) -> None:
+    """Copy an overlay upper layer exactly: contents, modes, owners, symlinks, whiteouts (0/0
+    character devices) and overlay xattrs (opaque directories). Done in-process because the
+    supervisor's children have no capabilities (its bounding set is empty), so `cp -a` could
+    not keep owners."""
+    def copy(s: str, d: str) -> None:
+        st = os.lstat(s)
+        if stat.S_ISDIR(st.st_mode):
+            os.mkdir(d)
+            for name in os.listdir(s):
+                copy(os.path.join(s, name), os.path.join(d, name))
+        elif stat.S_ISLNK(st.st_mode):
+            os.symlink(os.readlink(s), d)
+            os.chown(d, st.st_uid, st.st_gid, follow_symlinks=False)
+            return
+        elif stat.S_ISREG(st.st_mode):
+            shutil.copyfile(s, d, follow_symlinks=False)
+        elif stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+            os.mknod(d, st.st_mode, st.st_rdev)
+        else:
+            return  # sockets: not workspace content
+        os.chown(d, st.st_uid, st.st_gid)
+        os.chmod(d, stat.S_IMODE(st.st_mode))
+        for name in os.listxattr(s, follow_symlinks=False):
+            os.setxattr(d, name, os.getxattr(s, name, follow_symlinks=False))
+
+    copy(src, dst)
+
+
+def _uid_processes(uid: int):
+    """(pid, status text) of the live processes whose real uid is `uid`."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                text = f.read()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        if fields.get("State", "").split()[:1] == ["Z"]:
+            continue
+        if int(fields.get("Uid", "-1 0").split()[0]) == uid:
+            yield int(name), fields
+
+
+def _ns_ids(pid: int) -> tuple[int, int]:
+    """(pid, session id) of a process as seen in its own (innermost) pid namespace."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return int(fields["NSpid"].split()[-1]), int(fields["NSsid"].split()[-1])
+    except (OSError, KeyError, ValueError, IndexError):
+        return (-1, -1)
 
 
 class BwrapHandle:
@@ -241,7 +298,7 @@ class BwrapRunner:
     def server_argv(self, fd: int, started_fd: int, preload: list[str]) -> list[str]:
         python = "/opt/venv/bin/python3" if self.layout["venv"] else self._python()
         return [python, "/opt/posttrain/inside/_forkserver.py", str(fd), str(started_fd),
-                ",".join(preload), "sweep"]
+                ",".join(preload)]
 
     def server_ready(self, handle: BwrapHandle) -> None:
         """Learn the server's host pid: the only child of bubblewrap's pid 1 at this point."""
@@ -254,23 +311,69 @@ class BwrapRunner:
         if len(children) == 1:
             self.infra = {handle.pid, handle.init_pid, children[0]}
 
-    def kill_job(self, handle: BwrapHandle | None, job_pid: int | None) -> bool:
-        """Kill every process in the sandbox's cgroup but the server and its bubblewrap (the
-        job's pid is a pid inside the sandbox's namespace, meaningless here: not used).
-        False if that is not possible (no cgroup) or does not settle: kill the server too."""
-        if self.cg is None or not self.infra:
+    # -- the sandbox's processes, seen from the host -----------------------------------------
+    def _processes(self) -> set[int]:
+        """Host pids of every process of the sandbox but the job server and its bubblewrap: the
+        cgroup's members, or (without cgroups) the processes of the sandbox's host uid."""
+        if self.cg is not None:
+            return self.cg.pids() - self.infra
+        own = {os.getpid()}  # the supervisor has the sandbox's real uid too
+        return {pid for pid, _ in _uid_processes(self.uid)} - self.infra - own
+
+    def _is_ours(self, pid: int) -> bool:
+        try:
+            if self.cg is not None:
+                with open(f"/proc/{pid}/cgroup") as f:
+                    return self.cg.name in f.read()
+            with open(f"/proc/{pid}/status") as f:
+                uid_line = next(line for line in f if line.startswith("Uid:"))
+            return int(uid_line.split()[1]) == self.uid
+        except (OSError, StopIteration, ValueError):
             return False
-        for _ in range(200):  # a fork bomb refills while we kill; the pids cgroup caps it
-            victims = self.cg.pids() - self.infra
+
+    def _kill_until_gone(self, select_victims) -> int | None:
+        """SIGKILL what `select_victims()` returns until it returns nothing (a fork bomb refills
+        while we kill; the pids limit caps it). The number killed, or None if it does not
+        settle. Each pid is pinned with a pidfd and checked to still be the sandbox's before
+        the signal, so a pid recycled by a host process since the listing is never hit."""
+        killed: set[int] = set()
+        for _ in range(500):
+            victims = select_victims()
             if not victims:
-                return True
+                return len(killed)
             for pid in victims:
                 try:
-                    os.kill(pid, signal.SIGKILL)
+                    pidfd = os.pidfd_open(pid)
+                except OSError:
+                    continue
+                try:
+                    if self._is_ours(pid):
+                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                        killed.add(pid)
                 except OSError:
                     pass
+                finally:
+                    os.close(pidfd)
             time.sleep(0.001)
-        return False
+        return None
+
+    def kill_job(self, handle: BwrapHandle | None, job_pid: int | None) -> bool:
+        """Kill the running job's session (the job called setsid: its session is the job and
+        the children it did not detach). `job_pid` is its pid inside the sandbox. False if it
+        cannot be told apart from the rest: then the caller kills the whole sandbox."""
+        if job_pid is None or not self.infra:
+            return False
+
+        def session() -> set[int]:
+            return {pid for pid in self._processes() if job_pid in _ns_ids(pid)}
+
+        return self._kill_until_gone(session) is not None
+
+    def kill_processes(self, handle: BwrapHandle | None) -> int | None:
+        """Kill everything but the job server; None if the server cannot be told apart."""
+        if not self.infra:
+            return None
+        return self._kill_until_gone(self._processes)
 
     def counters(self) -> dict[str, int]:
         return self.cg.counters() if self.cg else {}
@@ -297,7 +400,16 @@ class BwrapRunner:
         self.upper, self.lowers = upper, lowers
 
     def snapshot(self) -> str:
+        """Freeze the current upper layer (O(1)) when nothing runs in the sandbox. If processes
+        run (a background server), they may hold the current overlay and keep writing through
+        it, so the upper layer is *copied* (O(changed files)) instead and they carry on."""
         sid = f"snap-{len(self.snapshots) + 1}"
+        if self._processes():
+            self.count += 1
+            layer = f"l/{self.count}"
+            copy_layer(self.upper, layer)
+            self.snapshots[sid] = [layer] + self.lowers
+            return sid
         frozen = [self.upper] + self.lowers
         self.frozen.add(self.upper)
         self._mount_overlay(frozen)

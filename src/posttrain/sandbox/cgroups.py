@@ -84,6 +84,8 @@ class SandboxCgroup:
 
     def __init__(self, name: str, limits: Limits, controllers: dict | None = None) -> None:
         self.controllers = dict(detect() if controllers is None else controllers)
+        self.name = PREFIX + name
+        """the directory name, unique on the machine (also found in /proc/<pid>/cgroup)"""
         self.dirs: dict[str, str] = {}
         self._peak_fd: int | None = None
         v2 = {c for c, (ver, _) in self.controllers.items() if ver == "v2"}

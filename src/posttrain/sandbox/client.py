@@ -258,6 +258,11 @@ class SupervisedSandbox:
             raise ValueError(f"snapshot id must be a str, got {snapshot_id!r}")
         self._call({"op": "restore", "id": snapshot_id}, 60.0)
 
+    def kill_processes(self) -> int:
+        """Kill every process earlier commands left running (background jobs, daemons); the
+        sandbox stays usable. Returns how many were killed."""
+        return int(self._call({"op": "kill_processes"}, 60.0)["killed"])
+
     def alive(self) -> bool:
         """True if the supervisor answers (used by the pool before handing a sandbox out)."""
         try:

@@ -19,9 +19,10 @@ from typing import Callable
 
 from posttrain.sandbox.base import Limits
 
-DRAIN_GRACE_S = 0.5
-"""after the command is known to be done, how long to wait for the pipes to reach EOF (a
-background process may still hold them; it is killed by the caller's `kill`)"""
+DRAIN_GRACE_S = 0.2
+"""after the command is known to be done, how long to wait for the pipes to reach EOF: a
+background process it started (`server &`) may hold them open for as long as it runs; its
+output after that is not collected"""
 
 
 @dataclass

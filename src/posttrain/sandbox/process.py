@@ -7,8 +7,9 @@ trusted code only. It protects against accidents, not against an adversary:
   that kills the command's process group, output caps, a cleared environment, a private
   working directory, the same fork-server warm path;
 * it does not: hide any host file (the command can read whatever the invoking user can, e.g.
-  `~/.ssh`), block the network, stop a daemon that calls `setsid` from living until the sandbox
-  closes, or cap the workspace size; run as root, the command is root.
+  `~/.ssh`), block the network, or cap the workspace size; run as root, the command is root.
+  Leftover processes are found as descendants of the supervisor (a subreaper), which a
+  determined program can escape.
 
 `open_sandbox` therefore refuses it unless the caller opts in (`allow_unsandboxed=True` or
 `POSTTRAIN_ALLOW_UNSANDBOXED=1`) and warns loudly when it is used.
@@ -16,6 +17,7 @@ trusted code only. It protects against accidents, not against an adversary:
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -24,6 +26,8 @@ import tempfile
 
 from posttrain.sandbox.base import Limits
 from posttrain.sandbox.rlimits import apply_self, rlimit_table
+
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def _count_own_processes() -> int:
@@ -85,6 +89,8 @@ class ProcessRunner:
         }
 
     def boot(self) -> dict:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans come to us: found, reaped
         return {"workspace": self.ws, "inside_path": self.ws, "cgroups": {}, "layers": {}}
 
     # -- processes -----------------------------------------------------------------------
@@ -99,7 +105,7 @@ class ProcessRunner:
 
     def server_argv(self, fd: int, started_fd: int, preload: list[str]) -> list[str]:
         return [self.cfg["python"], os.path.join(self.cfg["inside_dir"], "_forkserver.py"),
-                str(fd), str(started_fd), ",".join(preload), "nosweep"]
+                str(fd), str(started_fd), ",".join(preload)]
 
     def server_ready(self, handle: ProcessHandle) -> None:
         pass
@@ -114,8 +120,46 @@ class ProcessRunner:
             pass
         return True
 
+    def _leftovers(self, server_pid: int | None) -> list[int]:
+        """Descendants of the supervisor (a subreaper: orphans come to it) except the job
+        server and what runs under it."""
+        out, todo = [], [os.getpid()]
+        while todo:
+            pid = todo.pop()
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children") as f:
+                    children = [int(x) for x in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            for child in children:
+                if child != server_pid:
+                    out.append(child)
+                    todo.append(child)
+        return out
+
+    def kill_processes(self, handle: ProcessHandle | None) -> int | None:
+        killed = 0
+        for _ in range(100):
+            victims = self._leftovers(handle.pid if handle else None)
+            if not victims:
+                break
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+                except OSError:
+                    pass
+            self.idle()
+        return killed
+
     def idle(self) -> None:
-        pass
+        while True:  # reap the orphans we inherited as a subreaper
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
 
     def counters(self) -> dict[str, int]:
         return {}
@@ -142,5 +186,6 @@ class ProcessRunner:
         shutil.rmtree(trash, ignore_errors=True)
 
     def shutdown(self) -> bool:
+        self.kill_processes(None)
         shutil.rmtree(self.base, ignore_errors=True)
-        return False  # a daemon that called setsid may still run (see the module docstring)
+        return False  # a daemon that double-forked away from us may still run

@@ -157,11 +157,23 @@ class Supervisor:
         if op == "restore":
             if req["id"] not in self.runner.snapshots:
                 raise ValueError(f"unknown snapshot id {req['id']!r}")
+            self.kill_processes()  # nothing keeps writing into the workspace being replaced
             self.runner.restore(req["id"])
             return {}
+        if op == "kill_processes":
+            return {"killed": self.kill_processes()}
         if op == "ping":
             return {}
         raise ValueError(f"unknown request {op!r}")
+
+    def kill_processes(self) -> int:
+        """Kill what earlier commands left running; the job server stays (or is restarted,
+        if the backend cannot tell it from the rest)."""
+        killed = self.runner.kill_processes(self.server.handle)
+        if killed is None:
+            self.server.kill()
+            return 0
+        return killed
 
     def kill_job(self) -> None:
         """Stop the running job and everything it started, keeping the server if we can."""

@@ -6,8 +6,8 @@ control socket (fd given as argv[1]). Each job arrives as a JSON frame with thre
 (stdin, stdout, stderr pipes owned by the supervisor); the server forks, and the child either
 execs an argv (`Sandbox.run`: a fresh process, as cold as any exec) or runs Python source as
 `__main__` the way `python -c` would (`Sandbox.run_python`: the warm path, with the preloaded
-modules already imported). The server reports the exit status and rusage, then kills whatever
-the job left behind. Starting commands from here instead of launching a new bubblewrap per
+modules already imported). The server reports the exit status and rusage; background processes
+the job started keep running (the supervisor kills them on request, on a timeout, at the end). Starting commands from here instead of launching a new bubblewrap per
 command saves the namespace setup (5-20 ms) on every command.
 
 What it protects against, and what not: a job is a separate process with its own fresh CPU
@@ -147,27 +147,12 @@ def _run_job(msg, fds, sock):
         os._exit(status)
 
 
-def _sweep(own_pid):
-    """Kill every process of the sandbox but pid 1 (bubblewrap's init) and this server: a job's
-    daemons do not survive the job. Only used in a private pid namespace."""
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in (1, own_pid):
-            try:
-                os.kill(int(name), signal.SIGKILL)
-            except OSError:
-                pass
-
-
 def main():
-    # argv: control socket fd, started pipe fd, preload modules (a,b,c), "sweep" | "nosweep"
+    # argv: control socket fd, started pipe fd, preload modules (a,b,c)
     sock = _socket.socket(fileno=int(sys.argv[1]))
     started = int(sys.argv[2])
     os.set_blocking(started, False)
-    preload = [m for m in sys.argv[3].split(",") if m]
-    sweep = sys.argv[4] == "sweep"
-    if sweep:
-        with open("/proc/1/comm") as f:  # refuse to sweep a pid namespace that is not ours
-            sweep = f.read().strip() == "bwrap"
+    preload = [m for m in sys.argv[3].split(",") if m] if len(sys.argv) > 3 else []
     _set_dumpable(0)
     errors = []
     for name in preload:
@@ -196,13 +181,10 @@ def main():
             os.write(started, _STARTED.pack(pid))
         except OSError:
             pass
+        # What the job left running in the background (`server &`) stays, as in a shell, until
+        # the supervisor's kill_processes() or the sandbox's end. Orphans go to pid 1 (bwrap),
+        # which reaps them; this server only ever waits for its own child.
         _, status, ru = os.wait4(pid, 0)
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-        if sweep:
-            _sweep(os.getpid())
         _report(sock, _DONE, _DONE_BODY.pack(status, ru.ru_utime + ru.ru_stime, ru.ru_maxrss))
 
 
