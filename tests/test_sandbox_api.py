@@ -195,8 +195,8 @@ def test_project_interpreter_and_helpers_inside(sb):
     (Limits(wall_s=10, file_mb=1), ["dd", "if=/dev/zero", "of=big", "bs=1M", "count=5"],
      LimitReason.FILESIZE),
     (Limits(wall_s=10, pids=12), "for i in $(seq 40); do sleep 3 & done; wait", LimitReason.PIDS),
-    (Limits(wall_s=10, memory_mb=64), ["python3", "-c", "b = [b'x' * (8 << 20) for _ in range(99)]"],
-     LimitReason.MEMORY),
+    (Limits(wall_s=10, memory_mb=64),
+     ["python3", "-c", "b = [b'x' * (8 << 20) for _ in range(99)]"], LimitReason.MEMORY),
 ], ids=["cpu", "filesize", "pids", "memory"])
 @needs_bwrap
 def test_limit_reasons(limits, command, reason):

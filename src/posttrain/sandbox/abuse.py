@@ -4,7 +4,8 @@
 Each case starts a fresh sandbox with small limits, runs its attack, and checks from the host
 that the attack failed *and* left nothing behind: a contained case returns `(True, detail)`.
 After the case the sandbox is closed and the host checks that no process of the sandbox's uid
-survived (background processes may outlive a command, never the sandbox). Only loopback addresses are ever used (nothing is sent off this machine).
+survived (background processes may outlive a command, never the sandbox). Only loopback
+addresses are ever used (nothing is sent off this machine).
 """
 
 from __future__ import annotations

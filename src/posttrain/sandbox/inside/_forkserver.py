@@ -7,8 +7,9 @@ control socket (fd given as argv[1]). Each job arrives as a JSON frame with thre
 execs an argv (`Sandbox.run`: a fresh process, as cold as any exec) or runs Python source as
 `__main__` the way `python -c` would (`Sandbox.run_python`: the warm path, with the preloaded
 modules already imported). The server reports the exit status and rusage; background processes
-the job started keep running (the supervisor kills them on request, on a timeout, at the end). Starting commands from here instead of launching a new bubblewrap per
-command saves the namespace setup (5-20 ms) on every command.
+the job started keep running (the supervisor kills them on request, on a timeout, at the end).
+Starting commands from here instead of launching a new bubblewrap per command saves the
+namespace setup (5-20 ms) on every command.
 
 What it protects against, and what not: a job is a separate process with its own fresh CPU
 limit and a fresh random seed, and it cannot reach the control socket (closed in the child) or
