@@ -82,7 +82,8 @@ def check(family: Optional[str] = typer.Option(None, "--family", "-f", help="onl
           domains: Optional[str] = typer.Option(None, "--domains", "-d",
                                                 help="comma-separated glob patterns, e.g. 'math.*,text.sort.*'"),
           per_domain: int = typer.Option(5, "--per-domain", "-n", min=1, help="tasks per domain"),
-          workers: int = typer.Option(2, "--workers", "-w", min=1, help="processes"),
+          workers: int = typer.Option(1, "--workers", "-w", min=1,
+                               help="processes (2 did not help on a shared 2-core machine: see benchmarks/tasks_check.py)"),
           as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables")) -> None:
     """Self-check domains: oracle passes, negatives fail, grading is stable, generation is
     deterministic. Exits 1 on any failure (including infrastructure errors)."""
