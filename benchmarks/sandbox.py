@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -137,7 +138,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--skip-abuse", action="store_true")
     args = ap.parse_args()
-    results: dict = {}
+    results: dict = {"load_avg_1m_start": round(os.getloadavg()[0], 2)}
     for part in (cold, warm, snapshots):
         results.update(part(args.samples))
     results.update(humaneval())
@@ -160,6 +161,9 @@ def main() -> None:
     if "abuse_total" in results:
         rows.append(("abuse cases contained", results["abuse_contained"], "",
                      f"of {results['abuse_total']}"))
+    results["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
+    rows.append(("machine load (1-min average), start / end",
+                 f"{results['load_avg_1m_start']}/{results['load_avg_1m_end']}", "", "2 cores"))
     print(f"\n{'measure':44s} {'value':>10s}  note")
     for name, value, unit, note in rows:
         print(f"{name:44s} {value:>8} {unit:2s}  {note}")
