@@ -10,7 +10,9 @@ Prints a table, then one JSON line.
   interpreter the sandbox uses.
 * sandbox_cold_ms_p50: the same command as the first command of a fresh, already-booted
   sandbox (`Sandbox.run`); the boot itself (what a warm pool hides) is reported separately.
-* warm_exec_ms_p50: a short Python job through the warm path (`Sandbox.run_python`).
+* warm_exec_ms_p50: a short Python job through the warm path (`Sandbox.run_python`), next to
+  fork_floor_ms_p50, a bare fork + exit + wait measured interleaved (the physical floor under
+  the load of the moment).
 * snapshot_restore_ms_p50: `snapshot()` + `restore()` of a 1,000-file workspace.
 * humaneval_bare_s / humaneval_isolated_s: the 164 HumanEval canonical solutions verified with 2
   workers: one plain subprocess per sample (how common harnesses do it) versus one sandbox per
@@ -66,15 +68,23 @@ def cold(samples: int) -> dict:
 
 
 def warm(samples: int) -> dict:
+    """Warm-path jobs, interleaved with the floor under the same load: a bare fork + exit +
+    wait of this (Python) process, with nothing else around it."""
     with open_sandbox(Limits(wall_s=30)) as sb:
         sb.run_python("pass")
-        times = []
+        times, floor = [], []
         for i in range(samples * 5):
             t = time.perf_counter()
             r = sb.run_python(f"print(sum(range({i})))")
             times.append(ms(t))
             assert r.ok and r.stdout == f"{sum(range(i))}\n", r
-    return {"warm_exec_ms_p50": p50(times)}
+            t = time.perf_counter()
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+            floor.append(ms(t))
+    return {"warm_exec_ms_p50": p50(times), "fork_floor_ms_p50": p50(floor)}
 
 
 def snapshots(samples: int) -> dict:
@@ -151,6 +161,7 @@ def main() -> None:
          "(target <= 1.5x)"),
         ("sandbox boot (hidden by a warm pool)", results["sandbox_boot_ms_p50"], "ms", ""),
         ("warm-path job", results["warm_exec_ms_p50"], "ms", "target <= 5 ms"),
+        ("  floor: bare fork+exit+wait, same load", results["fork_floor_ms_p50"], "ms", ""),
         ("snapshot + restore, 1,000 files", results["snapshot_restore_ms_p50"], "ms",
          "target <= 10 ms"),
         ("HumanEval x164, plain subprocess", results["humaneval_bare_s"], "s",
