@@ -124,7 +124,7 @@ def _print_report(report) -> None:
         console.print(f"... and {len(report.failures) - 50} more failures (use --json for all)")
     s = report.summary()
     rate = s["tasks"] / report.seconds if report.seconds else 0.0
-    console.print(f"{s['domains']} domains, {s['tasks']} tasks in {report.seconds:.1f}s ({rate:.0f} tasks/s); "
+    console.print(f"{s['domains']} domains, {s['tasks']} tasks in {report.seconds:.1f}s ({rate:.1f} tasks/s); "
                   f"oracle pass {s['oracle_pass_rate']:.3f}, negatives failed {s['negative_fail_rate']:.3f}, "
                   f"flip rate {s['flip_rate']:.4f}; {len(report.failures)} failures, "
                   f"{s['not_checked']} not checked", highlight=False)

@@ -72,7 +72,10 @@ def _tools_domain(kind: Kind, fmt: str) -> Domain:
         return [f'<tool name="lookup">{term}</tool>', f"<submit>{json.dumps(task.reference['answer'])}</submit>"]
 
     def negatives(task: Task) -> dict[str, list[str]]:
-        out = {k: [f"<submit>{v[-1]}</submit>"] for k, v in _negatives(task).items()}
+        # The schema-level negatives (missing field, numbers as text...) are the single-answer
+        # variant's; each one here costs a sandbox episode, so only these few.
+        out = {k: [f"<submit>{v[-1]}</submit>"] for k, v in _negatives(task).items()
+               if k in ("empty", "wrong", "malformed")}
         out["no_submit"] = ['<tool name="lookup">Net income</tool>']  # runs out of actions: truncated
         return out
 
