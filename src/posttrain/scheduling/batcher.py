@@ -1,41 +1,57 @@
 """Continuous batching of generation requests from every running episode into the policy.
 
-Each running episode awaits `generate(request)`; the batcher collects pending requests and issues
-one `Policy.generate` call per batch: as soon as a call slot is free it takes up to `max_batch`
-requests, waiting at most `max_wait_s` after the oldest request's arrival for more to join.
-Requests that arrive while a call is running simply wait for the next one, so a busy generator
-goes from one full batch to the next without a gap. `generate` runs on its own thread(s): it
-blocks (a local model computes, a server is waited on) and must not stall the event loop.
+Each running episode awaits `generate(request)`; requests wait in one queue, and the generator
+thread(s) pull batches from it: a thread that is free takes up to `max_batch` requests at once,
+waiting at most `max_wait_s` after the oldest one's arrival for more to join, and calls
+`Policy.generate` once for the batch. A thread that returns from a call takes the next batch
+itself, straight away, without a round trip through the event loop, so a busy generator goes
+from one batch to the next without a gap (a loop busy with hundreds of episodes would otherwise
+add milliseconds per call). `generate` blocks (a local model computes, a server is waited on),
+which is why it runs on threads of its own; `max_inflight` threads for a server that takes
+concurrent calls.
+
+When more requests wait than a batch holds, the scheduler's priority decides: higher tiers, then
+older groups (the ones the trainer needs next, so the staleness bound stalls it less).
 
 A `generate` call that raises is retried as a whole batch with backoff; if it keeps failing, every
 request of the batch gets an error completion, which the episode records as `infra_error` with
 `where='policy'` (not held against the domain's health).
 
 What this does not do: interleave token-level decoding across calls (that is the backend's
-continuous batching, vLLM's or SGLang's), or order requests by anything but arrival.
+continuous batching, vLLM's or SGLang's), or split a request across calls.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
 from typing import Any
 
 from posttrain.policies.base import Completion, GenerationRequest, Policy, PolicyError
 from posttrain.scheduling.config import BatchConfig
 
+_Entry = tuple[Any, int, GenerationRequest, asyncio.Future, float]
+
 
 class GenerationBatcher:
     def __init__(self, policy: Policy, config: BatchConfig = BatchConfig()) -> None:
         self.policy, self.config = policy, config
-        self._pending: list[tuple[GenerationRequest, asyncio.Future, float]] = []
-        self._arrived: asyncio.Event | None = None
-        self._slots: asyncio.Semaphore | None = None
-        self._task: asyncio.Task | None = None
-        self._calls: set[asyncio.Task] = set()
-        self._pool: ThreadPoolExecutor | None = None
+        self._pending: list[_Entry] = []
+        """a heap of (priority, arrival number, request, future, arrival time)"""
+        self._oldest = float("inf")
+        """arrival time of the oldest pending request"""
+        self._count = itertools.count()
+        self._cond = threading.Condition()
+        self._threads: list[threading.Thread] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
         self._covered_until = 0.0
+        self.intervals: deque[tuple[float, float]] = deque(maxlen=100_000)
+        """(start, end) perf_counter times of the latest calls, for utilisation over a time range"""
         self.busy_s = 0.0
         """seconds during which at least one `generate` call was running"""
         self.calls = 0
@@ -46,108 +62,117 @@ class GenerationBatcher:
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
-        if self._task is not None:
+        if self._threads:
             raise RuntimeError("batcher already started")
-        self._arrived = asyncio.Event()
-        self._slots = asyncio.Semaphore(self.config.max_inflight)
-        self._pool = ThreadPoolExecutor(max_workers=self.config.max_inflight,
-                                        thread_name_prefix="posttrain-generate")
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="generation-batcher")
+        self._loop = asyncio.get_running_loop()
+        self._closing = False
+        self._threads = [threading.Thread(target=self._worker, name=f"posttrain-generate-{i}", daemon=True)
+                         for i in range(self.config.max_inflight)]
+        for t in self._threads:
+            t.start()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-        for t in list(self._calls):
-            t.cancel()
-        await asyncio.gather(*self._calls, return_exceptions=True)
-        for _, fut, _ in self._pending:
+        """Stop taking batches; pending requests are cancelled. A call in progress finishes on its
+        (daemon) thread and its results are dropped."""
+        with self._cond:
+            self._closing = True
+            pending, self._pending = self._pending, []
+            self._cond.notify_all()
+        for *_, fut, _ in pending:
             if not fut.done():
                 fut.cancel()
-        self._pending.clear()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        self._threads = []
 
     # -- the episodes' side -----------------------------------------------------------
-    async def generate(self, request: GenerationRequest) -> tuple[Completion, float, int]:
-        """One completion, with the generator seconds and tokens attributed to it."""
-        if self._task is None:
+    async def generate(self, request: GenerationRequest, priority: Any = ()) -> tuple[Completion, float, int]:
+        """One completion, with the generator seconds and tokens attributed to it. When more
+        requests wait than a batch holds, the lowest `priority` goes first (then arrival)."""
+        if not self._threads:
             raise RuntimeError("batcher not started")
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._pending.append((request, fut, time.perf_counter()))
-        self._arrived.set()
+        fut: asyncio.Future = self._loop.create_future()
+        now = time.perf_counter()
+        with self._cond:
+            heapq.heappush(self._pending, (priority, next(self._count), request, fut, now))
+            self._oldest = min(self._oldest, now)
+            self._cond.notify()
         return await fut
 
     def busy_seconds(self) -> float:
         """Seconds inside `generate` calls that have returned (a running call counts when done)."""
         return self.busy_s
 
-    # -- internals --------------------------------------------------------------------
-    async def _loop(self) -> None:
+    def busy_between(self, start: float, end: float) -> float:
+        """Fraction of [start, end] (perf_counter times) spent inside `generate` calls."""
+        covered, until = 0.0, start
+        for t0, t1 in sorted(self.intervals):
+            lo, hi = max(t0, until), min(t1, end)
+            if hi > lo:
+                covered += hi - lo
+                until = hi
+        return covered / (end - start) if end > start else 0.0
+
+    # -- the generator threads --------------------------------------------------------
+    def _take(self) -> list[_Entry] | None:
+        """The next batch (None when closing); waits for requests and for the batch to fill."""
         cfg = self.config
-        while True:
-            while not self._pending:
-                self._arrived.clear()
-                await self._arrived.wait()
-            await self._slots.acquire()
-            # Fill the batch: up to max_batch, or until the oldest request has waited max_wait_s.
-            while len(self._pending) < cfg.max_batch:
-                remaining = self._pending[0][2] + cfg.max_wait_s - time.perf_counter()
+        with self._cond:
+            while not self._pending and not self._closing:
+                self._cond.wait()
+            while not self._closing and len(self._pending) < cfg.max_batch:
+                remaining = self._oldest + cfg.max_wait_s - time.perf_counter()
                 if remaining <= 0:
                     break
-                self._arrived.clear()
-                try:
-                    await asyncio.wait_for(self._arrived.wait(), remaining)
-                except asyncio.TimeoutError:
-                    break
-            batch = self._pending[:cfg.max_batch]
-            del self._pending[:cfg.max_batch]
-            task = asyncio.get_running_loop().create_task(self._call(batch))
-            self._calls.add(task)
-            task.add_done_callback(self._calls.discard)
+                self._cond.wait(remaining)
+            if self._closing:
+                return None
+            pending = self._pending
+            batch = [heapq.heappop(pending) for _ in range(min(cfg.max_batch, len(pending)))]
+            self._oldest = min((e[4] for e in pending), default=float("inf"))
+            return batch
 
-    async def _call(self, batch: list[tuple[GenerationRequest, asyncio.Future, float]]) -> None:
-        loop = asyncio.get_running_loop()
-        requests = [r for r, _, _ in batch]
-        try:
-            completions: list[Completion] | None = None
-            error: BaseException | None = None
-            dt = 0.0
+    def _worker(self) -> None:
+        while (batch := self._take()) is not None:
+            requests = [e[2] for e in batch]
+            completions, error, dt = None, None, 0.0
             for attempt in range(self.config.retries + 1):
                 if attempt:
-                    await asyncio.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
-                completions, t0, t1, error = await loop.run_in_executor(
-                    self._pool, _timed_generate, self.policy, requests)
+                    time.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
+                completions, t0, t1, error = _timed_generate(self.policy, requests)
                 self._count_busy(t0, t1)
                 dt = t1 - t0
                 if error is None:
                     break
                 self.failed_calls += 1
-            self.calls += 1
-            self.requests += len(batch)
-            if error is not None or completions is None:
-                message = f"{type(error).__name__}: {error}"
-                self.failed_requests += len(batch)
-                for _, fut, _ in batch:
-                    if not fut.done():
-                        fut.set_result((Completion(text="", finish_reason="error", error=message), 0.0, 0))
+            try:
+                self._loop.call_soon_threadsafe(self._deliver, batch, completions, error, dt)
+            except RuntimeError:  # the loop is closed: nobody waits for these any more
                 return
-            counts = [_tokens(c) for c in completions]
-            total = sum(counts) or len(counts)
-            self.tokens += sum(counts)
-            for (_, fut, _), c, n in zip(batch, completions, counts):
+
+    def _deliver(self, batch: list[_Entry], completions: list[Completion] | None,
+                 error: BaseException | None, dt: float) -> None:
+        self.calls += 1
+        self.requests += len(batch)
+        if error is not None or completions is None:
+            message = f"{type(error).__name__}: {error}"
+            self.failed_requests += len(batch)
+            for *_, fut, _ in batch:
                 if not fut.done():
-                    fut.set_result((c, dt * (n or 1) / total, n))
-        finally:
-            self._slots.release()
+                    fut.set_result((Completion(text="", finish_reason="error", error=message), 0.0, 0))
+            return
+        counts = [_tokens(c) for c in completions]
+        total = sum(counts) or len(counts)
+        self.tokens += sum(counts)
+        for (*_, fut, _), c, n in zip(batch, completions, counts):
+            if not fut.done():
+                fut.set_result((c, dt * (n or 1) / total, n))
 
     def _count_busy(self, t0: float, t1: float) -> None:
-        # The union of call intervals (measured inside the generate thread, so thread hand-off
-        # latency counts as idle): exact for one call at a time, close for several.
-        self.busy_s += max(0.0, t1 - max(t0, self._covered_until))
-        self._covered_until = max(self._covered_until, t1)
+        # The union of call intervals (measured inside the generate thread): exact for one
+        # call at a time, close for several.
+        with self._cond:
+            self.busy_s += max(0.0, t1 - max(t0, self._covered_until))
+            self._covered_until = max(self._covered_until, t1)
+            self.intervals.append((t0, t1))
 
     def metrics(self) -> dict[str, Any]:
         return {"calls": self.calls, "requests": self.requests, "tokens": self.tokens,

@@ -290,7 +290,7 @@ class SchedulerCore:
         g = GroupState(gid=gid, domain=domain, tier=tier, index=index, size=size,
                        task_seed=derive_seed(self.config.seed, domain, index, "task"),
                        version=self.staleness.version, policy_version=self.version_name,
-                       admitted_at=self.clock(), est_cost=est)
+                       admitted_at=self.clock(), est_cost=est, seq=next(self._seq))
         self.counters["groups_admitted"] += 1
         if trainer:
             self.admitted_trainer += 1

@@ -63,6 +63,7 @@ class Scheduler:
             self.core = SchedulerCore(config, domains, completed=completed, **kwargs)
         self.core.worker_slots = backend.capacity
         self.batcher = GenerationBatcher(policy, config.batch)
+        self._tier_rank = {t: i for i, t in enumerate(config.tiers)}
         self._tasks: set[asyncio.Task] = set()
         self._changed: asyncio.Event | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -205,8 +206,9 @@ class Scheduler:
             async with asyncio.timeout(self.config.retry.episode_timeout_s):
                 handle, (request, traj, secs) = await self.backend.start(spec)
                 usage.sandbox_s += secs
+                priority = self._priority(spec)
                 while request is not None:
-                    completion, gen_s, tokens = await self.batcher.generate(request)
+                    completion, gen_s, tokens = await self.batcher.generate(request, priority)
                     usage.gen_s += gen_s
                     usage.tokens += tokens
                     request, traj, secs = await self.backend.advance(handle, completion)
@@ -226,6 +228,11 @@ class Scheduler:
             traj = _infra_trajectory(spec, e)
         self.core.episode_finished(spec, traj, usage)
         self._fill()
+
+    def _priority(self, spec: EpisodeSpec) -> tuple[int, int]:
+        """Generation order under contention: higher tiers, then older groups."""
+        g = self.core.groups.get(spec.group_id)
+        return self._tier_rank[spec.tier], (g.seq if g is not None else 1 << 62)
 
     async def _wait_change(self) -> None:
         self._changed.clear()

@@ -60,6 +60,8 @@ class GroupState:
     policy_version: str
     admitted_at: float
     est_cost: float
+    seq: int = 0
+    """admission order (restored groups get new numbers, ahead of new groups)"""
     status: str = "open"
     """open -> ready -> taken, or dropped"""
     members: list[Trajectory | None] = field(default_factory=list)
@@ -159,7 +161,7 @@ def load_state(core: "SchedulerCore", state: dict[str, Any]) -> None:
         g = GroupState(gid=s["gid"], domain=s["domain"], tier=s["tier"], index=int(s["index"]),
                        size=int(s["size"]), task_seed=int(s["task_seed"]), version=int(s["version"]),
                        policy_version=str(s["policy_version"]), admitted_at=now - float(s["admitted_age"]),
-                       est_cost=float(s["est_cost"]))
+                       est_cost=float(s["est_cost"]), seq=next(core._seq))
         was_ready = s["status"] == "ready"
         if g.domain not in known or g.tier not in core.fair:
             core.counters["groups_dropped"] += 1
