@@ -64,8 +64,12 @@ import sysconfig
 
 INSIDE_UID = 1000
 WS = "/ws"
-MOUNTPOINT = "/tmp/posttrain-sandbox-mnt"
-"""an always-empty host directory; each supervisor mounts its own tmpfs on it, privately"""
+RUN_DIR = "/run/posttrain"
+MOUNTPOINT = (f"{RUN_DIR}/sandbox-mnt" if os.access("/run", os.W_OK)
+              else "/tmp/posttrain-sandbox-mnt")
+"""an always-empty host directory; each supervisor mounts its own tmpfs on it, privately. Not
+under /tmp where possible: removing this directory on the host (a /tmp cleaner) detaches the
+mounts of every live sandbox (Linux lazily unmounts mounts whose mountpoint is deleted)."""
 INSTALL_HINT = ("install it with `apt-get install bubblewrap` (Debian/Ubuntu; "
                 "`dnf install bubblewrap` on Fedora)")
 PR_SET_CHILD_SUBREAPER = 36

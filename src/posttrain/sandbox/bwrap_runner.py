@@ -15,7 +15,7 @@ import time
 
 from posttrain.sandbox import mounts
 from posttrain.sandbox.base import Limits
-from posttrain.sandbox.bwrap import INSIDE_UID, PR_SET_CHILD_SUBREAPER, WS
+from posttrain.sandbox.bwrap import INSIDE_UID, PR_SET_CHILD_SUBREAPER, RUN_DIR, WS
 from posttrain.sandbox.cgroups import SandboxCgroup, collect_stale, detect
 from posttrain.sandbox.rlimits import rlimit_table
 
@@ -154,6 +154,8 @@ class BwrapRunner:
         if os.path.islink(self.mnt):
             raise RuntimeError(f"{self.mnt} is a symlink; refusing to mount on it")
         os.makedirs(self.mnt, mode=0o755, exist_ok=True)
+        if os.path.dirname(self.mnt) == RUN_DIR:  # ours (not /tmp): the sandbox uid traverses it
+            os.chmod(RUN_DIR, 0o755)
         mounts.unshare_mount_namespace()
         mounts.mount("tmpfs", self.mnt, "tmpfs", mounts.MS_NOSUID | mounts.MS_NODEV,
                      f"size={self.limits.workspace_mb}m,mode=0755")

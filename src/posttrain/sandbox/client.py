@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -68,7 +69,8 @@ def _check_stdin(stdin: str | bytes | None) -> bytes | None:
     raise TypeError(f"stdin must be str, bytes or None, got {type(stdin).__name__}")
 
 
-def _shutdown(proc: subprocess.Popen, sock: socket.socket, slot, stderr) -> None:
+def _shutdown(proc: subprocess.Popen, sock: socket.socket, slot, stderr,
+              cleanup: list[str]) -> None:
     """Stop a supervisor and free what it held (also run by the finalizer at exit/GC)."""
     clean = False
     try:
@@ -85,6 +87,8 @@ def _shutdown(proc: subprocess.Popen, sock: socket.socket, slot, stderr) -> None
         proc.wait()
     if slot is not None:
         slot.release(clean=clean and proc.returncode == 0)
+    for path in cleanup:  # what a supervisor that was killed could not remove itself
+        shutil.rmtree(path, ignore_errors=True)
     stderr.close()
 
 
@@ -123,8 +127,9 @@ class SupervisedSandbox:
         finally:
             theirs.close()
         self._sock = host
+        self._cleanup: list[str] = []
         self._finalizer = weakref.finalize(self, _shutdown, self._proc, host, self._slot,
-                                           self._stderr)
+                                           self._stderr, self._cleanup)
         try:
             host.settimeout(BOOT_TIMEOUT_S)
             send_obj(host, cfg)
@@ -139,6 +144,8 @@ class SupervisedSandbox:
             raise SandboxUnavailable(f"sandbox could not start: {reply.get('error')}\n"
                                      f"{reply.get('traceback', '')}")
         self._sup_pid = reply["pid"]
+        if reply.get("cleanup_dir"):
+            self._cleanup.append(reply["cleanup_dir"])
         ws = f"/proc/{self._sup_pid}/root{reply['workspace']}"
         owner = (self._slot.uid, self._slot.uid) if self._slot else None
         self._ws = Workspace(lambda: ws, owner=owner, inside_path=reply["inside_path"])

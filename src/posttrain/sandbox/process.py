@@ -91,7 +91,8 @@ class ProcessRunner:
     def boot(self) -> dict:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans come to us: found, reaped
-        return {"workspace": self.ws, "inside_path": self.ws, "cgroups": {}, "layers": {}}
+        return {"workspace": self.ws, "inside_path": self.ws, "cgroups": {}, "layers": {},
+                "cleanup_dir": self.base}
 
     # -- processes -----------------------------------------------------------------------
     def spawn(self, argv: list[str], *, stdin: int, stdout: int, stderr: int,
