@@ -56,7 +56,8 @@ def workload():
     rng = random.Random(SEED)
     specs = [DomainSpec(d.name, weight=float(rng.randint(1, 4))) for d in domains]
     config = SchedulerConfig(
-        group_size=GROUP_SIZE, tiers=("train",), trainer_tier="train", max_running=GROUPS_PER_STEP * 5 * GROUP_SIZE,
+        group_size=GROUP_SIZE, tiers=("train",), trainer_tier="train",
+        max_running=GROUPS_PER_STEP * 5 * GROUP_SIZE,
         groups_per_step=GROUPS_PER_STEP, max_staleness=4, max_groups=GROUPS, share_by="samples",
         window_s=3600.0, starvation_s=None, seed=SEED,
         retry=RetryConfig(max_retries=3, backoff_s=0.01, backoff_max_s=0.1),
@@ -313,19 +314,22 @@ def main() -> None:
         ("staleness max / mean", f"{m['staleness']['max']} / {m['staleness']['mean']}", "0 / 0"),
     ]
     print(f"workload: {N_DOMAINS} domains, {GROUPS} groups x {GROUP_SIZE}, steps 1 ms..1 s x {TIME_SCALE} "
-          f"(real sleeps), 5% infra failures, generator {TOKENS_PER_S:.0f} tok/s + {CALL_S * 1e3:.0f} ms/call")
+          f"(real sleeps), 5% infra failures, generator {TOKENS_PER_S:.0f} tok/s "
+          f"+ {CALL_S * 1e3:.0f} ms/call")
     print(f"{'':34}{'posttrain':>22}{'sync baseline':>18}")
     for name, a, b in rows:
         print(f"{name:34}{a:>22}{b:>18}")
     print(f"speedup vs sync: {wall_s / wall_a:.2f}x")
-    print(f"quota (share of samples vs weight share, {N_DOMAINS} domains): max abs gap {max(gaps.values()):.5f}, "
-          f"max gap {gap_groups:.2f} groups of the domain (about {total / N_DOMAINS / GROUP_SIZE:.1f} groups per "
-          f"domain in this run)")
+    print(f"quota (share of samples vs weight share, {N_DOMAINS} domains): max abs gap "
+          f"{max(gaps.values()):.5f}, max gap {gap_groups:.2f} groups of the domain "
+          f"(about {total / N_DOMAINS / GROUP_SIZE:.1f} groups per domain in this run)")
     print(f"core, 1,000 domains (cost mode, caps, limits, adaptive), CPU per launched episode: "
           f"decision {core['us_next']:.1f} us + result accounting {core['us_finished']:.1f} us + hand-over "
-          f"{core['us_take']:.1f} us = {core['us_per_episode']:.1f} us ({core['us_per_episode_wall']:.1f} us wall) "
-          f"over {core['decisions']} episodes, {core['groups']} groups; cost share vs weight share: max abs gap "
-          f"{core['quota_share_gap_max']:.5f}, gap in groups of the domain p50 {core['quota_gap_groups_p50']:.2f} "
+          f"{core['us_take']:.1f} us = {core['us_per_episode']:.1f} us "
+          f"({core['us_per_episode_wall']:.1f} us wall) over {core['decisions']} episodes, "
+          f"{core['groups']} groups; cost share vs weight share: max abs gap "
+          f"{core['quota_share_gap_max']:.5f}, gap in groups of the domain p50 "
+          f"{core['quota_gap_groups_p50']:.2f} "
           f"max {core['quota_gap_groups_max']:.2f}")
     print(f"dispatch round trip: thread {pools['thread_roundtrip_us']:.0f} us, process "
           f"{pools['process_roundtrip_us']:.0f} us; CPU-bound tasks/s (2 workers): thread "

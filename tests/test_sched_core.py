@@ -132,7 +132,8 @@ def test_quarantine_on_error_rate_and_training_goes_on():
         core.take_ready("train")
     m = core.metrics()
     assert set(m["quarantined"]) == {"broken"}
-    assert m["quarantined"]["broken"]["error_rate"] > 0.5 and "SandboxError" in m["quarantined"]["broken"]["last_error"]
+    report = m["quarantined"]["broken"]
+    assert report["error_rate"] > 0.5 and "SandboxError" in report["last_error"]
     assert m["domains"]["broken"]["quota"] == 0.0 and m["domains"]["fine"]["quota"] == 1.0
     assert {s.domain for s in launch_all(core)} <= {"fine"}
     assert any(gid.startswith("broken#") and r == "domain quarantined" for gid, r in core.dropped)
@@ -168,7 +169,8 @@ def test_adaptive_downweights_no_signal_and_retires_saturated():
 
 
 def test_submitted_work_of_a_quarantined_domain_is_dropped_and_counted():
-    core = SchedulerCore(cfg(), [DomainSpec("e", tier="eval", continuous=False), DomainSpec("t")], clock=Clock())
+    core = SchedulerCore(cfg(), [DomainSpec("e", tier="eval", continuous=False), DomainSpec("t")],
+                         clock=Clock())
     core.quarantine.quarantined["e"] = {"why": "test"}
     core.submit("e", 3)
     assert {s.domain for s in launch_all(core)} == {"t"}
@@ -192,3 +194,28 @@ def test_accounting_loses_nothing_and_rejects_bad_domain_lists():
         SchedulerCore(cfg(), [DomainSpec("a"), DomainSpec("a")])
     with pytest.raises(ValueError, match="tier"):
         SchedulerCore(cfg(), [DomainSpec("a", tier="nope")])
+
+
+def test_no_domain_starves_under_an_adversarial_cost_mix():
+    # cost mode: "whale" costs 10,000x a normal group and has a tiny weight, "limited" is held to
+    # one episode at a time, 30 cheap domains compete; every domain is still served, and the
+    # longest wait stays under the starvation bound (plus one episode's duration)
+    clock = Clock()
+    specs = [DomainSpec("whale", weight=0.01), DomainSpec("limited", max_concurrency=1)]
+    specs += [DomainSpec(f"cheap{i}", weight=5.0) for i in range(30)]
+    core = SchedulerCore(cfg(max_running=8, group_size=2, share_by="cost", starvation_s=50.0), specs,
+                         clock=clock)
+    core.worker_slots = 1
+    cost = {s.name: 1.0 for s in specs} | {"whale": 10_000.0}
+    served = {s.name: 0 for s in specs}
+    for _ in range(2000):
+        for spec in launch_all(core):
+            served[spec.domain] += 1
+            clock.t += 0.1
+            core.episode_finished(spec, ok(spec), Usage(sandbox_s=cost[spec.domain]))
+        core.take_ready("train")
+    assert all(n > 0 for n in served.values())
+    assert served["whale"] >= 4  # the guard's turns; its fair share alone would be ~1 group
+    m = core.metrics()
+    assert m["max_wait_s"] <= 50.0 + 2.0
+    assert all(d["max_service_gap_s"] <= 52.0 for d in m["domains"].values())

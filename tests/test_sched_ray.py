@@ -12,7 +12,8 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # node address:
 
 ray = pytest.importorskip("ray", reason="Ray is in the test extra; installed on CI")
 
-from posttrain.scheduling import AdaptiveConfig, BatchConfig, DomainSpec, RetryConfig, Scheduler, SchedulerConfig  # noqa: E402
+from posttrain.scheduling import (AdaptiveConfig, BatchConfig, DomainSpec, RetryConfig,  # noqa: E402
+                                  Scheduler, SchedulerConfig)
 from posttrain.scheduling.ray_backend import RayBackend  # noqa: E402
 from posttrain.scheduling.sim import SimFactory, SimGenerator, make_domains  # noqa: E402
 

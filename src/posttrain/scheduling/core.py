@@ -65,6 +65,7 @@ class SchedulerCore:
                 self.fair[spec.tier].block(spec.name)
         if not self.specs:
             raise ValueError("the scheduler needs at least one domain")
+        self._has_trainer_domains = any(s.tier == config.trainer_tier and s.continuous for s in domains)
         self.staleness = StalenessController(config.max_staleness, config.groups_per_step)
         self.version_name = "v0"
         self.quarantine = Quarantine(config.quarantine)
@@ -222,20 +223,27 @@ class SchedulerCore:
         return [self._hand_over(g) for g in picked]
 
     def finished(self) -> bool:
-        """True when a fixed workload (`max_groups`) is done and nothing is in flight or queued."""
+        """True when nothing is in flight or queued and no more work will be drawn: the trainer
+        tier's `max_groups` are all admitted (or it has no domain that can run) and no other
+        tier has endless (`continuous`) work. Ready groups may still wait to be taken."""
         if self.running_total or self.backoff or any(self.submitted.values()):
             return False
         if any(g.status == "open" for g in self.groups.values()):
             return False
-        cap = self.config.max_groups
-        no_more = cap is not None and self.admitted_trainer >= cap
-        others = [s for s in self.specs.values() if s.continuous and s.tier != self.config.trainer_tier
-                  and self._allowed(s.name)]
-        return no_more and not others
+        cap, trainer = self.config.max_groups, self.config.trainer_tier
+        for spec in self.specs.values():
+            if not spec.continuous or not self._allowed(spec.name):
+                continue
+            if spec.tier != trainer or cap is None or self.admitted_trainer < cap:
+                return False  # this domain would keep drawing groups
+        return True
 
     def stalled_reason(self, n: int) -> str | None:
-        """Why the trainer tier can never give `n` more groups, or None if it still can."""
+        """Why the trainer tier can never give `n` more groups, or None if it still can (or has
+        no domains: an evaluation-only run)."""
         tier = self.config.trainer_tier
+        if not self._has_trainer_domains:
+            return None
         if self.running_total or self.backoff or self.launchable[tier] or self.submitted[tier]:
             return None
         if len(self.ready[tier]) >= n:
@@ -487,5 +495,6 @@ class SchedulerCore:
         load_state(core, state)
         return core
 
-    def metrics(self) -> dict[str, Any]:
-        return core_metrics(self)
+    def metrics(self, per_domain: bool = True) -> dict[str, Any]:
+        """A JSON-able snapshot (see `Scheduler.metrics`)."""
+        return core_metrics(self, per_domain)

@@ -9,14 +9,15 @@ continuous batching of generation.
             sched.set_policy_version(f"step-{step + 1}")       # after the weights changed
 
 Every running episode is an asyncio task: `start` on a worker, then `generate` through the shared
-batcher and `advance` on a worker, turn after turn (the last call also fetches `result`). When it ends, its slot goes to
-whatever the core names next. The same code path runs real episodes
+batcher and `advance` on a worker, turn after turn (the last call also fetches `result`). When it
+ends, its slot goes to whatever the core names next. The same code path runs real episodes
 (`posttrain.rollout.episode.Episode`) and simulated ones (`posttrain.scheduling.sim`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any, Callable, Sequence
 
@@ -110,11 +111,11 @@ class Scheduler:
             groups = self.core.take(n)
             if groups is not None:
                 return groups
-            if self.core.finished():
-                return self.core.take_ready(self.config.trainer_tier)
             reason = self.core.stalled_reason(n)
             if reason:
                 raise SchedulerStalled(reason)
+            if self.core.finished():
+                return self.core.take_ready(self.config.trainer_tier)
             await self._wait_change()
 
     async def take_ready(self, tier: str, n: int) -> list[Group]:
@@ -159,8 +160,13 @@ class Scheduler:
     def state_dict(self) -> dict[str, Any]:
         return self.core.state_dict()
 
-    def metrics(self) -> dict[str, Any]:
-        m = self.core.metrics()
+    def metrics(self, per_domain: bool = True) -> dict[str, Any]:
+        """A JSON-able snapshot for the progress display and the metrics JSONL: generator busy
+        fraction, worker utilisation, queue waits (p50/p99, overall and per domain), samples and
+        cost per domain against quota (`per_domain=False` leaves the per-domain table out),
+        retries, infrastructure errors, quarantined and retired domains (with why), staleness,
+        and episode accounting (`lost` must stay 0)."""
+        m = self.core.metrics(per_domain)
         end = self._closed_at or time.perf_counter()
         elapsed = end - self._started_at if self._started_at is not None else 0.0
         m["elapsed_s"] = round(elapsed, 6)
@@ -180,7 +186,7 @@ class Scheduler:
         while (spec := self.core.next_episode()) is not None:
             task = loop.create_task(self._episode(spec), name=f"episode {spec.key}")
             self._tasks.add(task)
-            task.add_done_callback(self._task_done)
+            task.add_done_callback(functools.partial(self._task_done, spec))
         at = self.core.next_retry_at()
         if at is not None and at < self._timer_at:
             if self._timer is not None:
@@ -193,9 +199,13 @@ class Scheduler:
         self._timer, self._timer_at = None, float("inf")
         self._fill()
 
-    def _task_done(self, task: asyncio.Task) -> None:
+    def _task_done(self, spec: EpisodeSpec, task: asyncio.Task) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None and self._error is None:
+        if task.cancelled():
+            # counted here, not in the coroutine: a task cancelled before its first step never
+            # runs any of its code
+            self.core.episode_abandoned(spec)
+        elif task.exception() is not None and self._error is None:
             self._error = task.exception()  # a bug in the scheduler itself: surface it
             if self._changed is not None:
                 self._changed.set()
@@ -216,9 +226,6 @@ class Scheduler:
                 if traj is None:
                     raise RuntimeError(f"backend {self.backend.name} ended episode {spec.key} "
                                        "without its trajectory")
-        except asyncio.CancelledError:
-            self.core.episode_abandoned(spec)
-            raise
         except TimeoutError:
             self.backend.discard(handle)
             traj = _infra_trajectory(spec, EpisodeTimeout(

@@ -88,7 +88,8 @@ class SimEpisode:
     def _request(self) -> GenerationRequest:
         n = max(1, int(self.d.tokens * self.rng.uniform(0.5, 1.5)))
         return GenerationRequest(messages=(Message("user", f"{self.d.name} turn {self.turn}"),),
-                                 sampling=SamplingParams(max_tokens=n), request_id=f"{self.spec.key}:{self.turn}",
+                                 sampling=SamplingParams(max_tokens=n),
+                                 request_id=f"{self.spec.key}:{self.turn}",
                                  meta={"domain": self.d.name, "sim_tokens": n})
 
     def _fail(self, where: str) -> None:

@@ -114,7 +114,8 @@ def dump_state(core: "SchedulerCore") -> dict[str, Any]:
         "domains": {d: {"next_index": ds.next_index, "est_cost": ds.est_cost, "stats": ds.stats()}
                     for d, ds in core.dom.items()},
         "quarantine": core.quarantine.state_dict(), "signal": core.signal.state_dict(),
-        "counters": dict(core.counters), "staleness_hist": {str(k): v for k, v in core.staleness_hist.items()},
+        "counters": dict(core.counters),
+        "staleness_hist": {str(k): v for k, v in core.staleness_hist.items()},
         "admitted_trainer": core.admitted_trainer,
         "submitted": {t: list(q) for t, q in core.submitted.items()},
         "running_episodes": core.running_total, "groups": groups,
@@ -197,7 +198,7 @@ def _pct(values: Any, q: float) -> float | None:
     return round(float(np.percentile(np.fromiter(values, float), q)), 6) if values else None
 
 
-def core_metrics(core: "SchedulerCore") -> dict[str, Any]:
+def core_metrics(core: "SchedulerCore", per_domain: bool = True) -> dict[str, Any]:
     c = dict(core.counters)
     c["lost"] = (c["episodes_launched"] - c["episodes_kept"] - c["episodes_infra_error"]
                  - c["episodes_discarded"] - c["episodes_abandoned"] - core.running_total)
@@ -247,4 +248,4 @@ def core_metrics(core: "SchedulerCore") -> dict[str, Any]:
                       "histogram": {str(k): v for k, v in sorted(hist.items())},
                       "max": max(hist) if hist else None,
                       "mean": round(sum(k * v for k, v in hist.items()) / n_taken, 4) if n_taken else None},
-        "domains": domains}
+        **({"domains": domains} if per_domain else {})}
