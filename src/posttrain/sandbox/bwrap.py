@@ -42,13 +42,8 @@ namespaces. What each layer protects against, and what it does not:
 * **Lifetime**: `--die-with-parent` and `--new-session` (no terminal injection through TIOCSTI);
   the supervisor exits when the host's socket closes, and everything dies with it.
 
-Snapshots: bubblewrap 0.8 has no `--overlay`, so the supervisor (root, in a private mount
-namespace) mounts the workspace as overlayfs on its own tmpfs, on a bind mount made *shared*.
-A snapshot freezes the current upper layer as a new lower layer; a restore mounts a fresh upper
-over a snapshot's layers. The new overlay is stacked on the old one, so the mount event
-propagates into running sandboxes (bubblewrap makes their mounts slaves of ours) and the
-fork-server sees the restored `/ws` without a restart. Frozen layers are never written again, so
-a snapshot cannot change after it is taken.
+Snapshots: overlayfs layers on the supervisor's tmpfs, stacked so that a restore propagates
+into the running sandbox (see `overlay.py`). A snapshot never changes after it is taken.
 """
 
 from __future__ import annotations

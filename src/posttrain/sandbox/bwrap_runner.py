@@ -10,17 +10,15 @@ import resource
 import select
 import shutil
 import signal
-import stat
 import time
 
 from posttrain.sandbox import mounts
 from posttrain.sandbox.base import Limits
 from posttrain.sandbox.bwrap import INSIDE_UID, PR_SET_CHILD_SUBREAPER, RUN_DIR, WS
 from posttrain.sandbox.cgroups import SandboxCgroup, collect_stale, detect
+from posttrain.sandbox.overlay import OverlayWorkspace
 from posttrain.sandbox.rlimits import rlimit_table
 
-MAX_LAYERS = 400
-"""an overlay mount takes at most ~500 lower layers (and one page of options)"""
 PASSWD = ("root:x:0:0:root:/root:/usr/sbin/nologin\n"
           f"sandbox:x:{INSIDE_UID}:{INSIDE_UID}:sandbox:/tmp:/bin/sh\n"
           "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
@@ -47,37 +45,8 @@ def _read_child_pid(fd: int, timeout: float = 30.0) -> int | None:
     return int(json.loads(data)["child-pid"])
 
 
-def copy_layer(src: str, dst: str) -> None:
-    """Copy an overlay upper layer exactly: contents, modes, owners, symlinks, whiteouts (0/0
-    character devices) and overlay xattrs (opaque directories). Done in-process because the
-    supervisor's children have no capabilities (its bounding set is empty), so `cp -a` could
-    not keep owners."""
-    def copy(s: str, d: str) -> None:
-        st = os.lstat(s)
-        if stat.S_ISDIR(st.st_mode):
-            os.mkdir(d)
-            for name in os.listdir(s):
-                copy(os.path.join(s, name), os.path.join(d, name))
-        elif stat.S_ISLNK(st.st_mode):
-            os.symlink(os.readlink(s), d)
-            os.chown(d, st.st_uid, st.st_gid, follow_symlinks=False)
-            return
-        elif stat.S_ISREG(st.st_mode):
-            shutil.copyfile(s, d, follow_symlinks=False)
-        elif stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
-            os.mknod(d, st.st_mode, st.st_rdev)
-        else:
-            return  # sockets: not workspace content
-        os.chown(d, st.st_uid, st.st_gid)
-        os.chmod(d, stat.S_IMODE(st.st_mode))
-        for name in os.listxattr(s, follow_symlinks=False):
-            os.setxattr(d, name, os.getxattr(s, name, follow_symlinks=False))
-
-    copy(src, dst)
-
-
 def _uid_processes(uid: int):
-    """(pid, status text) of the live processes whose real uid is `uid`."""
+    """(pid, /proc status fields) of the live processes whose real uid is `uid`."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -134,12 +103,7 @@ class BwrapRunner:
         self.seccomp: bytes | None = cfg["seccomp"]
         self.mnt = cfg["mountpoint"]
         self.inside_ws = WS
-        self.snapshots: dict[str, list[str]] = {}
-        self.frozen: set[str] = set()
-        self.trash: list[str] = []
-        self.upper = ""
-        self.lowers: list[str] = []
-        self.count = 0
+        self.overlay = OverlayWorkspace(self.uid)
         self.cg: SandboxCgroup | None = None
         self.infra: set[int] = set()
         """host pids of the server's bubblewrap and the server: not the job's to lose"""
@@ -159,9 +123,8 @@ class BwrapRunner:
         mounts.unshare_mount_namespace()
         mounts.mount("tmpfs", self.mnt, "tmpfs", mounts.MS_NOSUID | mounts.MS_NODEV,
                      f"size={self.limits.workspace_mb}m,mode=0755")
-        os.chdir(self.mnt)  # overlay layer paths below are relative to it (short options)
-        for d in ("h", "l", "l/0", "u", "w", "etc", "opt", "opt/posttrain",
-                  "opt/posttrain/inside"):
+        os.chdir(self.mnt)  # every path below is relative to it (short overlay options)
+        for d in ("etc", "opt", "opt/posttrain", "opt/posttrain/inside"):
             os.mkdir(d, 0o755)
         for name, text in (("passwd", PASSWD), ("group", GROUP), ("hosts", HOSTS)):
             with open(f"etc/{name}", "w") as f:
@@ -186,9 +149,7 @@ class BwrapRunner:
             for name in ("python", "python3", lay["version"]):
                 os.symlink(self._python(), f"opt/venv/bin/{name}")
         mounts.bind(self.cfg["inside_dir"], "opt/posttrain/inside", readonly=True)
-        mounts.bind("h", "h")
-        mounts.mount(None, "h", None, mounts.MS_SHARED)  # so later overlays propagate inside
-        self._mount_overlay(["l/0"])
+        self.overlay.boot()
         if detect():
             self.cg = SandboxCgroup(f"{os.getpid()}-{self.cfg['id']}", self.limits)
         self.argv = self._static_argv()
@@ -387,48 +348,20 @@ class BwrapRunner:
     def peak_mb(self) -> float | None:
         return self.cg.peak_mb() if self.cg else None
 
-    # -- snapshots -----------------------------------------------------------------------
-    def _mount_overlay(self, lowers: list[str]) -> None:
-        if len(lowers) > MAX_LAYERS:
-            raise RuntimeError(f"too many snapshot layers ({len(lowers)} > {MAX_LAYERS})")
-        self.count += 1
-        upper, work = f"u/{self.count}", f"w/{self.count}"
-        os.mkdir(upper, 0o755)
-        os.mkdir(work, 0o700)
-        os.chown(upper, self.uid, self.uid)
-        # stacked on the current overlay (never unmounted): see the module docstring
-        mounts.mount("overlay", "h", "overlay", mounts.MS_NOSUID | mounts.MS_NODEV,
-                     f"lowerdir={':'.join(lowers)},upperdir={upper},workdir={work}")
-        self.upper, self.lowers = upper, lowers
+    # -- snapshots (overlay.py) ----------------------------------------------------------
+    @property
+    def snapshots(self) -> dict[str, list[str]]:
+        return self.overlay.snapshots
 
     def snapshot(self) -> str:
-        """Freeze the current upper layer (O(1)) when nothing runs in the sandbox. If processes
-        run (a background server), they may hold the current overlay and keep writing through
-        it, so the upper layer is *copied* (O(changed files)) instead and they carry on."""
-        sid = f"snap-{len(self.snapshots) + 1}"
-        if self._processes():
-            self.count += 1
-            layer = f"l/{self.count}"
-            copy_layer(self.upper, layer)
-            self.snapshots[sid] = [layer] + self.lowers
-            return sid
-        frozen = [self.upper] + self.lowers
-        self.frozen.add(self.upper)
-        self._mount_overlay(frozen)
-        self.snapshots[sid] = frozen
-        return sid
+        return self.overlay.snapshot(live=bool(self._processes()))
 
     def restore(self, sid: str) -> None:
-        old = self.upper
-        self._mount_overlay(self.snapshots[sid])
-        if old not in self.frozen:
-            self.trash.append(old)
+        self.overlay.restore(sid)
 
     def idle(self) -> None:
         """Work done after a reply was sent: free discarded layers, reap orphans."""
-        while self.trash:
-            path = self.trash.pop()
-            shutil.rmtree(path, ignore_errors=True)
+        self.overlay.collect_trash()
         while True:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
