@@ -442,7 +442,10 @@ class SchedulerCore:
         """`g` is complete in the store: ready at once, its trajectories loaded from there."""
         self.recovered.append(g.gid)
         self.counters["groups_recovered"] += 1
-        trajs = self._load_group(g.gid) if self._load_group is not None else []
+        trajs = list(self._load_group(g.gid)) if self._load_group is not None else []
+        if self._load_group is not None and len(trajs) != g.size:
+            raise ValueError(f"resume: the store holds {len(trajs)} trajectories of group {g.gid!r}, "
+                             f"not {g.size}: `completed` must name only groups stored whole")
         g.status = "ready"
         g.completed_at = self.clock()
         g.group = g.to_group(list(trajs))
