@@ -61,7 +61,8 @@ def test_every_oracle_passes_and_sampled_negatives_fail(sandbox, module_sandbox)
         assert v.passed, (d.name, dict(v.details))
         negatives = d.negatives(task)
         assert "empty" in negatives and len(negatives) >= 2
-        names = list(negatives) if i % 9 == 0 else [n for n in negatives if n != "empty"][:1] if i % 3 == 0 else []
+        names = (list(negatives) if i % 12 == 0 else
+                 [n for n in negatives if n != "empty"][:1] if i % 4 == 0 else [])
         for name in names:
             sb.restore(clean)
             nv = play_actions(d, task, negatives[name], sandbox=sandbox)

@@ -60,7 +60,8 @@ def test_every_oracle_passes_and_sampled_negatives_fail(sandbox):
         assert v.passed, (d.name, dict(v.details))
         negatives = d.negatives(task)
         assert "empty" in negatives and len(negatives) >= 2, d.name
-        names = list(negatives) if i % 4 == 0 else [n for n in negatives if n != "empty"][:1]
+        names = (list(negatives) if i % 8 == 0 else
+                 [n for n in negatives if n != "empty"][:1] if i % 2 == 0 else [])
         for name in names:
             sandbox.restore(clean)
             nv = play_actions(d, task, negatives[name], sandbox=sandbox)
