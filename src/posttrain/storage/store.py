@@ -17,7 +17,7 @@ import sqlite3
 import time
 import zlib
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from posttrain.rollout.trajectory import Trajectory
 from posttrain.tasks.task import Task, sha256_text
@@ -127,27 +127,36 @@ class Store:
     def put_trajectory(self, traj: Trajectory, task: Task | None = None,
                        workspace: bytes | None = None) -> None:
         """Write a trajectory, its turns, its verdict, its task and its workspace atomically."""
-        body = traj.to_dict()
-        turns = body.pop("turns")
-        if workspace is not None and traj.final_workspace_sha256 is None:
-            raise ValueError("a workspace archive was given but the trajectory has no final_workspace_sha256")
+        self.put_trajectories([(traj, task, workspace)])
+
+    def put_trajectories(self, items: Sequence[tuple[Trajectory, Task | None, bytes | None]]) -> None:
+        """Write several trajectories (e.g. a whole GRPO group) in one transaction: after a crash
+        either all of them are stored or none."""
+        rows = []
+        for traj, task, workspace in items:
+            if workspace is not None and traj.final_workspace_sha256 is None:
+                raise ValueError(f"trajectory {traj.id}: a workspace archive was given but the "
+                                 "trajectory has no final_workspace_sha256")
+            body = traj.to_dict()
+            rows.append((traj, task, workspace, body, body.pop("turns")))
 
         def write(c: sqlite3.Cursor) -> None:
-            if task is not None:
-                c.execute("INSERT OR IGNORE INTO tasks VALUES (?,?,?,?,?)",
-                          (task.hash, task.key, task.domain, task.split, task.model_dump_json()))
-            if workspace is not None:
-                c.execute("INSERT OR IGNORE INTO blobs VALUES (?,?)",
-                          (traj.final_workspace_sha256, zlib.compress(workspace, 6)))
-            c.execute("INSERT INTO trajectories VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                      (traj.id, traj.run_id, traj.task_hash, traj.task_key, traj.domain, traj.split,
-                       traj.group_id, traj.attempt, traj.policy_version, traj.status, traj.reward,
-                       None if traj.passed is None else int(traj.passed), len(turns),
-                       traj.created_at or time.time(), json.dumps(body, default=str)))
-            c.executemany("INSERT INTO turns VALUES (?,?,?)",
-                          [(traj.id, t["index"], json.dumps(t)) for t in turns])
-            if traj.verdict is not None:
-                self._insert_verdict(c, traj.id, traj.verdict, "episode")
+            for traj, task, workspace, body, turns in rows:
+                if task is not None:
+                    c.execute("INSERT OR IGNORE INTO tasks VALUES (?,?,?,?,?)",
+                              (task.hash, task.key, task.domain, task.split, task.model_dump_json()))
+                if workspace is not None:
+                    c.execute("INSERT OR IGNORE INTO blobs VALUES (?,?)",
+                              (traj.final_workspace_sha256, zlib.compress(workspace, 6)))
+                c.execute("INSERT INTO trajectories VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                          (traj.id, traj.run_id, traj.task_hash, traj.task_key, traj.domain, traj.split,
+                           traj.group_id, traj.attempt, traj.policy_version, traj.status, traj.reward,
+                           None if traj.passed is None else int(traj.passed), len(turns),
+                           traj.created_at or time.time(), json.dumps(body, default=str)))
+                c.executemany("INSERT INTO turns VALUES (?,?,?)",
+                              [(traj.id, t["index"], json.dumps(t)) for t in turns])
+                if traj.verdict is not None:
+                    self._insert_verdict(c, traj.id, traj.verdict, "episode")
 
         self._tx(write)
 
@@ -199,9 +208,11 @@ class Store:
         return self._load(rows[0])
 
     def trajectories(self, *, run_id: str | None = None, domain: str | None = None,
-                     status: str | None = None, split: str | None = None) -> Iterator[Trajectory]:
+                     status: str | None = None, split: str | None = None,
+                     group_id: str | None = None) -> Iterator[Trajectory]:
         where, params = [], []
-        for col, val in (("run_id", run_id), ("domain", domain), ("status", status), ("split", split)):
+        for col, val in (("run_id", run_id), ("domain", domain), ("status", status), ("split", split),
+                         ("group_id", group_id)):
             if val is not None:
                 where.append(f"{col}=?")
                 params.append(val)
