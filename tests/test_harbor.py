@@ -10,6 +10,7 @@ import pytest
 
 from posttrain.envs import play_actions
 from posttrain.sandbox import open_sandbox
+from posttrain.tasks.domain import NoTasksInSplit
 from posttrain.tasks.families.terminal import EXAMPLES_DIR, harbor_examples
 from posttrain.tasks.families.terminal.harbor import REWRITE, HarborTaskError, load_harbor_task
 from posttrain.tasks.registry import all_domains
@@ -70,7 +71,7 @@ def test_a_single_task_serves_only_its_split():
     d = EXAMPLES["terminal.harbor.fix-config"]
     task = _task(d)
     other = "eval" if task.split == "train" else "train"
-    with pytest.raises(ValueError, match=f"no {other} tasks"):
+    with pytest.raises(NoTasksInSplit, match=f"no {other} tasks"):
         d.task(0, other)
     assert d.task(7, task.split) == task
 

@@ -24,6 +24,12 @@ if TYPE_CHECKING:
 Actions = Sequence[str]
 
 
+class NoTasksInSplit(ValueError):
+    """Raised by a domain's `generate` for a split it has no tasks in (an imported single task,
+    e.g. a Harbor task folder, lives in one split only). Tools that sample both splits may skip
+    such (seed, split) pairs instead of counting a generator failure."""
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     """A domain tool, called as `<tool name="NAME">ARGS</tool>` (or an OpenAI function call)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.families.code.template import (FunctionTemplate, _compile, call_text,
+from posttrain.tasks.families.code.template import (FunctionTemplate, compile_reference, call_text,
                                                     draw_params, make_cases, run_reference)
 from posttrain.tasks.task import Split, Task, TaskLimits
 from posttrain.verifiers.code import UNIT_TESTS
@@ -38,7 +38,7 @@ def buggy_source(t: FunctionTemplate, params: dict) -> tuple[str, str, str]:
 
 
 def test_file(t: FunctionTemplate, params: dict, visible: list[list]) -> str:
-    ref = _compile(t.solution(params), t.entry)
+    ref = compile_reference(t.solution(params), t.entry)
     checks = "\n".join(f"    assert {call_text(t.entry, a)} == {ref(*copy.deepcopy(a))!r}"
                        for a in visible)
     return (f'"""Tests of solution.py: run `python3 test_solution.py`."""\n'

@@ -61,7 +61,7 @@ class FunctionTemplate:
 
 
 @lru_cache(maxsize=4096)
-def _compile(source: str, entry: str) -> Callable[..., Any]:
+def compile_reference(source: str, entry: str) -> Callable[..., Any]:
     ns: dict[str, Any] = {}
     exec(compile(source, f"<reference {entry}>", "exec"), ns)  # our own reference code
     return ns[entry]
@@ -71,7 +71,7 @@ def run_reference(source: str, entry: str, args: list[Any]) -> Any:
     """The encoded return value of `source`'s `entry` on (a deep copy of) `args`; an exception
     is encoded as {'raises': name} (a wrong version that raises is told apart by that)."""
     try:
-        return encode_value(_compile(source, entry)(*copy.deepcopy(args)))
+        return encode_value(compile_reference(source, entry)(*copy.deepcopy(args)))
     except Exception as e:
         return {"raises": type(e).__name__}
 
@@ -132,6 +132,6 @@ def call_text(entry: str, args: list[Any]) -> str:
 
 def example_lines(template: FunctionTemplate, params: Params, cases: Cases, k: int = 2) -> str:
     """Up to k examples (the first non-trivial cases) as `f(x) == y` lines."""
-    ref = _compile(template.solution(params), template.entry)
+    ref = compile_reference(template.solution(params), template.entry)
     picked = [a for a in cases.args if any(a)][:k] or cases.args[:k]
     return "\n".join(f"    {call_text(template.entry, a)} == {ref(*copy.deepcopy(a))!r}" for a in picked)

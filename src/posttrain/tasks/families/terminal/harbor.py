@@ -34,7 +34,7 @@ or runs past `[verifier].timeout_sec` is an infrastructure error (`VerifierError
 
 Splits: a task folder is one fixed problem, in one split: `[metadata].split` ("train" or
 "eval") when given, else a hash of its content (as for generated domains). Asking the domain
-for the other split raises `ValueError`; every seed gives the same task.
+for the other split raises `NoTasksInSplit` (a `ValueError`); every seed gives the same task.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from posttrain.tasks.domain import Domain
+from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.tasks.families.common import content_split
 from posttrain.tasks.task import Split, Task, TaskLimits
 from posttrain.verifiers.base import Outcome, Verdict, VerifierError, verdict
@@ -320,7 +320,7 @@ def load_harbor_task(path: str | Path, name: str | None = None) -> Domain:
 
     def generate(seed: int, want: Split) -> Task:
         if want != split:
-            raise ValueError(f"domain {domain_name} is one imported task of the {split} split; "
+            raise NoTasksInSplit(f"domain {domain_name} is one imported task of the {split} split; "
                              f"it has no {want} tasks")
         return Task(domain=domain_name, prompt=prompt, files=files, env="tools", split=split, seed=0,
                     key=f"{domain_name}/{split}/0", limits=limits, tags=tags,
