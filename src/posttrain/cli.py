@@ -22,7 +22,7 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("posttrain.rollout.cli", "rollout", "rollout"),
     ("posttrain.rollout.cli", "replay", "replay"),
     ("posttrain.storage.cli", "export", "export"),
-    ("posttrain.training.cli", "run", "run"),
+    ("posttrain.pipeline.cli", "run", "run"),
     ("posttrain.evaluation.cli", "app", "eval"),
     ("posttrain.evaluation.cli", "report", "report"),
     ("posttrain.evaluation.cli", "contamination", "tasks contamination"),

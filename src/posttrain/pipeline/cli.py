@@ -1,0 +1,39 @@
+"""`posttrain run [CONFIG.toml]`: the main job (see `posttrain.pipeline.main`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def run(config: Path = typer.Argument(None, help="a TOML config (default: the embedded default job)"),
+        name: str = typer.Option(None, "--name", help="run name (directory runs/NAME)"),
+        steps: int = typer.Option(None, "--steps", min=0, help="trainer steps (overrides the config)"),
+        model: str = typer.Option(None, "--model", help="starting model dir or checkpoint (e.g. a "
+                                                        "previous round's runs/X/checkpoints/step-N)"),
+        resume: bool = typer.Option(False, "--resume", help="continue a killed run from its last checkpoint"),
+        as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON line at the end")) -> None:
+    """Post-train a model with GRPO: evaluate, train on the scheduler, evaluate again."""
+    from posttrain.evaluation.contamination import ContaminationError
+    from posttrain.pipeline.config import ConfigError, load_config
+    from posttrain.pipeline.main import Job
+    from posttrain.tasks.registry import RegistryError
+
+    overrides = {k: v for k, v in (("name", name), ("steps", steps), ("model.path", model)) if v is not None}
+    try:
+        cfg = load_config(config, overrides)
+        run_dir = cfg.run_dir
+        if run_dir.exists() and any(run_dir.iterdir()) and not resume:
+            raise ConfigError(f"{run_dir} already holds a run: pass --resume to continue it, or "
+                              "--name NEW for a new run")
+        if resume and not (run_dir / "config.json").exists():
+            raise ConfigError(f"--resume: {run_dir} holds no run to resume")
+        job = Job(cfg)
+        summary = job.run()
+    except (ConfigError, RegistryError, ContaminationError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2)
+    if as_json:
+        typer.echo(json.dumps(summary))

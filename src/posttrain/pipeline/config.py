@@ -1,0 +1,131 @@
+"""The main job's configuration: one TOML file, one small typed section per concern.
+
+    name = "default"
+    [model]      where the policy starts (a HF model dir or a checkpoint) and how it runs
+    [domains]    what is trained, what is held out to watch for forgetting
+    [rollout]    group size, batch, sampling
+    [trainer]    the GRPO knobs (`posttrain.training.TrainerConfig`; every field documented there)
+    [eval]       the before/after evaluation on the eval split
+    [scheduler]  staleness bound and worker counts
+
+Unknown keys are errors (a typo never silently falls back to a default), and every error names
+the file and the dotted field, e.g. ``my.toml: rollout.group_size: Input should be greater than
+or equal to 2``.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+# The default mix: domains the shipped base model knows latently (see models/README.md), and
+# domains it knows but is never trained on here (watched for forgetting).
+from posttrain.training.recipe import DEFAULT_MIX, HELD_OUT  # plain strings; imports no torch
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-base"
+DEFAULT_TRAIN: tuple[str, ...] = tuple(DEFAULT_MIX.split(","))
+DEFAULT_HELDOUT: tuple[str, ...] = tuple(HELD_OUT.split(","))
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Section):
+    path: str = Field(str(DEFAULT_MODEL), description="HF causal-LM directory or posttrain checkpoint")
+    device: str = Field("cpu", description="'cpu' or 'cuda' (or 'cuda:N')")
+    threads: int = Field(0, ge=0, description="torch CPU threads; 0 = leave torch's default")
+
+
+class DomainsSection(_Section):
+    train: list[str] = Field(default_factory=lambda: list(DEFAULT_TRAIN),
+                             description="domain globs trained on")
+    heldout: list[str] = Field(default_factory=lambda: list(DEFAULT_HELDOUT),
+                               description="domain globs never trained on, evaluated before and "
+                                           "after to measure forgetting")
+    weights: dict[str, float] = Field(default_factory=dict,
+                                      description="domain -> sampling weight (default 1)")
+
+
+class RolloutSection(_Section):
+    group_size: int = Field(8, ge=2, description="samples per task (a GRPO group)")
+    groups_per_step: int = Field(16, ge=1, description="groups per trainer step")
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_tokens: int = Field(16, ge=1, description="new tokens per turn (domains may cap lower)")
+
+
+class EvalSection(_Section):
+    tasks_per_domain: int = Field(50, ge=1, description="eval-split tasks per domain")
+    samples: int = Field(8, ge=1, description="samples per task (pass@1 and pass@k from them)")
+    temperature: float = Field(1.0, ge=0, description="sampling temperature of the evaluation")
+
+
+class SchedulerSection(_Section):
+    workers: int = Field(2, ge=1, description="environment workers")
+    max_staleness: int = Field(0, ge=0, description="policy versions a sample may lag (0 = synchronous)")
+
+
+class RunConfig(_Section):
+    name: str = Field("default", min_length=1, description="run name: the run directory is runs/<name>")
+    runs_dir: str = Field("runs", description="parent of run directories")
+    seed: int = 0
+    steps: int = Field(60, ge=0, description="trainer steps of this round")
+    checkpoint_every: int = Field(20, ge=1, description="trainer steps between checkpoints")
+    model: ModelSection = ModelSection()
+    domains: DomainsSection = DomainsSection()
+    rollout: RolloutSection = RolloutSection()
+    trainer: dict[str, Any] = Field(default_factory=dict,
+                                    description="TrainerConfig fields (validated by the trainer)")
+    eval: EvalSection = EvalSection()
+    scheduler: SchedulerSection = SchedulerSection()
+    allow_contamination: bool = Field(False, description="start even if eval tasks leak into training")
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.runs_dir) / self.name
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the file and the field."""
+
+
+def _format(source: str, e: ValidationError) -> str:
+    lines = []
+    for err in e.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see the documented fields)"
+        lines.append(f"{source}: {where}: {msg}" + (f" (got {err['input']!r})"
+                                                   if err["type"] != "extra_forbidden" and
+                                                   not isinstance(err.get("input"), dict) else ""))
+    return "\n".join(lines)
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """The config from a TOML file (or the embedded default), with optional overrides."""
+    data: dict[str, Any] = {}
+    source = "<default config>"
+    if path is not None:
+        source = str(path)
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{source}: no such config file") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{source}: not valid TOML: {e}") from None
+    for key, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format(source, e)) from None

@@ -1,0 +1,320 @@
+"""The main job, `posttrain run`: evaluate, post-train with GRPO on the scheduler, evaluate again.
+
+Read top to bottom:
+
+1. resolve the config and the domains; write `<run-dir>/config.json`;
+2. refuse to start if evaluation tasks leak into the training distribution (`contamination.json`;
+   `allow_contamination = true` overrides, and the override is recorded);
+3. evaluate the starting policy on the eval split of trained and held-out domains (`evals/before.json`);
+4. train: the scheduler runs groups of episodes of the trained domains (train split) with the
+   current policy; each step the trainer takes `groups_per_step` groups, updates the weights and
+   becomes a new policy version; groups go to the store as they complete, metrics to
+   `metrics.jsonl`, checkpoints to `checkpoints/step-N` (atomic; with the scheduler's state, so
+   `--resume` continues where a killed run stopped);
+5. evaluate the trained policy the same way (`evals/after.json`), report forgetting on the held-out
+   domains (`forgetting/`), print the before/after table and write `report.html`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from posttrain.pipeline.config import RunConfig
+from posttrain.tasks.domain import Domain
+from posttrain.tasks.registry import match_domains
+
+LATEST = "latest.json"
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def _pass(result: Any, domain: str, key: str) -> float | None:
+    entry = result.summary["domains"].get(domain, {}).get(key)
+    return None if entry is None else entry.get("value")
+
+
+def _needs_sandbox(domains: list[Domain]) -> bool:
+    return any(d.env == "tools" or d.verifier.needs_sandbox for d in domains)
+
+
+class Job:
+    def __init__(self, config: RunConfig, console: Console | None = None) -> None:
+        self.config = config
+        self.console = console or Console()
+        self.run_dir = config.run_dir
+        self.train_domains = match_domains(config.domains.train)
+        trained = {d.name for d in self.train_domains}
+        self.heldout_domains = ([d for d in match_domains(config.domains.heldout) if d.name not in trained]
+                                if config.domains.heldout else [])
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.trainer_config = self._trainer_config()
+
+    def _trainer_config(self) -> Any:
+        """The trainer's settings, checked before anything runs (errors name the field)."""
+        from posttrain.pipeline.config import ConfigError
+        from posttrain.training.config import TrainerConfig
+
+        cfg = self.config
+        try:
+            return TrainerConfig.from_dict({"run_name": cfg.name, "seed": cfg.seed, "device": cfg.model.device,
+                                            "temperature": cfg.rollout.temperature, **cfg.trainer},
+                                           where="config [trainer]")
+        except (TypeError, ValueError) as e:
+            raise ConfigError(str(e)) from None
+
+    # -- steps of the job -------------------------------------------------------------
+    def eval_tasks(self) -> list:
+        out, seen = [], set()
+        for d in self.train_domains + self.heldout_domains:
+            for seed in range(self.config.eval.tasks_per_domain):
+                task = d.task(seed, "eval")
+                if task.hash not in seen:
+                    seen.add(task.hash)
+                    out.append((d, task))
+        return out
+
+    def check_contamination(self, eval_tasks: list) -> None:
+        from posttrain.evaluation.contamination import check_contamination, guard_training
+
+        per_domain = max(200, self.config.rollout.groups_per_step * self.config.steps
+                         // max(1, len(self.train_domains)))
+        train = [d.task(seed, "train") for d in self.train_domains for seed in range(min(per_domain, 2000))]
+        report = check_contamination(train, [t for _, t in eval_tasks])
+        guard_training(report, self.run_dir, allow=self.config.allow_contamination)
+        if not report.ok:
+            self.console.print(f"[yellow]contamination: {len(report.matches)} eval tasks overlap the "
+                               "training sample; allowed by the config (recorded in contamination.json)")
+
+    def evaluate(self, policy: Any, name: str, tasks: list, store: Any, sandbox_factory: Any) -> Any:
+        from posttrain.evaluation import EvalConfig, EvalResult, run_eval
+
+        path = self.run_dir / "evals" / f"{name}.json"
+        if path.exists():
+            self.console.print(f"{name}: loaded {path}")
+            return EvalResult.load(path)
+        cfg = self.config
+        ks = tuple(sorted({1, cfg.eval.samples}))
+        t0 = time.perf_counter()
+        with self.console.status(f"evaluating {policy.version.name} ({name}): {len(tasks)} tasks "
+                                 f"x {cfg.eval.samples} samples"):
+            result = run_eval(policy, tasks, EvalConfig(k=ks, temperature=cfg.eval.temperature,
+                                                        max_tokens=cfg.rollout.max_tokens,
+                                                        workers=cfg.scheduler.workers, seed=cfg.seed),
+                              name=name, policy_spec=policy.version.name, store=store,
+                              sandbox_factory=sandbox_factory)
+        result.save_to_run(self.run_dir)
+        self.console.print(f"{name}: {len(tasks)} tasks evaluated in {time.perf_counter() - t0:.1f}s")
+        return result
+
+    def make_trainer(self) -> tuple[Any, dict[str, Any]]:
+        from posttrain.training.trainer import Trainer
+
+        cfg = self.config
+        latest = self.run_dir / "checkpoints" / LATEST
+        if latest.exists():
+            ckpt = json.loads(latest.read_text())["path"]
+            trainer = Trainer.resume(ckpt, None)
+            self.console.print(f"resumed from {ckpt} (step {trainer.step_count})")
+            return trainer, dict(trainer.extra.get("scheduler") or {})
+        return Trainer(cfg.model.path, self.trainer_config), {}
+
+    def checkpoint(self, trainer: Any, scheduler: Any, store: Any) -> Path:
+        path = self.run_dir / "checkpoints" / f"step-{trainer.step_count}"
+        trainer.save(path, extra={"scheduler": scheduler.state_dict()})
+        v = trainer.version
+        store.put_policy_version(v.name, v.parent, v.weights_hash, str(path))
+        _write_json(self.run_dir / "checkpoints" / LATEST, {"path": str(path), "step": trainer.step_count,
+                                                           "version": v.name})
+        return path
+
+    async def train(self, trainer: Any, sched_state: dict, store: Any, sandbox_factory: Any) -> None:
+        from posttrain.policies.base import SamplingParams
+        from posttrain.scheduling import DomainSpec, Scheduler, SchedulerConfig
+        from posttrain.scheduling.episodes import RolloutEpisodeFactory
+        from posttrain.pipeline.progress import RoundProgress
+        from posttrain.pipeline.sync import SyncedPolicy
+
+        cfg = self.config
+        steps = cfg.steps
+        if trainer.step_count >= steps:
+            return
+        lookup = {d.name: d for d in self.train_domains}
+        sampling = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                  max_tokens=cfg.rollout.max_tokens)
+        factory = RolloutEpisodeFactory(lookup, sampling=sampling, sandbox_factory=sandbox_factory,
+                                        run_id=cfg.name)
+        specs = [DomainSpec(d.name, weight=cfg.domains.weights.get(d.name, 1.0)) for d in self.train_domains]
+        scfg = SchedulerConfig(group_size=cfg.rollout.group_size, groups_per_step=cfg.rollout.groups_per_step,
+                               max_staleness=cfg.scheduler.max_staleness, seed=cfg.seed,
+                               max_running=max(64, cfg.rollout.groups_per_step * cfg.rollout.group_size))
+        # The sampler reads its own copy of the weights when samples may be stale (generation
+        # then overlaps training); with staleness 0 it shares the trained module.
+        policy = SyncedPolicy(trainer, copy=cfg.scheduler.max_staleness > 0)
+
+        def on_group(group: Any) -> None:
+            store.put_trajectories([(t, lookup[t.domain].task(group.task_seed, "train"), None)
+                                    for t in group.trajectories])
+
+        def on_failure(traj: Any) -> None:
+            store.put_trajectory(traj, lookup[traj.domain].task(int(traj.seed), "train")
+                                 if traj.seed is not None else None)
+
+        def load_group(group_id: str) -> list:
+            return list(store.trajectories(run_id=cfg.name, group_id=group_id))
+
+        completed = store.group_ids(cfg.name)
+        sched = Scheduler(scfg, specs, policy, factory=factory, workers=cfg.scheduler.workers,
+                          state=sched_state or None, completed=completed, load_group=load_group,
+                          on_group=on_group, on_failure=on_failure)
+        names = [d.name for d in self.train_domains]
+        with RoundProgress(self.console, f"GRPO {cfg.name}", steps, names, trainer.step_count) as view:
+            async with sched:
+                sched.set_policy_version(trainer.version.name)
+                while trainer.step_count < steps:
+                    groups = await sched.take(cfg.rollout.groups_per_step)
+                    if not groups:
+                        break
+                    metrics = await asyncio.to_thread(trainer.step, [g.trajectories for g in groups])
+                    policy.sync()
+                    sched.set_policy_version(trainer.version.name)
+                    self._log(trainer.step_count, metrics, groups, sched.metrics(per_domain=False))
+                    rewards: dict[str, list[float]] = {}
+                    for g in groups:
+                        rewards.setdefault(g.domain, []).extend(g.rewards)
+                    view.update(trainer.step_count, {**metrics, **self._sched_brief(sched)}, rewards)
+                    if trainer.step_count % cfg.checkpoint_every == 0 or trainer.step_count == steps:
+                        self.checkpoint(trainer, sched, store)
+                sched_metrics = sched.metrics(per_domain=True)
+        _write_json(self.run_dir / "scheduler.json", sched_metrics)
+
+    @staticmethod
+    def _sched_brief(sched: Any) -> dict[str, Any]:
+        m = sched.metrics(per_domain=False)
+        return {"generator_busy": m.get("generator_busy"),
+                "infra_errors_total": m.get("infra_errors", 0)}
+
+    def _log(self, step: int, metrics: dict, groups: list, sched: dict) -> None:
+        row: dict[str, Any] = {"step": step, "time": time.time(), **{k: v for k, v in metrics.items()
+                                                                      if isinstance(v, (int, float))}}
+        by_family: dict[str, list[float]] = {}
+        for g in groups:
+            by_family.setdefault(g.domain.split(".")[0], []).extend(g.rewards)
+            row.setdefault(f"domain/{g.domain}/reward", [])
+            row[f"domain/{g.domain}/reward"].extend(g.rewards)
+        for key in [k for k in row if k.startswith("domain/")]:
+            vals = row[key]
+            row[key] = sum(vals) / len(vals) if vals else None
+        for fam, vals in by_family.items():
+            row[f"family/{fam}/reward"] = sum(vals) / len(vals)
+            row[f"family/{fam}/pass_rate"] = sum(v >= 1.0 for v in vals) / len(vals)
+        row["staleness_max"] = max((g.staleness for g in groups), default=0)
+        for key in ("generator_busy", "worker_utilization", "infra_errors", "retries", "lost"):
+            if key in sched:
+                row[f"sched/{key}"] = sched[key]
+        with open(self.metrics_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+
+    # -- the whole job ----------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        import torch
+
+        from posttrain.evaluation import forgetting_report, write_forgetting
+        from posttrain.policies.local import TorchPolicy
+        from posttrain.storage.store import Store
+
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # our own progress display says what is happening
+        cfg = self.config
+        t_start = time.perf_counter()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        _write_json(self.run_dir / "config.json", cfg.model_dump(mode="json"))
+        if cfg.model.threads:
+            torch.set_num_threads(cfg.model.threads)
+        self.console.print(f"[bold]posttrain run[/] {cfg.name}: {len(self.train_domains)} trained domains, "
+                           f"{len(self.heldout_domains)} held out -> {self.run_dir}")
+        eval_tasks = self.eval_tasks()
+        self.check_contamination(eval_tasks)
+        with ExitStack() as stack:
+            store = stack.enter_context(Store.for_run_dir(self.run_dir))
+            store.start_run(cfg.name, cfg.model_dump(mode="json"))
+            sandbox_factory = None
+            if _needs_sandbox(self.train_domains + self.heldout_domains):
+                from posttrain.sandbox import SandboxPool
+
+                sandbox_factory = stack.enter_context(SandboxPool(size=cfg.scheduler.workers)).sandbox
+            trainer, sched_state = self.make_trainer()
+            start = trainer.version
+            if trainer.step_count == 0:
+                store.put_policy_version(start.name, start.parent, start.weights_hash, cfg.model.path)
+            base_policy = TorchPolicy(cfg.model.path, device=cfg.model.device) if trainer.step_count else trainer.policy()
+            before = self.evaluate(base_policy, "before", eval_tasks, store, sandbox_factory)
+            del base_policy
+            t_train = time.perf_counter()
+            asyncio.run(self.train(trainer, sched_state, store, sandbox_factory))
+            train_s = time.perf_counter() - t_train
+            after = self.evaluate(trainer.policy(), "after", eval_tasks, store, sandbox_factory)
+        trained = [d.name for d in self.train_domains]
+        forgetting = forgetting_report(before, after, trained)
+        write_forgetting(self.run_dir, forgetting, cfg.name)
+        summary = self.summarize(before, after, trained, train_s, time.perf_counter() - t_start)
+        _write_json(self.run_dir / "summary.json", summary)
+        self.print_table(before, after, trained, summary)
+        try:
+            from posttrain.evaluation import build_report
+
+            report = build_report(self.run_dir)
+            self.console.print(f"report: {report}")
+        except Exception as e:  # noqa: BLE001 - a report failure must not lose the run's results
+            self.console.print(f"[yellow]report not written: {type(e).__name__}: {e}")
+        return summary
+
+    def summarize(self, before: Any, after: Any, trained: list[str], train_s: float, total_s: float) -> dict:
+        def mean(result: Any, names: list[str], key: str) -> float | None:
+            vals = [_pass(result, n, key) for n in names]
+            vals = [v for v in vals if v is not None]
+            return sum(vals) / len(vals) if vals else None
+
+        k = self.config.eval.samples
+        held = [d.name for d in self.heldout_domains]
+        out = {"run": self.config.name, "steps": self.config.steps,
+               "base_pass1": mean(before, trained, "pass@1"), f"base_pass{k}": mean(before, trained, f"pass@{k}"),
+               "final_pass1": mean(after, trained, "pass@1"), f"final_pass{k}": mean(after, trained, f"pass@{k}"),
+               "heldout_base_pass1": mean(before, held, "pass@1"),
+               "heldout_final_pass1": mean(after, held, "pass@1"),
+               "train_s": round(train_s, 1), "total_s": round(total_s, 1)}
+        if out["heldout_base_pass1"] is not None and out["heldout_final_pass1"] is not None:
+            out["untrained_delta"] = out["heldout_final_pass1"] - out["heldout_base_pass1"]
+        return out
+
+    def print_table(self, before: Any, after: Any, trained: list[str], summary: dict) -> None:
+        k = self.config.eval.samples
+        table = Table(title=f"held-out pass@1 per domain (eval split), before -> after {self.config.steps} steps")
+        for col in ("domain", "trained", "before pass@1", f"before pass@{k}", "after pass@1", "delta"):
+            table.add_column(col, justify="left" if col == "domain" else "right")
+        for name in sorted(set(before.summary["domains"]) | set(after.summary["domains"])):
+            p0, pk, p1 = _pass(before, name, "pass@1"), _pass(before, name, f"pass@{k}"), _pass(after, name, "pass@1")
+            delta = "" if p0 is None or p1 is None else f"{p1 - p0:+.3f}"
+            table.add_row(name, "yes" if name in trained else "held out",
+                          *("-" if v is None else f"{v:.3f}" for v in (p0, pk, p1)), delta)
+        self.console.print(table)
+        fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+        self.console.print(
+            f"trained domains: pass@1 {fmt(summary['base_pass1'])} -> {fmt(summary['final_pass1'])} "
+            f"(base pass@{k} {fmt(summary[f'base_pass{k}'])}); held out: "
+            f"{fmt(summary['heldout_base_pass1'])} -> {fmt(summary['heldout_final_pass1'])}; "
+            f"training {summary['train_s']}s, total {summary['total_s']}s")

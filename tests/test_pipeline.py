@@ -1,0 +1,128 @@
+"""The main job: a short real run, resume after a kill, and config errors that name the field."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from posttrain.pipeline.config import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+POSTTRAIN = [sys.executable, "-m", "posttrain.cli"]
+
+SMOKE = """
+name = "{name}"
+runs_dir = "{runs}"
+steps = {steps}
+checkpoint_every = 2
+[domains]
+train = ["math.add.d2", "text.reverse.l3"]
+heldout = ["math.add.d1"]
+[rollout]
+group_size = 4
+groups_per_step = 4
+[eval]
+tasks_per_domain = 4
+samples = 2
+[trainer]
+lr = 1e-4
+"""
+
+
+def _config(tmp_path, name="smoke", steps=4):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(SMOKE.format(name=name, runs=tmp_path / "runs", steps=steps))
+    return path
+
+
+def _run(args, **kw):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run(POSTTRAIN + args, capture_output=True, text=True, env=env, cwd=ROOT, **kw)
+
+
+def test_smoke_run_writes_the_run_directory(tmp_path):
+    cfg = _config(tmp_path)
+    p = _run(["run", str(cfg), "--json"], timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
+    summary = json.loads(p.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 4 and 0 <= summary["final_pass1"] <= 1
+    run = tmp_path / "runs" / "smoke"
+    for name in ("store.sqlite", "metrics.jsonl", "config.json", "evals/before.json", "evals/after.json",
+                 "report.html", "summary.json", "checkpoints/latest.json", "contamination.json"):
+        assert (run / name).exists(), name
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all("family/math/reward" in r or "family/text/reward" in r for r in rows)
+    from posttrain.storage.store import Store
+    with Store.for_run_dir(run, readonly=True) as store:
+        counts = store.counts("smoke")
+        assert counts["episodes"] >= 4 * 4 * 4 and counts["infra_error"] == 0
+        versions = {v["name"]: v for v in store.policy_versions()}
+        assert versions["smoke/step-4"]["parent"] == "tiny-base" and "tiny-base" in versions
+    # a second run in the same directory must not clobber it
+    p = _run(["run", str(cfg)], timeout=120)
+    assert p.returncode == 2 and "--resume" in p.stderr
+    # round 2 starts from round 1's checkpoint and records its lineage
+    cfg2 = _config(tmp_path, "round2", steps=2)
+    p = _run(["run", str(cfg2), "--model", str(run / "checkpoints" / "step-4"), "--json"], timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    with Store.for_run_dir(tmp_path / "runs" / "round2", readonly=True) as store:
+        versions = {v["name"]: v for v in store.policy_versions()}
+        assert versions["round2/step-2"]["parent"] == "smoke/step-4"
+
+
+def test_killed_run_resumes_without_losing_or_duplicating_groups(tmp_path):
+    cfg = _config(tmp_path, "killed", steps=6)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen(POSTTRAIN + ["run", str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env, cwd=ROOT)
+    run = tmp_path / "runs" / "killed"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (run / "checkpoints" / "step-2").exists():
+        time.sleep(0.2)
+    assert (run / "checkpoints" / "step-2").exists(), "no checkpoint appeared"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    p = _run(["run", str(cfg), "--resume", "--json"], timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-2000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1])["steps"] == 6
+    from posttrain.storage.store import Store
+    with Store.for_run_dir(run, readonly=True) as store:
+        trajs = list(store.trajectories(run_id="killed"))
+    done = [t for t in trajs if t.status != "infra_error"]
+    members = [(t.group_id, t.id) for t in done]
+    assert len(members) == len(set(members))
+    by_group = {}
+    for t in done:
+        by_group.setdefault(t.group_id, []).append(t)
+    assert all(len(v) == 4 for v in by_group.values()), {k: len(v) for k, v in by_group.items()}
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 6 and sorted(set(steps)) == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("steps = -1", "steps"),
+    ("[rollout]\ngroup_size = 1", "rollout.group_size"),
+    ("[rollout]\ngroup_sise = 4", "rollout.group_sise: unknown field"),
+    ("name = ", "not valid TOML"),
+])
+def test_bad_configs_name_the_file_and_field(tmp_path, text, fragment):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(path) in str(e.value) and fragment in str(e.value)
+
+
+def test_bad_trainer_field_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "nope.toml")
+    path = tmp_path / "t.toml"
+    path.write_text(f'name = "t"\nruns_dir = "{tmp_path}"\n[trainer]\nlrr = 1\n[domains]\ntrain = ["math.add.d1"]\n')
+    p = _run(["run", str(path)], timeout=300)
+    assert p.returncode == 2 and "lrr" in p.stderr and "trainer" in p.stderr
