@@ -22,8 +22,12 @@ Cost: most items take well under 10 ms; a few puzzle generators run a solver per
 (zebra_puzzles, word_ladder and puzzle24 ~0.45 s on one busy core). An eval task draws ~5
 items on average (20% of items are eval), a train task ~1.25.
 
-What this does *not* do: check reasoning-gym's scorers beyond our oracle/negative self-test, or
-support generator configurations other than the defaults.
+Scorer fixes: puzzle24 answers must also use the four given numbers (`EXTRA_CHECKS`); ARC
+boards are turned back into tuples before scoring (`RESTORE`); generators that draw from the
+global `random`/numpy state are seeded per item and the caller's state restored.
+
+What this does *not* do: audit reasoning-gym's scorers beyond our oracle/negative self-test, or
+expose generator configurations (difficulty) as separate domains.
 """
 
 from __future__ import annotations
