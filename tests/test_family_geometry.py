@@ -183,3 +183,14 @@ def test_prompts_state_the_split_by_content():
         task = d.task(4, split)
         statement = task.prompt.split(" Save it to")[0]
         assert content_split(statement) == split
+
+
+def test_an_empty_part_fails_cleanly(sandbox):
+    sandbox.write_file("m.json", _scene({"a": ([], [])}))
+    v = _verify(sandbox, [{"kind": "extents", "part": "*", "value": [1, 1, 1]}])
+    assert not v.passed and "empty" in v.details["reason"]
+    d = DOMAINS["geometry.bool.plate-hole"]
+    task = d.task(1, "eval")
+    sandbox.run("rm -f m.json")
+    v = play_actions(d, task, d.negatives(task)["radius"], sandbox=sandbox)  # the hole may eat the plate
+    assert not v.passed

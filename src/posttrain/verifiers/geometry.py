@@ -138,13 +138,18 @@ solids, meshes = {}, {}
 for name, v, f in parts:
     if name in meshes:
         finish(passed=False, reason=f"two parts are named {name!r}")
-    bad = (len(f) == 0 or not np.isfinite(v).all() or (f.size and (f.min() < 0 or f.max() >= len(v))))
+    if len(v) == 0 or len(f) == 0:
+        finish(passed=False, reason=f"part {name!r} is empty (no vertices or no triangles)")
+    bad = not np.isfinite(v).all() or f.min() < 0 or f.max() >= len(v)
     meshes[name] = (v, f, bool(bad))
     if bad:
         continue
-    mesh = m.Mesh(np.ascontiguousarray(v, np.float32), np.ascontiguousarray(f, np.uint32))
-    mesh.merge()
-    solid = m.Manifold(mesh)
+    try:
+        mesh = m.Mesh(np.ascontiguousarray(v, np.float32), np.ascontiguousarray(f, np.uint32))
+        mesh.merge()
+        solid = m.Manifold(mesh)
+    except Exception:  # a degenerate mesh the kernel refuses is simply not a solid
+        continue
     if solid.status() == m.Error.NoError and not solid.is_empty():
         solids[name] = solid
 

@@ -57,7 +57,7 @@ def repair_domain(t: FunctionTemplate) -> Domain:
         failing = next(a for a, e in zip(cases.args, cases.expected)
                        if run_reference(buggy, t.entry, a) != e)
         visible = [failing] + [a for a in cases.args if a is not failing][:2]
-        prompt = (f"solution.py defines `{t.signature}`, which should {t.describe(params)}.\n"
+        prompt = (f"solution.py defines `{t.signature}`, a function that {t.describe(params)}.\n"
                   f"It has a bug: the tests in test_solution.py fail. Fix solution.py (run "
                   f"`python3 test_solution.py` to check), then submit.")
         return Task(domain=name, prompt=prompt, env="tools", split=split, seed=seed,
