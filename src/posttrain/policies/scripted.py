@@ -37,10 +37,16 @@ class ScriptedPolicy:
 
     @classmethod
     def negative(cls, which: str = "wrong", lookup: DomainLookup | None = None) -> "ScriptedPolicy":
+        """Plays the negative named `which`. 'wrong' means the domain's negative of that name or,
+        if it has none, its first plausible wrong answer (the first non-'empty' name, sorted)."""
         find = lookup or _registry_lookup
 
         def script(task: Task) -> Sequence[str]:
             negatives = find(task.domain).negatives(task)
+            if which == "wrong" and which not in negatives:
+                wrong = sorted(n for n in negatives if n != "empty")
+                if wrong:
+                    return negatives[wrong[0]]
             if which not in negatives:
                 raise ValueError(f"domain {task.domain} has no negative {which!r} "
                                  f"(it has {', '.join(sorted(negatives))})")
@@ -57,6 +63,8 @@ class ScriptedPolicy:
         return cls.oracle(lookup) if name == "oracle" else cls.negative(name, lookup)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        """One completion per request; a script that fails for one request makes that request's
+        completion an error (the episode is recorded as an infrastructure error), not the batch's."""
         out = []
         for req in requests:
             t0 = time.perf_counter()
@@ -65,8 +73,13 @@ class ScriptedPolicy:
                 raise ValueError("a scripted policy needs the Task in request.meta['task'] "
                                  "(requests made by posttrain.rollout.episode.Episode carry it)")
             key = f"{task.key}:{task.hash}"
-            if key not in self._cache:
-                self._cache[key] = list(self.script(task))
+            try:
+                if key not in self._cache:
+                    self._cache[key] = list(self.script(task))
+            except Exception as e:  # noqa: BLE001 - reported per request
+                out.append(Completion(text="", finish_reason="error", error=f"{type(e).__name__}: {e}",
+                                      gen_s=time.perf_counter() - t0))
+                continue
             actions = self._cache[key]
             turn = int(req.meta.get("turn", 0))
             text = actions[turn] if turn < len(actions) else ""
