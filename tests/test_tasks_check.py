@@ -132,6 +132,7 @@ def test_cli_check_json_and_exit_code():
     summary = json.loads(result.output)
     assert summary["domains"] == 8 and summary["tasks"] == 16 and summary["failures"] == []
     assert summary["oracle_pass_rate"] == 1.0 and summary["negative_fail_rate"] == 1.0
+    assert summary["by_family"]["math"]["domains"] == 5 and summary["by_family"]["text"]["tasks"] == 6
     table = runner.invoke(root_app, ["tasks", "check", "--family", "text", "-d", "text.upper.*", "-n", "1"])
     assert table.exit_code == 0 and "text" in table.output and "3 domains" in table.output
     none = runner.invoke(root_app, ["tasks", "check", "--domains", "zzz.*"])

@@ -117,7 +117,12 @@ class CheckReport:
                 "not_checked": len(self.checks) - len(self.checked),
                 "oracle_pass_rate": self.oracle_pass_rate, "negative_fail_rate": self.negative_fail_rate,
                 "flip_rate": self.flip_rate, "infra_errors": sum(c.infra_errors for c in self.checks),
-                "seconds": round(self.seconds, 3), "failures": [asdict(f) for f in self.failures]}
+                "seconds": round(self.seconds, 3),
+                "by_family": {fam: {"domains": len(cs), "tasks": sum(c.tasks for c in cs),
+                                    "failures": sum(len(c.failures) for c in cs),
+                                    "seconds": round(sum(c.seconds for c in cs), 3)}
+                              for fam, cs in sorted(self.by_family().items())},
+                "failures": [asdict(f) for f in self.failures]}
 
     def by_family(self) -> dict[str, list[DomainCheck]]:
         out: dict[str, list[DomainCheck]] = {}
