@@ -12,7 +12,8 @@ namespaces. What each layer protects against, and what it does not:
   sandbox's own. `--disable-userns` closes nested user namespaces (a large kernel attack
   surface). Not covered: the kernel itself is shared; a kernel exploit escapes every layer here.
 * **Filesystem**: a tmpfs root remounted read-only; `/usr` (and the `/bin`, `/lib` links)
-  read-only; generated `/etc/passwd`, `/etc/group`, `/etc/hosts` and the loader cache, no other
+  read-only; generated `/etc/passwd`, `/etc/group`, `/etc/hosts`, the loader cache and the
+  `/etc/alternatives` links into `/usr` (awk, which, ...), no other
   host `/etc` (no `/etc/shadow`); a private `/proc`; a minimal, read-only `/dev` (no disks, no
   `kvm`, no `mem`) with a capped `/dev/shm`; the project's Python at
   neutral paths (`/opt/python`, `/opt/venv`, read-only) and `src/posttrain/sandbox/inside` at

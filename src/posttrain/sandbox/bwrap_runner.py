@@ -131,6 +131,15 @@ class BwrapRunner:
                 f.write(text)
         if os.path.exists("/etc/ld.so.cache"):
             shutil.copyfile("/etc/ld.so.cache", "etc/ld.so.cache")
+        # Debian reaches many commands (awk, which, vi, pager) through /etc/alternatives links
+        # into /usr: copy the links (not any file content) so those commands exist inside.
+        if os.path.isdir("/etc/alternatives"):
+            os.mkdir("etc/alternatives", 0o755)
+            for entry in os.scandir("/etc/alternatives"):
+                if entry.is_symlink():
+                    target = os.readlink(entry.path)
+                    if target.startswith(("/usr/", "/bin/", "/sbin/", "/lib")):
+                        os.symlink(target, f"etc/alternatives/{entry.name}")
         # Everything under /opt (interpreter, venv layout, helper libraries) is assembled here
         # and bound with ONE read-only bind: bubblewrap's cost grows with the number of binds.
         lay = self.layout
