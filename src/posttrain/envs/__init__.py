@@ -15,7 +15,8 @@ from posttrain.tasks.task import Task
 from posttrain.verifiers.base import Verdict
 
 __all__ = ["EnvConfig", "Environment", "Observation", "SingleAnswerEnv", "StepResult", "ToolEnv",
-           "default_sandbox_factory", "make_env", "play_actions"]
+           "default_sandbox_factory", "make_env", "play_actions", "sandbox_preload",
+           "stop_strings"]
 
 
 def default_sandbox_factory() -> SandboxFactory:
@@ -31,6 +32,11 @@ def make_env(domain: Domain, config: EnvConfig = EnvConfig(),
         return ToolEnv(domain, config, sandbox_factory or default_sandbox_factory())
     needs = domain.verifier.needs_sandbox
     return SingleAnswerEnv(domain, config, sandbox_factory or (default_sandbox_factory() if needs else None))
+
+
+def sandbox_preload(domains: Sequence[Domain]) -> tuple[str, ...]:
+    """The modules a sandbox pool serving `domains` should preload (the union, sorted)."""
+    return tuple(sorted({m for d in domains for m in d.preload}))
 
 
 def stop_strings(domain: Domain) -> tuple[str, ...]:

@@ -72,7 +72,10 @@ def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalC
         if sandbox_factory is None and _needs_sandbox(tasks):
             from posttrain.sandbox import SandboxPool
 
-            sandbox_factory = stack.enter_context(SandboxPool(size=config.workers)).sandbox
+            from posttrain.envs import sandbox_preload
+
+            preload = sandbox_preload(list({d.name: d for d, _ in tasks}.values()))
+            sandbox_factory = stack.enter_context(SandboxPool(size=config.workers, preload=preload)).sandbox
         attempts: dict[tuple[str, int], list[Trajectory]] = {key: [] for key in index}
         pending = [EpisodeSpec(d, t, group_id=f"eval:{h[:16]}:{j}") for (h, j), (d, t) in index.items()]
         for attempt in range(config.retries + 1):

@@ -254,9 +254,12 @@ class Job:
             store.start_run(cfg.name, cfg.model_dump(mode="json"))
             sandbox_factory = None
             if _needs_sandbox(self.train_domains + self.heldout_domains):
+                from posttrain.envs import sandbox_preload
                 from posttrain.sandbox import SandboxPool
 
-                sandbox_factory = stack.enter_context(SandboxPool(size=cfg.scheduler.workers)).sandbox
+                preload = sandbox_preload(self.train_domains + self.heldout_domains)
+                sandbox_factory = stack.enter_context(SandboxPool(size=cfg.scheduler.workers,
+                                                                  preload=preload)).sandbox
             trainer, sched_state = self.make_trainer()
             start = trainer.version
             if trainer.step_count == 0:

@@ -23,7 +23,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
             workers: int = typer.Option(2, "--workers", min=1, help="environment steps in parallel"),
             as_json: bool = typer.Option(False, "--json", help="print a JSON summary")) -> None:
     """Run episodes with a scripted policy over the matching domains and store them."""
-    from posttrain.envs import EnvConfig
+    from posttrain.envs import EnvConfig, sandbox_preload
     from posttrain.policies.scripted import ScriptedPolicy
     from posttrain.rollout.runner import EpisodeSpec, run_episodes
     from posttrain.sandbox import SandboxPool
@@ -46,7 +46,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
     store.start_run(run_id, {"kind": "rollout", "policy": policy, "domains": domains, "n": n,
                              "split": split})
     tasks = {(s.domain.name, s.task.key): s.task for s in specs}
-    with store, SandboxPool(size=workers) as pool:
+    with store, SandboxPool(size=workers, preload=sandbox_preload(matched)) as pool:
         def save(ep) -> None:
             store.put_trajectory(ep.result(), tasks[(ep.domain.name, ep.task.key)], ep.workspace_archive)
 

@@ -58,6 +58,9 @@ class Domain:
     tags: tuple[str, ...] = field(default=())
     tools: tuple[ToolSpec, ...] = field(default=())
     """extra tools of a `tools` environment, beside bash/python/read/write/edit/submit"""
+    preload: tuple[str, ...] = field(default=())
+    """modules the sandbox's warm interpreter imports up front (heavy libraries its tools or
+    verifier use, e.g. ('numpy', 'manifold3d')): jobs then start without paying the import"""
     stop: tuple[str, ...] | None = None
     """stop strings of a policy turn; None = the environment's default ('\\n' for `single`
     answers, the closing tags of tool calls for `tools`). Use () for multi-line answers (code)."""

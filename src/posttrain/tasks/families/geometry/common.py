@@ -38,6 +38,9 @@ def run_model(sandbox: Any, code: str) -> str:
     return out
 
 
+PRELOAD = ("numpy", "manifold3d")
+"""imported once by each sandbox's warm interpreter: a `model` call then starts in milliseconds"""
+
 MODEL_TOOL = ToolSpec(name="model", run=run_model,
                       description="run Python with `from ptgeo import *` (the 3D modeling API) in the workspace")
 
@@ -97,7 +100,8 @@ def tool_domain(name: str, draw: Callable[[random.Random], GeoProblem], descript
 
     return Domain(name=name, family="geometry", env="tools", verifier=GEOMETRY, generate=generate,
                   oracle=lambda t: [f'<tool name="model">{t.reference["oracle"]}</tool>', "<submit></submit>"],
-                  negatives=negatives, description=description, tags=("geometry",), tools=(MODEL_TOOL,))
+                  negatives=negatives, description=description, tags=("geometry",), tools=(MODEL_TOOL,),
+                  preload=PRELOAD)
 
 
 def script_domain(name: str, draw: Callable[[random.Random], GeoProblem], description: str) -> Domain:
@@ -122,4 +126,4 @@ def script_domain(name: str, draw: Callable[[random.Random], GeoProblem], descri
 
     return Domain(name=name, family="geometry", env="single", verifier=GEOMETRY, generate=generate,
                   oracle=lambda t: [fence(t.reference["oracle"])], negatives=negatives, stop=(),
-                  description=description, tags=("geometry", "script"))
+                  description=description, tags=("geometry", "script"), preload=PRELOAD)
