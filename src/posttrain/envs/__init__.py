@@ -51,12 +51,14 @@ def _borrowed(sandbox: Sandbox) -> Iterator[Sandbox]:
 
 
 def play_actions(domain: Domain, task: Task, actions: Sequence[str],
-                 sandbox: Sandbox | None = None, config: EnvConfig = EnvConfig()) -> Verdict:
+                 sandbox: Sandbox | None = None, config: EnvConfig = EnvConfig(), *,
+                 sandbox_factory: SandboxFactory | None = None) -> Verdict:
     """Play a fixed list of turns (an oracle, a negative, a replay) and return the verdict.
 
-    The episode is graded even when the actions run out before a submit (as a truncated
-    episode would be). Sandbox and verifier failures propagate (they are infrastructure)."""
-    factory = (lambda: _borrowed(sandbox)) if sandbox is not None else None
+    The episode runs in `sandbox` (borrowed, not closed), or in one from `sandbox_factory`, or
+    in a fresh default sandbox. It is graded even when the actions run out before a submit (as
+    a truncated episode would be). Sandbox and verifier failures propagate (infrastructure)."""
+    factory = (lambda: _borrowed(sandbox)) if sandbox is not None else sandbox_factory
     env = make_env(domain, config, factory)
     try:
         env.reset(task)

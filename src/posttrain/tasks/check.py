@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
-from posttrain.tasks.domain import Domain
+from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.tasks.task import Split, Task
 from posttrain.verifiers.base import Outcome, Verdict
 
@@ -135,7 +136,7 @@ def _direct(domain: Domain) -> bool:
     return domain.env == "single" and not domain.verifier.needs_sandbox
 
 
-def _grade(domain: Domain, task: Task, actions: Sequence[str]) -> Verdict:
+def _grade(domain: Domain, task: Task, actions: Sequence[str], sandbox_factory: Any = None) -> Verdict:
     if _direct(domain):
         return domain.verifier.verify(task, Outcome(answer=actions[-1] if actions else None))
     try:
@@ -143,7 +144,7 @@ def _grade(domain: Domain, task: Task, actions: Sequence[str]) -> Verdict:
         from posttrain.sandbox import open_sandbox  # noqa: F401  (the default sandbox factory)
     except ImportError as e:
         raise _NotCheckable(f"environments or sandbox not importable: {e}") from e
-    return play_actions(domain, task, list(actions))
+    return play_actions(domain, task, list(actions), sandbox_factory=sandbox_factory)
 
 
 def _same(a: Verdict, b: Verdict) -> bool:
@@ -156,8 +157,10 @@ def _sample(per_domain: int, seeds: Sequence[int] | None) -> list[tuple[int, Spl
     return [(s, "train" if i % 2 == 0 else "eval") for i, s in enumerate(chosen)]
 
 
-def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck) -> int:
-    """Check one task; returns how many attempts were graded (0: nothing, or only infra errors)."""
+def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck,
+                sandbox_factory: Any = None) -> int | None:
+    """Check one task; returns how many attempts were graded (0: nothing, or only infra errors;
+    None: the domain has no tasks in `split`, e.g. an imported single task)."""
 
     def fail(kind: str, detail: str) -> None:
         out.failures.append(Failure(domain.name, kind, seed, split, detail))
@@ -167,6 +170,8 @@ def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck) -> in
         again = domain.task(seed, split)
         oracle = list(domain.oracle(task))
         negatives = {k: list(v) for k, v in domain.negatives(task).items()}
+    except NoTasksInSplit:
+        return None
     except Exception as e:  # a generator bug is the domain's failure, not infrastructure
         fail("generate_error", f"{type(e).__name__}: {e}")
         return 1  # generation, not infrastructure, failed
@@ -182,8 +187,9 @@ def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck) -> in
     attempts = [("oracle", oracle, True)] + [(name, acts, False) for name, acts in negatives.items()]
     for name, actions, should_pass in attempts:
         try:
-            first = _grade(domain, task, actions)
-            second = _grade(domain, task, actions) if (regrade_all or should_pass) else None
+            first = _grade(domain, task, actions, sandbox_factory)
+            second = (_grade(domain, task, actions, sandbox_factory)
+                      if (regrade_all or should_pass) else None)
         except _NotCheckable:
             raise
         except Exception as e:
@@ -209,8 +215,11 @@ def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck) -> in
     return graded
 
 
-def check_domain(domain: Domain, per_domain: int = 5, seeds: Sequence[int] | None = None) -> DomainCheck:
-    """Check one domain on `per_domain` tasks (see the module docstring)."""
+def check_domain(domain: Domain, per_domain: int = 5, seeds: Sequence[int] | None = None,
+                 sandbox_factory: Any = None) -> DomainCheck:
+    """Check one domain on `per_domain` tasks (see the module docstring). `sandbox_factory`
+    (e.g. a `SandboxPool`'s `sandbox`) serves the episodes of sandboxed domains; default: a
+    fresh `open_sandbox()` each."""
     out = DomainCheck(domain.name, domain.family, domain.env)
     t0 = time.perf_counter()
     broken_in_a_row = 0
@@ -220,8 +229,9 @@ def check_domain(domain: Domain, per_domain: int = 5, seeds: Sequence[int] | Non
                 out.failures.append(Failure(domain.name, "infra_error", seed, split, (
                     f"stopped: {broken_in_a_row} tasks in a row failed on infrastructure only")))
                 break
-            graded = _check_task(domain, seed, split, out)
-            broken_in_a_row = broken_in_a_row + 1 if graded == 0 else 0
+            graded = _check_task(domain, seed, split, out, sandbox_factory)
+            if graded is not None:
+                broken_in_a_row = broken_in_a_row + 1 if graded == 0 else 0
     except _NotCheckable as e:
         out = DomainCheck(domain.name, domain.family, domain.env, not_checked=str(e))
     out.seconds = time.perf_counter() - t0
@@ -232,7 +242,30 @@ def _check_named(args: tuple[list[str], int, Sequence[int] | None]) -> list[Doma
     from posttrain.tasks.registry import get_domain
 
     names, per_domain, seeds = args
-    return [check_domain(get_domain(n), per_domain, seeds) for n in names]
+    domains = [get_domain(n) for n in names]
+    with _sandboxes(domains) as factory:
+        return [check_domain(d, per_domain, seeds, factory) for d in domains]
+
+
+@contextmanager
+def _sandboxes(domains: Sequence[Domain]) -> Iterator[Any]:
+    """A warm pool (booting the next sandboxes while an episode runs) when any domain needs one."""
+    if all(_direct(d) for d in domains):
+        yield None
+        return
+    try:
+        from posttrain.envs import sandbox_preload
+        from posttrain.sandbox import SandboxPool, SandboxUnavailable
+    except ImportError:
+        yield None
+        return
+    try:
+        pool = SandboxPool(size=2, preload=sandbox_preload(domains))
+    except SandboxUnavailable:
+        yield None  # each episode then reports the missing sandbox as an infrastructure error
+        return
+    with pool:
+        yield pool.sandbox
 
 
 def check_domains(domains: Iterable[Domain], per_domain: int = 5, seeds: Sequence[int] | None = None,
@@ -245,7 +278,8 @@ def check_domains(domains: Iterable[Domain], per_domain: int = 5, seeds: Sequenc
     domains = list(domains)
     t0 = time.perf_counter()
     if workers <= 1 or len(domains) < 2:
-        checks = [check_domain(d, per_domain, seeds) for d in domains]
+        with _sandboxes(domains) as factory:
+            checks = [check_domain(d, per_domain, seeds, factory) for d in domains]
         return CheckReport(checks, time.perf_counter() - t0)
 
     import multiprocessing
@@ -261,7 +295,8 @@ def check_domains(domains: Iterable[Domain], per_domain: int = 5, seeds: Sequenc
     results: dict[str, DomainCheck] = {}
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
         parts = pool.map(_check_named, [(c, per_domain, seeds) for c in chunks])  # submits all
-        results.update((d.name, check_domain(d, per_domain, seeds)) for d in local)
+        with _sandboxes(local) as factory:
+            results.update((d.name, check_domain(d, per_domain, seeds, factory)) for d in local)
         for part in parts:
             results.update((c.domain, c) for c in part)
     return CheckReport([results[d.name] for d in domains], time.perf_counter() - t0)
