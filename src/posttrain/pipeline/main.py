@@ -30,8 +30,8 @@ from rich.console import Console
 from rich.table import Table
 
 from posttrain.pipeline.config import RunConfig
-from posttrain.tasks.domain import Domain
-from posttrain.tasks.registry import match_domains
+from posttrain.tasks.domain import Domain, NoTasksInSplit
+from posttrain.tasks.registry import RegistryError, match_domains
 
 LATEST = "latest.json"
 
@@ -47,6 +47,14 @@ def _pass(result: Any, domain: str, key: str) -> float | None:
     return None if entry is None else entry.get("value")
 
 
+def _has_split(domain: Domain, split: str) -> bool:
+    try:
+        domain.task(0, split)  # type: ignore[arg-type]
+    except NoTasksInSplit:
+        return False
+    return True
+
+
 def _needs_sandbox(domains: list[Domain]) -> bool:
     return any(d.env == "tools" or d.verifier.needs_sandbox for d in domains)
 
@@ -56,7 +64,9 @@ class Job:
         self.config = config
         self.console = console or Console()
         self.run_dir = config.run_dir
-        self.train_domains = match_domains(config.domains.train)
+        self.train_domains = [d for d in match_domains(config.domains.train) if _has_split(d, "train")]
+        if not self.train_domains:
+            raise RegistryError(f"no domain matching {config.domains.train} has train-split tasks")
         trained = {d.name for d in self.train_domains}
         self.heldout_domains = ([d for d in match_domains(config.domains.heldout) if d.name not in trained]
                                 if config.domains.heldout else [])
@@ -80,6 +90,8 @@ class Job:
     def eval_tasks(self) -> list:
         out, seen = [], set()
         for d in self.train_domains + self.heldout_domains:
+            if not _has_split(d, "eval"):
+                continue  # an imported single task that lives in the train split only
             for seed in range(self.config.eval.tasks_per_domain):
                 task = d.task(seed, "eval")
                 if task.hash not in seen:
