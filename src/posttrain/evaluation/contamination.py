@@ -170,7 +170,10 @@ def check_contamination(train_tasks: Iterable[Any], eval_tasks: Iterable[Any], t
     tf = [_fields(t) for t in train]
     ef = [_fields(t) for t in evals]
 
-    # exact: whole problem (prompt + files), then long references / tests
+    # exact: whole problem (prompt + files), then long references / tests. A reference or tests
+    # value that most tasks of a domain share (the oracle's commands, the check script, the JSON
+    # schema) is the domain's template, not a problem's content: it never counts as a leak.
+    shared = _shared_values(train + evals, tf + ef, cfg)
     problem_index: dict[str, int] = {}
     field_index: dict[tuple[str, str], int] = {}
     for i, (t, f) in enumerate(zip(train, tf)):
@@ -193,8 +196,9 @@ def check_contamination(train_tasks: Iterable[Any], eval_tasks: Iterable[Any], t
             add(e, train[j], "problem", "exact", 1.0)
         for name in ("reference", "tests"):
             if len(f.get(name, "")) >= cfg.min_exact_chars:
-                j = field_index.get((name, _digest(f[name])))
-                if j is not None:
+                digest = _digest(f[name])
+                j = field_index.get((name, digest))
+                if j is not None and (e.domain, name, digest) not in shared:
                     add(e, train[j], name, "exact", 1.0)
 
     # near: residual shingles (templates removed), MinHash LSH candidates, exact Jaccard check
@@ -232,9 +236,28 @@ def check_contamination(train_tasks: Iterable[Any], eval_tasks: Iterable[Any], t
                 sim = len(sh & other) / len(sh | other)
                 if sim >= cfg.threshold:
                     add(e, train[i], name, "near", sim)
-    report.matches = sorted(found.values(), key=lambda m: (m.eval_domain, m.eval_key, m.field, m.kind))
+    # A workspace task is its files: the same question over different files is a different
+    # problem, so a task with files leaks only when its files match too.
+    files_matched = {m.eval_hash for m in found.values() if m.field in ("files", "problem")}
+    with_files = {e.hash for e in evals if e.files}
+    kept = [m for m in found.values() if m.eval_hash not in with_files or m.eval_hash in files_matched]
+    report.matches = sorted(kept, key=lambda m: (m.eval_domain, m.eval_key, m.field, m.kind))
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _shared_values(tasks: Sequence[Task], fields_: Sequence[dict[str, str]],
+                   cfg: ContaminationConfig) -> set[tuple[str, str, str]]:
+    """(domain, field, digest) of reference/tests values found in more than `template_df` of
+    that domain's tasks (domains with at least `template_min_tasks` tasks)."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    sizes: Counter[str] = Counter(t.domain for t in tasks)
+    for t, f in zip(tasks, fields_):
+        for name in ("reference", "tests"):
+            if name in f:
+                counts[(t.domain, name, _digest(f[name]))] += 1
+    return {key for key, c in counts.items()
+            if sizes[key[0]] >= cfg.template_min_tasks and c > cfg.template_df * sizes[key[0]]}
 
 
 def _templates(tasks: Sequence[Task], fields_: Sequence[dict[str, str]],

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 from pydantic import ValidationError
 
 from posttrain.tasks.domain import Domain
+from posttrain.tasks.domain import NoTasksInSplit
 from posttrain.tasks.registry import RegistryError, get_domain, match_domains
 from posttrain.tasks.task import Split, Task
 
@@ -51,8 +52,13 @@ def tasks_from_domains(patterns: str | Sequence[str], per_domain: int, split: Sp
         domains = match_domains(patterns)
     except RegistryError as e:
         raise TaskSetError(str(e)) from None
-    return _dedupe([(d, d.task(seed, split)) for d in domains
-                    for seed in range(first_seed, first_seed + per_domain)])
+    out = []
+    for d in domains:
+        try:
+            out += [(d, d.task(seed, split)) for seed in range(first_seed, first_seed + per_domain)]
+        except NoTasksInSplit:
+            continue  # an imported single task that lives in the other split
+    return _dedupe(out)
 
 
 def parse_task(obj: Any, where: str) -> tuple[Domain, Task]:
