@@ -56,8 +56,11 @@ def test_planted_near_duplicates_are_found_in_prompts_files_and_references():
     evals = [doc_task(100 + i, "eval", essay(rng), files={"notes.txt": essay(rng)}) for i in range(20)]
     assert check_contamination(train, evals).ok      # random essays do not overlap
     src = evals[3].prompt.split()
-    src[10] = "zebra"                                 # a one-word edit of an eval prompt
-    train.append(doc_task(500, "train", " ".join(src), files={"notes.txt": essay(rng)}))
+    src[10] = "zebra"                                 # a one-word edit of an eval prompt ...
+    train.append(doc_task(500, "train", " ".join(src), files=dict(evals[3].files)))  # ... same files
+    other = evals[5].prompt.split()
+    other[10] = "zebra"                               # the same question over other files: a new problem
+    train.append(doc_task(504, "train", " ".join(other), files={"notes.txt": essay(rng)}))
     train.append(doc_task(501, "train", essay(rng), files={"notes.txt": evals[7].files["notes.txt"] + " ok"}))
     solution = {"answer": essay(rng, 30)}
     evals.append(doc_task(502, "eval", essay(rng), reference=solution))
@@ -65,10 +68,11 @@ def test_planted_near_duplicates_are_found_in_prompts_files_and_references():
     report = check_contamination(train, evals)
     found = {(m.eval_key, m.field, m.kind) for m in report.matches}
     assert (evals[3].key, "prompt", "near") in found
+    assert not any(key == evals[5].key for key, _, _ in found)
     assert (evals[7].key, "files", "near") in found
     assert (evals[-1].key, "reference", "exact") in found and len(report.leaked_eval_hashes) == 3
     sims = [m.similarity for m in report.matches if m.kind == "near"]
-    assert all(0.8 <= s < 1.0 for s in sims)
+    assert all(0.8 <= s <= 1.0 for s in sims)
 
 
 def test_lsh_agrees_with_brute_force_jaccard():
