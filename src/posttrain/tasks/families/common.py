@@ -15,11 +15,13 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.task import Split, Task, TaskLimits, canonical_json
 from posttrain.verifiers.base import Verifier
+
+T = TypeVar("T")
 
 EVAL_PERCENT = 20
 """share of all problems (by content hash) that belong to the eval split"""
@@ -52,19 +54,26 @@ class Problem:
     files: Mapping[str, str] = field(default_factory=dict)
 
 
-def draw_problem(domain: str, split: Split, seed: int, draw: Callable[[random.Random], Problem]) -> Problem:
-    """Draw problems from the task's RNG until one belongs to `split`."""
+def draw_in_split(domain: str, split: Split, seed: int, draw: Callable[[random.Random], T],
+                  split_of: Callable[[T], Split]) -> tuple[T, random.Random]:
+    """Rejection sampling for content-disjoint splits: draw from the task's RNG until
+    `split_of(item) == split`. Returns the item and the RNG (which later draws may continue)."""
     if split not in ("train", "eval"):
         raise ValueError(f"domain {domain}: split must be 'train' or 'eval', got {split!r}")
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ValueError(f"domain {domain}: seed must be an int, got {seed!r}")
     rng = task_rng(domain, split, seed)
     for _ in range(MAX_DRAWS):
-        problem = draw(rng)
-        if content_split(problem.prompt, problem.files) == split:
-            return problem
+        item = draw(rng)
+        if split_of(item) == split:
+            return item, rng
     raise RuntimeError(f"domain {domain}: no {split} problem in {MAX_DRAWS} draws (seed {seed}); "
                        "its problem space is too small for a content-disjoint split")
+
+
+def draw_problem(domain: str, split: Split, seed: int, draw: Callable[[random.Random], Problem]) -> Problem:
+    """Draw problems from the task's RNG until one belongs to `split`."""
+    return draw_in_split(domain, split, seed, draw, lambda p: content_split(p.prompt, p.files))[0]
 
 
 def perturb(answer: str) -> str:

@@ -17,7 +17,7 @@ def _group_solution(key: str, g: int, distinct: bool = True) -> str:
     groups = {{}}
     for w in {'set(words)' if distinct else 'words'}:
         groups.setdefault({_KEYS[key][1]}, []).append(w)
-    return dict((k, sorted(v)) for k, v in groups.items() if len(v) >= {g})
+    return dict((k, sorted(v)) for k, v in sorted(groups.items()) if len(v) >= {g})
 """
 
 

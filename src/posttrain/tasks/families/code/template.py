@@ -21,14 +21,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Mapping
 
-from posttrain.tasks.families.common import content_split, task_rng
+from posttrain.tasks.families.common import content_split, draw_in_split
 from posttrain.tasks.task import Split, canonical_json
 from posttrain.verifiers.code import encode_value
 
 Params = Mapping[str, Any]
 
-MAX_DRAWS = 5000
-"""parameter draws before a split is declared empty for a template"""
 
 EXTRA_CASE_DRAWS = 400
 """random cases tried to find one that separates the reference from a wrong version"""
@@ -82,16 +80,7 @@ def problem_split(template: FunctionTemplate, params: Params) -> Split:
 
 def draw_params(template: FunctionTemplate, domain: str, split: Split, seed: int) -> tuple[dict, random.Random]:
     """Parameters in `split` drawn from the task RNG (which then continues with the cases)."""
-    if split not in ("train", "eval"):
-        raise ValueError(f"domain {domain}: split must be 'train' or 'eval', got {split!r}")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"domain {domain}: seed must be an int, got {seed!r}")
-    rng = task_rng(domain, split, seed)
-    for _ in range(MAX_DRAWS):
-        params = template.params(rng)
-        if problem_split(template, params) == split:
-            return params, rng
-    raise RuntimeError(f"domain {domain}: no {split} parameters in {MAX_DRAWS} draws")
+    return draw_in_split(domain, split, seed, template.params, lambda params: problem_split(template, params))
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from posttrain.tasks.domain import Domain, ToolSpec
-from posttrain.tasks.families.common import content_split, task_rng
+from posttrain.tasks.families.common import content_split, draw_in_split
 from posttrain.tasks.task import Split, Task, TaskLimits
 from posttrain.verifiers.geometry import GEOMETRY
 
-MAX_DRAWS = 2000
 TOOL_LIMITS = TaskLimits(max_turns=8, max_tokens=512, context_tokens=4096, time_s=180.0,
                          command_timeout_s=30.0)
 SCRIPT_LIMITS = TaskLimits(max_turns=1, max_tokens=512, context_tokens=2048, time_s=90.0)
@@ -69,16 +68,7 @@ def half(rng: random.Random, lo: float, hi: float) -> float:
 
 
 def _draw(name: str, split: Split, seed: int, draw: Callable[[random.Random], GeoProblem]) -> GeoProblem:
-    if split not in ("train", "eval"):
-        raise ValueError(f"domain {name}: split must be 'train' or 'eval', got {split!r}")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"domain {name}: seed must be an int, got {seed!r}")
-    rng = task_rng(name, split, seed)
-    for _ in range(MAX_DRAWS):
-        p = draw(rng)
-        if content_split(p.prompt) == split:
-            return p
-    raise RuntimeError(f"domain {name}: no {split} problem in {MAX_DRAWS} draws")
+    return draw_in_split(name, split, seed, draw, lambda p: content_split(p.prompt))[0]
 
 
 def tool_domain(name: str, draw: Callable[[random.Random], GeoProblem], description: str) -> Domain:

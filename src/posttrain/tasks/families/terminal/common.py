@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.families.common import content_split, task_rng
+from posttrain.tasks.families.common import content_split, draw_in_split
 from posttrain.tasks.families.terminal.checks import STATE_CHECK
 from posttrain.tasks.task import Split, Task, TaskLimits
 from posttrain.verifiers.script import SCRIPT
 
-MAX_DRAWS = 2000
 LIMITS = TaskLimits(max_turns=10, max_tokens=384, context_tokens=4096, time_s=120.0,
                     command_timeout_s=10.0)
 
@@ -38,17 +37,7 @@ class ShellProblem:
 def terminal_domain(name: str, draw: Callable[[random.Random], ShellProblem], description: str,
                     tags: tuple[str, ...] = ()) -> Domain:
     def generate(seed: int, split: Split) -> Task:
-        if split not in ("train", "eval"):
-            raise ValueError(f"domain {name}: split must be 'train' or 'eval', got {split!r}")
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise ValueError(f"domain {name}: seed must be an int, got {seed!r}")
-        rng = task_rng(name, split, seed)
-        for _ in range(MAX_DRAWS):
-            p = draw(rng)
-            if content_split(p.prompt, p.files) == split:
-                break
-        else:
-            raise RuntimeError(f"domain {name}: no {split} problem in {MAX_DRAWS} draws")
+        p, _ = draw_in_split(name, split, seed, draw, lambda p: content_split(p.prompt, p.files))
         return Task(domain=name, prompt=p.prompt, files=p.files, env="tools", split=split,
                     seed=seed, limits=p.limits, tags=("terminal",) + tags,
                     reference={"oracle": p.oracle, "wrong": p.wrong},
