@@ -191,11 +191,10 @@ class Job:
         completed = store.group_ids(cfg.name)
         sched = Scheduler(scfg, specs, policy, factory=factory, workers=cfg.scheduler.workers,
                           state=sched_state or None, completed=completed, load_group=load_group,
-                          on_group=on_group, on_failure=on_failure)
+                          on_group=on_group, on_failure=on_failure, version_name=trainer.version.name)
         names = [d.name for d in self.train_domains]
         with RoundProgress(self.console, f"GRPO {cfg.name}", steps, names, trainer.step_count) as view:
             async with sched:
-                sched.set_policy_version(trainer.version.name)
                 while trainer.step_count < steps:
                     groups = await sched.take(cfg.rollout.groups_per_step)
                     if not groups:

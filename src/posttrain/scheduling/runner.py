@@ -47,11 +47,14 @@ class Scheduler:
                  load_group: Callable[[str], list[Trajectory]] | None = None,
                  on_group: Callable[[Group], None] | None = None,
                  on_failure: Callable[[Trajectory], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 version_name: str | None = None) -> None:
         """`factory` builds a driver per `EpisodeSpec` (on the worker); give it, or a `backend`
         built with it. `state` (from `state_dict`) resumes a killed run; `completed` (the store's
         group ids: a set or a predicate) keeps finished groups from running again; they reach the
-        trainer loaded by `load_group(group_id)` (or flagged `Group.recovered`, left empty)."""
+        trainer loaded by `load_group(group_id)` (or flagged `Group.recovered`, left empty).
+        `version_name` names the starting policy version of a fresh run (a resumed run keeps the
+        name saved in `state`), so the first groups are recorded under it."""
         if backend is None:
             if factory is None:
                 raise ValueError("Scheduler needs an episode factory (or a backend built with one)")
@@ -62,6 +65,8 @@ class Scheduler:
             self.core = SchedulerCore.from_state(state, config, domains, completed=completed or (), **kwargs)
         else:
             self.core = SchedulerCore(config, domains, completed=completed, **kwargs)
+            if version_name is not None:
+                self.core.version_name = version_name
         self.core.worker_slots = backend.capacity
         self.batcher = GenerationBatcher(policy, config.batch)
         self._tier_rank = {t: i for i, t in enumerate(config.tiers)}
