@@ -233,9 +233,12 @@ class Job:
             row[f"family/{fam}/reward"] = sum(vals) / len(vals)
             row[f"family/{fam}/pass_rate"] = sum(v >= 1.0 for v in vals) / len(vals)
         row["staleness_max"] = max((g.staleness for g in groups), default=0)
-        for key in ("generator_busy", "worker_utilization", "infra_errors", "retries", "lost"):
+        for key in ("generator_busy", "worker_utilization", "infra_errors", "retries", "lost",
+                    "queue_wait_p50_s", "queue_wait_p99_s", "max_wait_s"):
             if key in sched:
                 row[f"sched/{key}"] = sched[key]
+        for key in ("quarantined", "retired"):  # domain -> why; the per-domain table is in scheduler.json
+            row[f"sched/{key}"] = sorted(sched.get(key) or {})
         with open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(row, default=str) + "\n")
 
