@@ -35,9 +35,7 @@ def _mount() -> None:
     for module_name, attr, name in _SUBCOMMANDS:
         if importlib.util.find_spec(module_name) is None:
             continue  # that part of posttrain is not built yet
-        obj = getattr(importlib.import_module(module_name), attr, None)
-        if obj is None:
-            continue
+        obj = getattr(importlib.import_module(module_name), attr)
         parent, _, leaf = name.rpartition(" ")
         target = groups.get(parent, app) if parent else app
         if parent and parent not in groups:
