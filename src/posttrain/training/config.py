@@ -19,7 +19,7 @@ OldLogprobs = Literal["sampler", "recompute"]
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    lr: float = 6e-5
+    lr: float = 1e-4
     """AdamW learning rate (constant)"""
     weight_decay: float = 0.0
     """AdamW weight decay"""

@@ -4,6 +4,9 @@ This is the quick measurement the RL recipe and `models/pretrain.py` use to see 
 training moved anything. It is *not* the project's evaluator (`posttrain.evaluation`, with
 confidence intervals, contamination and A/B checks): no intervals, no storage, one process.
 
+Sampling is seeded (`seed`) inside `torch.random.fork_rng`, so two evaluations of the same
+weights (a local policy) agree exactly and the caller's RNG stream (a training run's) is left untouched.
+
 pass@k uses the unbiased estimator of Chen et al. (2021): with n samples of which c pass,
 pass@k = 1 - C(n - c, k) / C(n, k), averaged over tasks. `infra_error` episodes are excluded
 (and counted), never scored as failures.
@@ -13,6 +16,8 @@ from __future__ import annotations
 
 from math import comb
 from typing import Sequence
+
+import torch
 
 from posttrain.policies.base import Policy, SamplingParams
 from posttrain.rollout.runner import EpisodeSpec, run_episodes
@@ -28,15 +33,18 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def evaluate(policy: Policy, domains: Sequence[Domain], *, n_tasks: int = 50, n_samples: int = 8,
              temperature: float = 1.0, max_tokens: int = 16, split: str = "eval",
-             greedy: bool = True) -> dict[str, dict[str, float]]:
+             greedy: bool = True, seed: int | None = 0) -> dict[str, dict[str, float]]:
     """Per domain: pass1 (sampled), passk (k = n_samples), greedy, n_tasks, infra_errors.
 
     Tasks are `domain.task(seed, split)` for seeds 0..n_tasks-1: the same tasks every call."""
     if n_tasks < 1 or n_samples < 1:
         raise ValueError(f"evaluate needs n_tasks >= 1 and n_samples >= 1, got {n_tasks}, {n_samples}")
-    tasks = [(d, d.task(seed, split)) for d in domains for seed in range(n_tasks)]  # type: ignore[arg-type]
+    tasks = [(d, d.task(i, split)) for d in domains for i in range(n_tasks)]  # type: ignore[arg-type]
     specs = [EpisodeSpec(d, t) for d, t in tasks for _ in range(n_samples)]
-    sampled = run_episodes(specs, policy, SamplingParams(temperature=temperature, max_tokens=max_tokens))
+    with torch.random.fork_rng():
+        if seed is not None:
+            torch.manual_seed(seed)
+        sampled = run_episodes(specs, policy, SamplingParams(temperature=temperature, max_tokens=max_tokens))
     greedy_runs = (run_episodes([EpisodeSpec(d, t) for d, t in tasks], policy,
                                 SamplingParams(temperature=0.0, max_tokens=max_tokens))
                    if greedy else [])

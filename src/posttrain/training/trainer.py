@@ -24,6 +24,7 @@ parent, so base -> round-1/step-200 -> round-2/step-200 reads back through `pare
 from __future__ import annotations
 
 import copy
+import json
 import os
 import random
 import time
@@ -161,7 +162,7 @@ class Trainer:
         adv = torch.tensor([s.advantage for s in samples for _ in s.completion_ids], device=device)
         use_sampler = cfg.old_logprobs == "sampler" and all(s.old_logprobs for s in samples)
         if use_sampler:
-            old = torch.tensor([lp for s in samples for lp in s.old_logprobs], device=device)  # type: ignore[union-attr]
+            old = torch.tensor([lp for s in samples for lp in s.old_logprobs or ()], device=device)
         else:
             old = self._logprobs_no_grad(self.model, samples)
         ref = self._logprobs_no_grad(self.reference, samples) if self.reference is not None else None
@@ -210,11 +211,10 @@ class Trainer:
                  "extra": self.extra}
 
         def write(tmp: Path) -> None:
-            import json
-
             self.model.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)
-            (tmp / VERSION_FILE).write_text(json.dumps({"name": version.name, "parent": version.parent}) + "\n")
+            lineage = {"name": version.name, "parent": version.parent}
+            (tmp / VERSION_FILE).write_text(json.dumps(lineage) + "\n")
             if self.reference is not None:
                 self.reference.save_pretrained(tmp / "reference")
             checkpoints.save_state(tmp, optimizer=self.optimizer, state=state)
