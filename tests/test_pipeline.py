@@ -126,3 +126,29 @@ def test_bad_trainer_field_and_missing_file(tmp_path):
     path.write_text(f'name = "t"\nruns_dir = "{tmp_path}"\n[trainer]\nlrr = 1\n[domains]\ntrain = ["math.add.d1"]\n')
     p = _run(["run", str(path)], timeout=300)
     assert p.returncode == 2 and "lrr" in p.stderr and "trainer" in p.stderr
+
+
+def test_training_stops_cleanly_when_every_domain_is_retired(tmp_path, monkeypatch):
+    """When the scheduler can deliver nothing more (all domains saturated and retired, or
+    quarantined), the job checkpoints what it learned, evaluates and reports the early stop."""
+    from rich.console import Console
+
+    from posttrain.pipeline.main import Job
+    from posttrain.scheduling import Scheduler, SchedulerStalled
+
+    real_take = Scheduler.take
+    calls = {"n": 0}
+
+    async def take(self, n):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise SchedulerStalled("every trainer-tier domain is retired: math.add.d2 (saturated)")
+        return await real_take(self, n)
+
+    monkeypatch.setattr(Scheduler, "take", take)
+    cfg = load_config(_config(tmp_path, "stall", steps=5))
+    summary = Job(cfg, Console(file=open(os.devnull, "w"))).run()
+    run = tmp_path / "runs" / "stall"
+    assert summary["stopped_early"] and "retired" in summary["stopped_early"]
+    assert json.loads((run / "checkpoints" / "latest.json").read_text())["step"] == 2
+    assert (run / "evals" / "after.json").exists()

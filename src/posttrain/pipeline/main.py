@@ -72,6 +72,7 @@ class Job:
                                 if config.domains.heldout else [])
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.trainer_config = self._trainer_config()
+        self.stopped_early: str | None = None
 
     def _trainer_config(self) -> Any:
         """The trainer's settings, checked before anything runs (errors name the field)."""
@@ -155,7 +156,7 @@ class Job:
 
     async def train(self, trainer: Any, sched_state: dict, store: Any, sandbox_factory: Any) -> None:
         from posttrain.policies.base import SamplingParams
-        from posttrain.scheduling import DomainSpec, Scheduler, SchedulerConfig
+        from posttrain.scheduling import BatchConfig, DomainSpec, Scheduler, SchedulerConfig, SchedulerStalled
         from posttrain.scheduling.episodes import RolloutEpisodeFactory
         from posttrain.pipeline.progress import RoundProgress
         from posttrain.pipeline.sync import SyncedPolicy
@@ -170,9 +171,12 @@ class Job:
         factory = RolloutEpisodeFactory(lookup, sampling=sampling, sandbox_factory=sandbox_factory,
                                         run_id=cfg.name)
         specs = [DomainSpec(d.name, weight=cfg.domains.weights.get(d.name, 1.0)) for d in self.train_domains]
+        per_step = cfg.rollout.groups_per_step * cfg.rollout.group_size
+        # One step's episodes fit in one generate call: a CPU model runs a batch of 256 tiny
+        # prompts barely slower than a batch of 64.
         scfg = SchedulerConfig(group_size=cfg.rollout.group_size, groups_per_step=cfg.rollout.groups_per_step,
                                max_staleness=cfg.scheduler.max_staleness, seed=cfg.seed,
-                               max_running=max(64, cfg.rollout.groups_per_step * cfg.rollout.group_size))
+                               max_running=max(64, per_step), batch=BatchConfig(max_batch=max(64, per_step)))
         # The sampler reads its own copy of the weights when samples may be stale (generation
         # then overlaps training); with staleness 0 it shares the trained module.
         policy = SyncedPolicy(trainer, copy=cfg.scheduler.max_staleness > 0)
@@ -195,8 +199,14 @@ class Job:
         names = [d.name for d in self.train_domains]
         with RoundProgress(self.console, f"GRPO {cfg.name}", steps, names, trainer.step_count) as view:
             async with sched:
+                saved = trainer.step_count
                 while trainer.step_count < steps:
-                    groups = await sched.take(cfg.rollout.groups_per_step)
+                    try:
+                        groups = await sched.take(cfg.rollout.groups_per_step)
+                    except SchedulerStalled as e:  # every domain retired (saturated) or quarantined
+                        self.console.print(f"[yellow]training stops at step {trainer.step_count}: {e}")
+                        self.stopped_early = str(e)
+                        break
                     if not groups:
                         break
                     metrics = await asyncio.to_thread(trainer.step, [g.trajectories for g in groups])
@@ -209,6 +219,9 @@ class Job:
                     view.update(trainer.step_count, {**metrics, **self._sched_brief(sched)}, rewards)
                     if trainer.step_count % cfg.checkpoint_every == 0 or trainer.step_count == steps:
                         self.checkpoint(trainer, sched, store)
+                        saved = trainer.step_count
+                if trainer.step_count != saved:  # stopped early: keep what was learned
+                    self.checkpoint(trainer, sched, store)
                 sched_metrics = sched.metrics(per_domain=True)
         _write_json(self.run_dir / "scheduler.json", sched_metrics)
 
@@ -313,7 +326,7 @@ class Job:
                "final_pass1": mean(after, trained, "pass@1"), f"final_pass{k}": mean(after, trained, f"pass@{k}"),
                "heldout_base_pass1": mean(before, held, "pass@1"),
                "heldout_final_pass1": mean(after, held, "pass@1"),
-               "train_s": round(train_s, 1), "total_s": round(total_s, 1)}
+               "train_s": round(train_s, 1), "total_s": round(total_s, 1), "stopped_early": self.stopped_early}
         if out["heldout_base_pass1"] is not None and out["heldout_final_pass1"] is not None:
             out["untrained_delta"] = out["heldout_final_pass1"] - out["heldout_base_pass1"]
         return out
