@@ -1,7 +1,7 @@
 """Our GRPO step vs TRL's `GRPOTrainer`: same model, tasks, group size, batch and loss, on CPU.
 
     .venv/bin/pip install -e .[bench]              # trl
-    .venv/bin/python benchmarks/vs_trl.py           # 20 steps each, 16 prompts x 8 samples
+    .venv/bin/python benchmarks/vs_trl.py           # 30 steps each, 16 prompts x 8 samples
 
 Both trainers start from the same weights and see the same train-split prompts in the same
 order, with the same settings: group-relative advantages scaled by the group std, token-level
@@ -30,8 +30,8 @@ import time
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="models/tiny-base")
-    parser.add_argument("--domains", default="math.add.d2,math.sub.d2,text.sort.l3,text.caesar.l3")
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--domains", default=None, help="comma-separated (default: the recipe's mix)")
+    parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--prompts", type=int, default=16, help="prompts (groups) per step")
     parser.add_argument("--group", type=int, default=8, help="samples per prompt")
     parser.add_argument("--lr", type=float, default=1e-4)
@@ -53,6 +53,9 @@ def main() -> None:
     from posttrain.training.trainer import Trainer
     from posttrain.verifiers.base import Outcome
 
+    from posttrain.training.recipe import DEFAULT_MIX
+
+    args.domains = args.domains or DEFAULT_MIX
     domains = [get_domain(n) for n in args.domains.split(",")]
     by_name = {d.name: d for d in domains}
     n_rows = args.steps * args.prompts

@@ -68,12 +68,11 @@ def test_stop_strings_cut_text_and_tokens(policy):
         assert policy.tokenizer.decode(c.token_ids, skip_special_tokens=True) == c.text
     # the model ends answers with "\n" (it was trained to), so greedy answers stop, not run out
     assert sum(c.finish_reason == "stop" for c in out) >= len(PROMPTS) - 1
-    # a stop string inside the answer cuts there
+    # a stop string inside the answer cuts there (the shipped model answers "cba")
     [full] = policy.generate([req("reverse abc=", temperature=0.0, max_tokens=10, stop=("\n",))])
-    if len(full.text) >= 2:
-        stop = full.text[1:]
-        [cut] = policy.generate([req("reverse abc=", temperature=0.0, max_tokens=10, stop=(stop,))])
-        assert cut.text == full.text[:1] and cut.finish_reason == "stop" and len(cut.token_ids) == 1
+    assert full.text == "cba"
+    [cut] = policy.generate([req("reverse abc=", temperature=0.0, max_tokens=10, stop=("ba",))])
+    assert cut.text == "c" and cut.finish_reason == "stop" and len(cut.token_ids) == 1
 
 
 def test_max_tokens_is_a_length_finish(policy):
@@ -163,3 +162,16 @@ def test_chat_template_is_used_when_the_tokenizer_has_one(llama_dir):
                          "{% if add_generation_prompt %}[assistant]{% endif %}")
     ids = render_ids(tok, (Message("user", "hi"),))
     assert tok.decode(ids) == "[user]hi\n[assistant]"  # no BOS added on top of the template
+
+
+def test_the_shipped_model_has_latent_capability(policy):
+    """pass@8 well above pass@1 on eval-split problems it never saw (models/README.md)."""
+    from posttrain.tasks.registry import get_domain
+    from posttrain.training.passk import evaluate
+
+    result = evaluate(policy, [get_domain("text.upper.l3"), get_domain("text.reverse.l3")],
+                      n_tasks=10, n_samples=8)
+    for name, r in result.items():
+        assert r["passk"] >= r["pass1"] + 0.2, (name, r)
+        assert r["greedy"] >= 0.8, (name, r)
+        assert r["infra_errors"] == 0

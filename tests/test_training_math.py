@@ -15,9 +15,10 @@ from posttrain.training.passk import pass_at_k
 from posttrain.verifiers.base import Verdict
 
 
-def traj(reward: float | None, status: str = "completed", n_tokens: int = 2) -> Trajectory:
+def traj(reward: float | None, status: str = "completed", n_tokens: int = 2,
+         finish: str = "stop") -> Trajectory:
     turn = Turn(index=0, observation="1+1=", action="2", prompt_token_ids=[1, 5],
-                token_ids=list(range(7, 7 + n_tokens)), logprobs=[-1.0] * n_tokens)
+                token_ids=list(range(7, 7 + n_tokens)), logprobs=[-1.0] * n_tokens, finish_reason=finish)
     if status == "infra_error":
         return Trajectory(task_key="k", task_hash="h", domain="d", split="train", policy_version="v",
                           status="infra_error", turns=[turn],
@@ -43,7 +44,7 @@ def test_select_groups_filters_and_counts_zero_variance_and_infra():
     groups = [
         [traj(1), traj(0), traj(0), traj(1)],                       # used
         [traj(1), traj(1), traj(1), traj(1)],                       # zero variance
-        [traj(None, "infra_error"), traj(1), traj(0, "truncated")],  # used, 1 infra error dropped
+        [traj(None, "infra_error"), traj(1), traj(0, "truncated", finish="length")],  # used, 1 infra dropped
         [traj(None, "infra_error"), traj(None, "infra_error"), traj(1)],  # too small after drop
     ]
     sel = select_groups(groups)
@@ -51,7 +52,7 @@ def test_select_groups_filters_and_counts_zero_variance_and_infra():
     assert sel.infra_errors == 3
     assert sel.trajectories_in == 14
     assert len(sel.trajectories) == 6 and all(t.trainable for t in sel.trajectories)
-    assert sel.truncated == 1  # trained on, and counted
+    assert sel.truncated == 1 and sel.length_cut == 1  # trained on, and counted
     assert sel.advantages[4:] == pytest.approx([0.7071, -0.7071], abs=1e-3)
     kept = select_groups(groups, filter_zero_variance=False)
     assert kept.groups_zero_variance == 1 and kept.groups_used == 3

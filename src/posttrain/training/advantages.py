@@ -52,6 +52,9 @@ class Selection:
     infra_errors: int = 0
     truncated: int = 0
     """trainable trajectories whose episode a budget cut (trained on; counted)"""
+    length_cut: int = 0
+    """trainable trajectories with a turn cut by max_tokens (finish_reason 'length'): a budget
+    that cuts most answers silently starves learning, so it is counted"""
     trainable: int = 0
     reward_sum: float = 0.0
 
@@ -67,6 +70,7 @@ def select_groups(groups: Sequence[Sequence[Trajectory]], *, scale_by_std: bool 
         sel.infra_errors += len(group) - len(ok)
         sel.trainable += len(ok)
         sel.truncated += sum(t.status == "truncated" for t in ok)
+        sel.length_cut += sum(any(turn.finish_reason == "length" for turn in t.turns) for t in ok)
         rewards = [float(t.reward) for t in ok]  # type: ignore[arg-type]
         sel.reward_sum += sum(rewards)
         if len(ok) < min_group_size:

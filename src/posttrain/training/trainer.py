@@ -107,6 +107,7 @@ class Trainer:
             "groups_too_small": sel.groups_too_small, "trajectories": sel.trajectories_in,
             "infra_errors": sel.infra_errors,
             "truncation_share": sel.truncated / max(sel.trainable, 1),
+            "length_cut_share": sel.length_cut / max(sel.trainable, 1),
             "reward_mean": sel.reward_sum / max(sel.trainable, 1),
             "samples": len(samples), "tokens": n_tokens, "skipped_turns": skipped_turns,
         }
