@@ -214,9 +214,13 @@ for raw in rep.read(8 << 20).splitlines()[:10000]:
 out.seek(0, 2)
 size = out.tell()
 out.seek(max(0, size - 1500))
+tail = out.read().decode("utf-8", "replace")
+out.close()
+rep.close()
+import shutil
+shutil.rmtree(tmp, ignore_errors=True)  # a process-backend sandbox's /tmp is the host's
 emit({"status": status, "returncode": proc.returncode, "seconds": round(time.monotonic() - t0, 3),
-      "report": lines, "check_ok": ok, "ready": ready,
-      "output_tail": out.read().decode("utf-8", "replace")})
+      "report": lines, "check_ok": ok, "ready": ready, "output_tail": tail})
 '''
 
 
