@@ -175,3 +175,17 @@ def test_the_shipped_model_has_latent_capability(policy):
         assert r["passk"] >= r["pass1"] + 0.2, (name, r)
         assert r["greedy"] >= 0.8, (name, r)
         assert r["infra_errors"] == 0
+
+
+def test_stop_check_without_piecewise_decoding_agrees(policy):
+    """Tokenizers whose lone tokens do not decode to the same text (SentencePiece) take the
+    windowed-decode path of the stop check; it must stop at the same place."""
+    requests = [req(p, temperature=1.0, max_tokens=12, stop=("\n", "c"), seed=i) for i, p in enumerate(PROMPTS)]
+    fast = policy.generate(requests)
+    policy._piecewise = False
+    try:
+        windowed = policy.generate(requests)
+    finally:
+        policy._piecewise = True
+    assert [(c.text, c.token_ids, c.finish_reason) for c in fast] == \
+           [(c.text, c.token_ids, c.finish_reason) for c in windowed]

@@ -70,11 +70,12 @@ def test_infra_errors_and_zero_variance_groups_are_counted_and_never_trained():
 
 def test_steps_raise_the_rewarded_completion():
     # old log-probs recomputed each step: the same group can be stepped on repeatedly, on-policy
-    trainer = Trainer(MODEL, TrainerConfig(lr=3e-3, micro_batch_size=4, old_logprobs="recompute"))
-    probe = sample_group(trainer.policy(), "caesar+3 abc=", n=12, temperature=1.0)
-    texts = sorted({c.text for c in probe})
-    assert len(texts) > 1, "the base model should not be deterministic on this prompt at T=1"
-    good = next(c for c in probe if c.text == texts[0])
+    trainer = Trainer(MODEL, TrainerConfig(lr=3e-4, micro_batch_size=4, old_logprobs="recompute"))
+    probe = sample_group(trainer.policy(), "upper abc=", n=12, temperature=1.0)
+    counts = {c.text: sum(d.text == c.text for d in probe) for c in probe}
+    assert len(counts) > 1, "the base model should not be deterministic on this prompt at T=1"
+    rare = min(sorted(counts), key=counts.get)  # reward an unlikely answer: room to rise
+    good = next(c for c in probe if c.text == rare)
     target = Sample(good.prompt_token_ids, good.token_ids, None, 0.0, 0)
 
     def logp() -> float:
@@ -82,7 +83,7 @@ def test_steps_raise_the_rewarded_completion():
             return float(sequence_logprobs(trainer.model, [target], temperature=1.0)[0].sum())
 
     start = logp()
-    group = graded(probe, texts[0])
+    group = graded(probe, rare)
     for _ in range(4):
         metrics = trainer.step([group])
         assert metrics["updated"] == 1 and metrics["groups_used"] == 1
@@ -95,14 +96,15 @@ def test_gradient_accumulation_is_exact(loss_agg):
     base = TorchPolicy(MODEL, device="cpu")
     groups = [graded(sample_group(base, p, n=6, seed=7), good) for p, good in
               (("reverse abc=", "cba"), ("upper xyz=", "XYZ"), ("sort dbca=", "abcd"))]
-    hashes, params = [], []
-    for micro in (1, 64):
-        trainer = Trainer(MODEL, TrainerConfig(lr=1e-3, micro_batch_size=micro, loss_agg=loss_agg,
-                                               max_grad_norm=0.0))
+    grads = []
+    for micro in (1, 5, 64):
+        trainer = Trainer(MODEL, TrainerConfig(micro_batch_size=micro, loss_agg=loss_agg, max_grad_norm=0.0))
+        trainer.optimizer.step = lambda: None  # keep the accumulated gradient to compare it
         trainer.step(groups)
-        params.append(torch.cat([p.detach().flatten() for p in trainer.model.parameters()]))
-        hashes.append(trainer.version.weights_hash)
-    assert torch.allclose(params[0], params[1], atol=1e-6)
+        grads.append(torch.cat([p.grad.flatten() for p in trainer.model.parameters()]))
+    assert grads[0].abs().max() > 1e-3
+    for other in grads[1:]:
+        assert torch.allclose(grads[0], other, atol=1e-5, rtol=1e-4)
 
 
 def test_sampling_temperature_must_match_the_trainer():
@@ -166,3 +168,20 @@ def test_random_llama_trains_with_kl_clipping_and_recomputed_old_logprobs(tmp_pa
     assert (ckpt / "reference" / "config.json").is_file()
     resumed = Trainer.resume(ckpt)
     assert resumed.reference is not None and resumed.version == trainer.version
+
+
+def test_shared_prompt_pass_matches_whole_sequences():
+    """Each distinct prompt run once (its cache copied to its group) gives the same log-probs and
+    gradients as running every sequence whole."""
+    policy = TorchPolicy(MODEL, device="cpu")
+    samples = [Sample(c.prompt_token_ids, c.token_ids, None, 0.0, i)
+               for i, c in enumerate(sample_group(policy, "reverse abc=", n=4) + sample_group(policy, "1+1=", n=3))]
+    model = policy.model.train()
+    grads = []
+    for share in (True, False):
+        logp, entropy = sequence_logprobs(model, samples, temperature=0.9, with_entropy=True, share_prompts=share)
+        assert logp.shape[0] == sum(len(s.completion_ids) for s in samples) == entropy.shape[0]
+        grads.append((logp.detach(), torch.autograd.grad(logp.sum(), list(model.parameters()))))
+    assert torch.allclose(grads[0][0], grads[1][0], atol=1e-5)
+    for a, b in zip(grads[0][1], grads[1][1]):
+        assert torch.allclose(a, b, atol=1e-4)

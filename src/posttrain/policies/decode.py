@@ -8,7 +8,8 @@ prefix each step on the tiny model (`benchmarks/generation.py`).
 
 Prompts are left-padded so every row's next token sits in the last column; position ids count
 real tokens only, so a padded row computes exactly what it would alone (up to float rounding).
-Rows that finish are dropped from the cache once enough of them have finished.
+A prompt repeated in the batch (a GRPO group) is prefilled once and its cache copied to its
+rows. Rows that finish are dropped from the cache.
 
 Log-probs: each sampled token's log-probability under the *temperature-scaled* distribution,
 `log_softmax(logits / T)`, taken **before** top-p truncation (a trainer recomputes exactly this
@@ -81,6 +82,49 @@ def sample_next(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor,
     return tokens, logp.gather(-1, tokens[:, None]).flatten()
 
 
+def _last_only(model: torch.nn.Module) -> dict[str, int]:
+    """Only the last position's logits are needed (a large vocabulary makes the rest costly)."""
+    takes = "logits_to_keep" in inspect.signature(model.forward).parameters
+    return {"logits_to_keep": 1} if takes else {}
+
+
+def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for r, p in enumerate(prompts):
+        ids[r, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[r, width - len(p):] = 1
+    return ids, mask
+
+
+def _prefill(model: torch.nn.Module, prompts: list[list[int]], pad_id: int, use_cache: bool,
+             dedup: bool = True) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run the prompts once; returns (last logits, cache, ids, mask, positions), one row each.
+
+    GRPO samples a group of completions per prompt, so a batch repeats each prompt many times:
+    each distinct prompt is computed once and its cache rows are then copied to every row that
+    asked for it (when the cache can select rows; otherwise every row is computed)."""
+    device = next(model.parameters()).device
+    distinct: dict[tuple[int, ...], int] = {}
+    row_of = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+    dedup = dedup and use_cache and len(distinct) < len(prompts)
+    unique = [list(p) for p in distinct] if dedup else prompts
+    ids, mask = (t.to(device) for t in _left_pad(unique, pad_id))
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=use_cache,
+                **_last_only(model))
+    cache = _output_cache(out) if use_cache else None
+    logits = out.logits[:, -1, :]
+    if dedup:
+        if not hasattr(cache, "batch_select_indices"):  # this cache cannot copy rows
+            return _prefill(model, prompts, pad_id, use_cache, dedup=False)
+        index = torch.tensor(row_of, device=device)
+        cache.batch_select_indices(index)  # a repeated index copies the row
+        logits, ids, mask, positions = logits[index], ids[index], mask[index], positions[index]
+    return logits, cache, ids, mask, positions
+
+
 @torch.inference_mode()
 def decode(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids: set[int],
            max_positions: int | None, stop_check: Callable[[int, list[int]], bool] | None = None,
@@ -100,14 +144,6 @@ def decode(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids:
     if not todo:
         return results
 
-    width = max(len(rows[i].prompt_ids) for i in todo)
-    ids = torch.full((len(todo), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(todo), width), dtype=torch.long)
-    for r, i in enumerate(todo):
-        p = rows[i].prompt_ids
-        ids[r, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[r, width - len(p):] = 1
-    ids, mask = ids.to(device), mask.to(device)
     temps = torch.tensor([rows[i].temperature for i in todo], dtype=torch.float32, device=device)
     top_ps = torch.tensor([rows[i].top_p for i in todo], dtype=torch.float32, device=device)
     gens: list[torch.Generator | None] = []
@@ -121,22 +157,11 @@ def decode(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids:
     # drop rows, else they ride along (their samples are ignored).
     slot = list(range(len(todo)))
     done = [False] * len(todo)
-    kw = cache_kwarg(model)
-    # Only the last position's logits are needed (a large vocabulary makes the rest costly).
-    takes_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
-    last_only = {"logits_to_keep": 1} if takes_keep else {}
-    cache = None
-    step_input, positions = ids, (mask.cumsum(-1) - 1).clamp(min=0)
+    logits, cache, ids, mask, positions = _prefill(model, [rows[i].prompt_ids for i in todo], pad_id,
+                                                   use_cache)
+    kw, last = cache_kwarg(model), _last_only(model)
     while True:
-        if use_cache:
-            extra = {kw: cache} if cache is not None else {}
-            out = model(input_ids=step_input, attention_mask=mask, position_ids=positions,
-                        use_cache=True, **extra, **last_only)
-            cache = _output_cache(out)
-        else:
-            out = model(input_ids=step_input, attention_mask=mask, position_ids=positions,
-                        use_cache=False, **last_only)
-        tokens, logps = sample_next(out.logits[:, -1, :], temps, top_ps, [gens[s] for s in slot])
+        tokens, logps = sample_next(logits, temps, top_ps, [gens[s] for s in slot])
         tok_list, logp_list = tokens.tolist(), logps.tolist()
         for r, s in enumerate(slot):
             if done[r]:
@@ -165,6 +190,12 @@ def decode(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids:
         ids = torch.cat([ids, new], dim=1)
         mask = torch.cat([mask, torch.ones_like(new)], dim=1)
         if use_cache:
-            step_input, positions = new, positions[:, -1:] + 1
+            positions = positions[:, -1:] + 1
+            out = model(input_ids=new, attention_mask=mask, position_ids=positions, use_cache=True,
+                        **{kw: cache}, **last)
+            cache = _output_cache(out)
         else:
-            step_input, positions = ids, (mask.cumsum(-1) - 1).clamp(min=0)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                        **last)
+        logits = out.logits[:, -1, :]

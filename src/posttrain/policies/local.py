@@ -117,6 +117,7 @@ class TorchPolicy:
         self.max_batch_size = max_batch_size
         self.use_cache = use_cache
         self._lock = threading.Lock()
+        self._pieces: dict[int, str] = {}  # token id -> its text decoded alone (stop checks)
         self.version = version or self._version_from_path()
         config = self.model.config
         self.max_positions: int | None = (getattr(config, "max_position_embeddings", None)
@@ -128,6 +129,8 @@ class TorchPolicy:
         self.eos_ids = eos
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (min(eos) if eos else 0)
+        probe = tokenizer("Hello world, 12 + 3 = 15.\n  (x)", add_special_tokens=False)["input_ids"]
+        self._piecewise = self._text(probe) == "".join(self._text([i]) for i in probe)
 
     def _version_from_path(self) -> PolicyVersion:
         name, parent = (self.path.name if self.path else "model"), None
@@ -150,7 +153,10 @@ class TorchPolicy:
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Complete every request, in order (see the module docstring for what comes back)."""
-        return self.generate_ids([self.render(r) for r in requests], [r.sampling for r in requests])
+        rendered: dict[tuple, list[int]] = {}  # a GRPO group repeats its prompt: render it once
+        prompts = [rendered[r.messages] if r.messages in rendered
+                   else rendered.setdefault(r.messages, self.render(r)) for r in requests]
+        return self.generate_ids(prompts, [r.sampling for r in requests])
 
     def generate_ids(self, prompts: Sequence[Sequence[int]], sampling: Sequence[SamplingParams]
                      ) -> list[Completion]:
@@ -169,12 +175,25 @@ class TorchPolicy:
         rows = [RowSpec(prompt_ids=p, temperature=s.temperature, top_p=s.top_p,
                         max_tokens=s.max_tokens, seed=s.seed) for s, p in zip(sampling, prompts)]
         stops = [tuple(x for x in s.stop if x) for s in sampling]
+        # Each row's recent text, grown one token at a time when the tokenizer's tokens decode
+        # piece by piece to the same text (character and byte-level BPE tokenizers do): decoding
+        # the whole completion every step costs more than a tiny model's forward pass. Otherwise
+        # (SentencePiece drops a lone token's leading space) the last `span` tokens are decoded
+        # together. The final text below is decoded whole and cut again at the first stop.
+        tails = [""] * len(prompts)
+        span = [max(map(len, s), default=0) + 16 for s in stops]
 
         def stop_check(row: int, ids: list[int]) -> bool:
             if not stops[row]:
                 return False
-            text = self._text(ids)
-            return any(s in text for s in stops[row])
+            if self._piecewise:
+                piece = self._pieces.get(ids[-1])
+                if piece is None:
+                    piece = self._pieces[ids[-1]] = self._text([ids[-1]])
+                tails[row] = (tails[row] + piece)[-span[row]:]
+            else:
+                tails[row] = self._text(ids[-span[row]:])
+            return any(s in tails[row] for s in stops[row])
 
         t0 = time.perf_counter()
         was_training = self.model.training

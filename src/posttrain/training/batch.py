@@ -59,34 +59,94 @@ def _supports_logits_to_keep(model: torch.nn.Module) -> bool:
 
 
 def sequence_logprobs(model: torch.nn.Module, samples: Sequence[Sample], *, temperature: float,
-                      with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                      with_entropy: bool = False, share_prompts: bool = True
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of every generated token of `samples`, flat, in sample order, computed as the
     sampler does: log_softmax(logits / temperature). Differentiable unless under no_grad.
+    Returns (log-probs, per-token entropy or None).
 
-    Rows are left-padded, so each row's generated tokens are its last columns and only the
-    last (longest completion + 1) positions need logits (`logits_to_keep`, when the model
-    takes it). Returns (log-probs, per-token entropy or None)."""
-    device = next(model.parameters()).device
-    seqs = [s.prompt_ids + s.completion_ids for s in samples]
-    width = max(map(len, seqs))
-    keep = max(len(s.completion_ids) for s in samples)
-    ids = torch.zeros((len(seqs), width), dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    valid = torch.zeros((len(seqs), keep), dtype=torch.bool)
-    for i, (seq, s) in enumerate(zip(seqs, samples)):
-        ids[i, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-        mask[i, width - len(seq):] = 1
-        valid[i, keep - len(s.completion_ids):] = True
-    ids, mask, valid = ids.to(device), mask.to(device), valid.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    kwargs = {"logits_to_keep": keep + 1} if _supports_logits_to_keep(model) else {}
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
-                   **kwargs).logits
-    logits = logits[:, -(keep + 1):-1, :].float() / temperature  # predicts the last `keep` ids
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, ids[:, -keep:, None]).squeeze(-1)
+    A GRPO batch repeats each prompt once per sample of its group. With `share_prompts` (and a
+    model whose KV cache can select rows), each distinct prompt is run once, its cache copied to
+    its samples, and only the completions are run on top: the gradient flows back through the
+    shared cache into the one prompt pass. Same numbers as running every sequence whole (up to
+    float rounding), a fraction of the compute when prompts are long and answers short."""
+    distinct = {tuple(s.prompt_ids) for s in samples}
+    if share_prompts and len(distinct) < len(samples):
+        out = _shared_prompt_logits(model, samples)
+        if out is not None:
+            return _gather(out[0], out[1], out[2], temperature, with_entropy)
+    return _gather(*_whole_sequence_logits(model, samples), temperature, with_entropy)
+
+
+def _gather(logits: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor, temperature: float,
+            with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """logits [B, K, V] predicting targets [B, K]; valid [B, K] marks generated tokens."""
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
     entropy = None
     if with_entropy:
         with torch.no_grad():
             entropy = -(logp_all.exp() * logp_all).sum(-1)[valid]
     return logp[valid], entropy
+
+
+def _left_pad(seqs: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(map(len, seqs))
+    ids = torch.zeros((len(seqs), width), dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, seq in enumerate(seqs):
+        ids[i, width - len(seq):] = torch.tensor(list(seq), dtype=torch.long)
+        mask[i, width - len(seq):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _whole_sequence_logits(model: torch.nn.Module, samples: Sequence[Sample]
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every sequence run whole, left-padded: each row's generated tokens are its last columns,
+    so only the last (longest completion + 1) positions need logits (`logits_to_keep`)."""
+    device = next(model.parameters()).device
+    ids, mask = _left_pad([s.prompt_ids + s.completion_ids for s in samples], device)
+    keep = max(len(s.completion_ids) for s in samples)
+    valid = torch.zeros((len(samples), keep), dtype=torch.bool)
+    for i, s in enumerate(samples):
+        valid[i, keep - len(s.completion_ids):] = True
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    kwargs = {"logits_to_keep": keep + 1} if _supports_logits_to_keep(model) else {}
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                   **kwargs).logits
+    return logits[:, -(keep + 1):-1, :], ids[:, -keep:], valid.to(device)
+
+
+def _shared_prompt_logits(model: torch.nn.Module, samples: Sequence[Sample]
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """Distinct prompts once (left-padded), completions on their copied cache (right-padded).
+    None when the model's cache cannot select rows."""
+    from posttrain.policies.decode import _output_cache, cache_kwarg
+
+    device = next(model.parameters()).device
+    index: dict[tuple[int, ...], int] = {}
+    row_of = [index.setdefault(tuple(s.prompt_ids), len(index)) for s in samples]
+    p_ids, p_mask = _left_pad([list(p) for p in index], device)
+    p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
+    kwargs = {"logits_to_keep": 1} if _supports_logits_to_keep(model) else {}
+    out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True, **kwargs)
+    cache = _output_cache(out)
+    if not hasattr(cache, "batch_select_indices"):
+        return None
+    rows = torch.tensor(row_of, device=device)
+    cache.batch_select_indices(rows)  # differentiable gather: a repeated index copies the row
+    keep = max(len(s.completion_ids) for s in samples)
+    c_ids = torch.zeros((len(samples), keep), dtype=torch.long)
+    valid = torch.zeros((len(samples), keep), dtype=torch.bool)
+    for i, s in enumerate(samples):
+        c_ids[i, :len(s.completion_ids)] = torch.tensor(s.completion_ids, dtype=torch.long)
+        valid[i, :len(s.completion_ids)] = True
+    c_ids, valid = c_ids.to(device), valid.to(device)
+    mask = torch.cat([p_mask[rows], valid.long()], dim=1)
+    positions = p_mask[rows].sum(-1, keepdim=True) + torch.arange(keep, device=device)[None, :]
+    logits = model(input_ids=c_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                   **{cache_kwarg(model): cache}).logits
+    # The prompt's last logits predict the first generated token; each generated token's
+    # logits predict the next one.
+    predicting = torch.cat([out.logits[:, -1:, :][rows], logits[:, :-1, :]], dim=1)
+    return predicting, c_ids, valid

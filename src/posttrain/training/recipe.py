@@ -53,7 +53,7 @@ class RecipeConfig:
     """comma-separated domains only evaluated (eval split), to check for forgetting"""
     rounds: int = 2
     """GRPO rounds, each from the previous round's checkpoint"""
-    steps: int = 150
+    steps: int = 200
     """trainer steps per round"""
     prompts_per_step: int = 32
     """tasks per step (groups)"""
