@@ -50,6 +50,16 @@ def test_planted_exact_copy_is_found():
     assert report.by_domain() == {leaked.domain: 1}
 
 
+def test_letter_case_is_part_of_a_problem():
+    # "swapcase aBc=" and "swapcase AbC=" are two problems (different answers); a copy that only
+    # differs in spacing is the same problem
+    train = [doc_task(0, "train", "swapcase aBc="), doc_task(1, "train", "upper  xyz =")]
+    evals = [doc_task(2, "eval", "swapcase AbC="), doc_task(3, "eval", "upper xyz =")]
+    report = check_contamination(train, evals)
+    assert report.leaked_eval_hashes == {evals[1].hash}
+    assert [(m.eval_key, m.kind) for m in report.matches] == [(evals[1].key, "exact")]
+
+
 def test_planted_near_duplicates_are_found_in_prompts_files_and_references():
     rng = random.Random(0)
     train = [doc_task(i, "train", essay(rng), files={"notes.txt": essay(rng)}) for i in range(40)]

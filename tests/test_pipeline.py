@@ -76,6 +76,59 @@ def test_smoke_run_writes_the_run_directory(tmp_path):
         assert versions["round2/step-2"]["parent"] == "smoke/step-4"
 
 
+def _random_llama(path: Path, context: int) -> Path:
+    """A randomly initialised tiny Llama with the shipped tokenizer and a longer context."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(ROOT / "models" / "tiny-base")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
+                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def _code_config(tmp_path, name: str, model: Path | None = None) -> Path:
+    path = tmp_path / f"{name}.toml"
+    text = (SMOKE.format(name=name, runs=tmp_path / "runs", steps=2)
+            .replace('train = ["math.add.d2", "text.reverse.l3"]', 'train = ["code.list.chunk"]')
+            .replace("groups_per_step = 4", "groups_per_step = 2"))
+    if model is not None:
+        text = text.replace("[domains]", f'[model]\npath = "{model}"\n[domains]')
+    path.write_text(text)
+    return path
+
+
+def test_prompts_longer_than_the_context_are_refused_before_the_run_starts(tmp_path):
+    # the shipped model has 128 positions; a code task's prompt is ~450 characters
+    p = _run(["run", str(_code_config(tmp_path, "toolong"))], timeout=300)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert "code.list.chunk (domains.train)" in p.stderr and "context of 128" in p.stderr
+    assert not (tmp_path / "runs" / "toolong" / "store.sqlite").exists()
+    # nothing was recorded: the same name can be started again once the config is fixed
+    p = _run(["run", str(_config(tmp_path, "toolong", steps=1))], timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
+def test_sandboxed_domains_run_in_the_job(tmp_path):
+    # a domain whose verifier runs the model's code: the job opens a sandbox pool, and every
+    # episode is verified there (a random model writes no working code: all fail, none is infra)
+    model = _random_llama(tmp_path / "llama", context=1024)
+    p = _run(["run", str(_code_config(tmp_path, "sandboxed", model)), "--json"], timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
+    from posttrain.storage.store import Store
+    with Store.for_run_dir(tmp_path / "runs" / "sandboxed", readonly=True) as store:
+        code = list(store.trajectories(run_id="sandboxed", domain="code.list.chunk"))
+        assert len(code) >= 2 * 4 * 2 and store.counts("sandboxed")["infra_error"] == 0
+        assert all(t.status in ("completed", "truncated") and t.reward == 0.0 for t in code)
+        verified = [t for t in code if t.verdict is not None]
+        assert verified and all(t.timings.get("verify_s", 0) > 0 for t in verified)
+
+
 def test_killed_run_resumes_without_losing_or_duplicating_groups(tmp_path):
     cfg = _config(tmp_path, "killed", steps=6)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

@@ -83,6 +83,24 @@ def test_max_tokens_is_a_length_finish(policy):
             assert len(c.token_ids) == 3
 
 
+def test_batch_time_is_shared_between_completions_not_counted_per_row(policy):
+    # a batch of 6: each completion carries its share (by tokens decoded), so the shares add up
+    # to the batch's time and a longer completion costs more than a shorter one
+    import time
+    reqs = [req(p, temperature=1.0, max_tokens=12 if i % 2 else 2, stop=(), seed=i)
+            for i, p in enumerate(PROMPTS)]
+    t0 = time.perf_counter()
+    out = policy.generate(reqs)
+    wall = time.perf_counter() - t0
+    total = sum(c.gen_s for c in out)
+    assert 0 < total <= wall
+    assert all(c.gen_s < total / 2 for c in out)
+    longest = max(out, key=lambda c: len(c.token_ids))
+    shortest = min(out, key=lambda c: len(c.token_ids))
+    if len(longest.token_ids) > len(shortest.token_ids):
+        assert longest.gen_s > shortest.gen_s
+
+
 def teacher_forced(policy: TorchPolicy, prompt_ids: list[int], completion: list[int], temperature: float):
     ids = torch.tensor([prompt_ids + completion])
     with torch.no_grad():

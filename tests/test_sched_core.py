@@ -151,6 +151,36 @@ def test_policy_backend_errors_do_not_quarantine_a_domain():
     assert core.metrics()["quarantined"] == {}
 
 
+def test_a_policy_backend_that_fails_everything_for_too_long_stalls_the_run():
+    clock = Clock()
+    core = SchedulerCore(cfg(retry=RetryConfig(backoff_s=0.0, max_retries=10, policy_outage_s=60.0)),
+                         [DomainSpec("a")], clock=clock)
+    for t in (0.0, 30.0):
+        clock.t = t
+        for spec in launch_all(core):
+            core.episode_finished(spec, fail(spec, where="policy"), Usage())
+    assert core.stalled_reason(1) is None  # failing for 30 s: still retrying
+    spec = launch_all(core)[0]
+    core.episode_finished(spec, ok(spec), Usage())  # one success resets the outage clock
+    clock.t = 70.0
+    for spec in launch_all(core):
+        core.episode_finished(spec, fail(spec, where="policy"), Usage())
+    assert core.stalled_reason(1) is None
+    clock.t = 131.0
+    for spec in launch_all(core):
+        core.episode_finished(spec, fail(spec, where="policy"), Usage())
+    reason = core.stalled_reason(1)
+    assert reason and "61 s" in reason and "SandboxError: died" in reason
+    # a domain's own infrastructure failures are the quarantine's business, not an outage
+    core2 = SchedulerCore(cfg(retry=RetryConfig(backoff_s=0.0, max_retries=10, policy_outage_s=1.0)),
+                          [DomainSpec("a")], clock=clock)
+    for t in (200.0, 300.0):
+        clock.t = t
+        for spec in launch_all(core2):
+            core2.episode_finished(spec, fail(spec), Usage())
+    assert core2.stalled_reason(1) is None
+
+
 def test_adaptive_downweights_no_signal_and_retires_saturated():
     ad = AdaptiveConfig(enabled=True, window=4, min_groups=2, floor=0.25, retire_after=3)
     core = SchedulerCore(cfg(max_running=8, group_size=2, adaptive=ad),

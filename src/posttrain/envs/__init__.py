@@ -7,15 +7,15 @@ from typing import Iterator, Sequence
 
 from posttrain.envs.base import Environment, Observation, StepResult
 from posttrain.envs.budget import EnvConfig
-from posttrain.envs.single import SandboxFactory, SingleAnswerEnv
-from posttrain.envs.tools import ToolEnv
+from posttrain.envs.single import SandboxFactory, SingleAnswerEnv, render_files
+from posttrain.envs.tools import ToolEnv, tools_intro
 from posttrain.sandbox.base import Sandbox
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.task import Task
 from posttrain.verifiers.base import Verdict
 
 __all__ = ["EnvConfig", "Environment", "Observation", "SingleAnswerEnv", "StepResult", "ToolEnv",
-           "default_sandbox_factory", "make_env", "play_actions", "sandbox_preload",
+           "default_sandbox_factory", "initial_observation", "make_env", "play_actions", "sandbox_preload",
            "stop_strings"]
 
 
@@ -24,6 +24,15 @@ def default_sandbox_factory() -> SandboxFactory:
     from posttrain.sandbox import open_sandbox
 
     return lambda: open_sandbox()
+
+
+def initial_observation(domain: Domain, task: Task, config: EnvConfig = EnvConfig()) -> str:
+    """The text of the first observation an episode of `task` shows the policy, without opening
+    a sandbox (e.g. to check before a run that every domain's prompts fit the model's context)."""
+    if domain.env == "tools":
+        return tools_intro(domain, task)
+    files, _ = render_files(task, config.show_files_in_prompt_chars)
+    return task.prompt + files
 
 
 def make_env(domain: Domain, config: EnvConfig = EnvConfig(),

@@ -49,6 +49,18 @@ def format_run(result: RunResult) -> str:
     return "\n".join(parts)
 
 
+def tools_intro(domain: Domain, task: Task) -> str:
+    """The first observation of a tool-use episode: the prompt, the workspace's files, the tools."""
+    help_text = TOOLS_HELP
+    if domain.tools:
+        help_text += "\n" + "\n".join(f'<tool name="{t.name}">ARGS</tool>  {t.description}'
+                                      for t in domain.tools)
+    listing = ""
+    if task.files:
+        listing = "\nFiles in the workspace: " + ", ".join(sorted(task.files))
+    return f"{task.prompt}{listing}\n\n{help_text}"
+
+
 class ToolEnv:
     default_stop = DEFAULT_STOP
 
@@ -80,14 +92,7 @@ class ToolEnv:
                              "layers": dict(self.sandbox.info.layers)}
         for path, content in task.files.items():
             self.sandbox.write_file(path, content)
-        help_text = TOOLS_HELP
-        if self.tools:
-            help_text += "\n" + "\n".join(f'<tool name="{t.name}">ARGS</tool>  {t.description}'
-                                          for t in self.tools.values())
-        listing = ""
-        if task.files:
-            listing = "\nFiles in the workspace: " + ", ".join(sorted(task.files))
-        return Observation(f"{task.prompt}{listing}\n\n{help_text}")
+        return Observation(tools_intro(self.domain, task))
 
     def step(self, action: str) -> StepResult:
         task, sandbox = self.task, self.sandbox

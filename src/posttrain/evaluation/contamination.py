@@ -10,7 +10,9 @@ What is compared, per task: its `prompt`, its `files` (paths and contents), its 
 verifier settings (`tests`), each normalized (Unicode NFKC, lower case, runs of whitespace to one
 space).
 
-* **exact**: an eval task whose problem (prompt + files) equals a training task's, or whose
+* **exact**: an eval task whose problem (prompt + files, compared *with* its letter case: in
+  "swapcase aBc=" or in code the case is the problem, so "aBc" and "AbC" are two problems) equals
+  a training task's, or whose
   reference or tests equal a training task's and are at least `min_exact_chars` long (short
   answers such as "85" coincide by chance and are not a leak on their own);
 * **near**: a field whose character `ngram`-shingles have Jaccard similarity >= `threshold` with
@@ -137,6 +139,13 @@ def _fields(task: Task) -> dict[str, str]:
     return {k: v for k, v in out.items() if v}
 
 
+def _problem_digest(task: Task) -> str:
+    """The identity of a problem: prompt and files, NFKC and whitespace-normalized, case kept."""
+    files = "\n".join(f"{p}\n{c}" for p, c in sorted(task.files.items()))
+    text = " ".join(unicodedata.normalize("NFKC", task.prompt + "\0" + files).split())
+    return _digest(text)
+
+
 def _shingles(text: str, n: int) -> set[str]:
     return {text[i:i + n] for i in range(len(text) - n + 1)} if len(text) >= n else {text}
 
@@ -177,7 +186,7 @@ def check_contamination(train_tasks: Iterable[Any], eval_tasks: Iterable[Any], t
     problem_index: dict[str, int] = {}
     field_index: dict[tuple[str, str], int] = {}
     for i, (t, f) in enumerate(zip(train, tf)):
-        problem_index.setdefault(_digest(f.get("prompt", "") + "\0" + f.get("files", "")), i)
+        problem_index.setdefault(_problem_digest(t), i)
         for name in ("reference", "tests"):
             if len(f.get(name, "")) >= cfg.min_exact_chars:
                 field_index.setdefault((name, _digest(f[name])), i)
@@ -191,7 +200,7 @@ def check_contamination(train_tasks: Iterable[Any], eval_tasks: Iterable[Any], t
             found[key] = Match(e.key, e.hash, e.domain, tr.key, tr.hash, tr.domain, name, kind, round(sim, 4))
 
     for e, f in zip(evals, ef):
-        j = problem_index.get(_digest(f.get("prompt", "") + "\0" + f.get("files", "")))
+        j = problem_index.get(_problem_digest(e))
         if j is not None:
             add(e, train[j], "problem", "exact", 1.0)
         for name in ("reference", "tests"):

@@ -25,10 +25,13 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     try:
         cfg = load_config(config, overrides)
         run_dir = cfg.run_dir
-        if run_dir.exists() and any(run_dir.iterdir()) and not resume:
+        # a run exists once it has recorded something (its store); a run refused before its
+        # first episode (contamination, a config the model cannot serve) may be started again
+        started = (run_dir / "store.sqlite").exists() or (run_dir / "checkpoints").exists()
+        if started and not resume:
             raise ConfigError(f"{run_dir} already holds a run: pass --resume to continue it, or "
                               "--name NEW for a new run")
-        if resume and not (run_dir / "config.json").exists():
+        if resume and not started:
             raise ConfigError(f"--resume: {run_dir} holds no run to resume")
         job = Job(cfg)
         summary = job.run()

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 # The default mix: domains the shipped base model knows latently (see models/README.md), and
 # domains it knows but is never trained on here (watched for forgetting).
-from posttrain.training.recipe import DEFAULT_MIX, HELD_OUT  # plain strings; imports no torch
+from posttrain.training.recipe import DEFAULT_MIX, HELD_OUT, RecipeConfig  # imports no torch
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-base"
@@ -38,7 +38,7 @@ class _Section(BaseModel):
 class ModelSection(_Section):
     path: str = Field(str(DEFAULT_MODEL), description="HF causal-LM directory or posttrain checkpoint")
     device: str = Field("cpu", description="'cpu' or 'cuda' (or 'cuda:N')")
-    threads: int = Field(0, ge=0, description="torch CPU threads; 0 = leave torch's default")
+    threads: int = Field(RecipeConfig.threads, ge=0, description="torch CPU threads; 0 = leave torch's default")
 
 
 class DomainsSection(_Section):
@@ -52,16 +52,16 @@ class DomainsSection(_Section):
 
 
 class RolloutSection(_Section):
-    group_size: int = Field(8, ge=2, description="samples per task (a GRPO group)")
-    groups_per_step: int = Field(16, ge=1, description="groups per trainer step")
+    group_size: int = Field(RecipeConfig.group_size, ge=2, description="samples per task (a GRPO group)")
+    groups_per_step: int = Field(RecipeConfig.prompts_per_step, ge=1, description="groups per trainer step")
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    max_tokens: int = Field(16, ge=1, description="new tokens per turn (domains may cap lower)")
+    max_tokens: int = Field(RecipeConfig.max_tokens, ge=1, description="new tokens per turn (domains may cap lower)")
 
 
 class EvalSection(_Section):
-    tasks_per_domain: int = Field(50, ge=1, description="eval-split tasks per domain")
-    samples: int = Field(8, ge=1, description="samples per task (pass@1 and pass@k from them)")
+    tasks_per_domain: int = Field(RecipeConfig.eval_tasks, ge=1, description="eval-split tasks per domain")
+    samples: int = Field(RecipeConfig.eval_samples, ge=1, description="samples per task (pass@1 and pass@k from them)")
     temperature: float = Field(1.0, ge=0, description="sampling temperature of the evaluation")
 
 
@@ -74,13 +74,14 @@ class RunConfig(_Section):
     name: str = Field("default", min_length=1, description="run name: the run directory is runs/<name>")
     runs_dir: str = Field("runs", description="parent of run directories")
     seed: int = 0
-    steps: int = Field(60, ge=0, description="trainer steps of this round")
+    steps: int = Field(RecipeConfig.steps, ge=0, description="trainer steps of this round")
     checkpoint_every: int = Field(20, ge=1, description="trainer steps between checkpoints")
     model: ModelSection = ModelSection()
     domains: DomainsSection = DomainsSection()
     rollout: RolloutSection = RolloutSection()
-    trainer: dict[str, Any] = Field(default_factory=dict,
-                                    description="TrainerConfig fields (validated by the trainer)")
+    trainer: dict[str, Any] = Field(default_factory=lambda: {"lr": RecipeConfig.lr, "kl_beta": RecipeConfig.kl_beta},
+                                    description="TrainerConfig fields (validated by the trainer); "
+                                                "the default is the recipe's (models/README.md)")
     eval: EvalSection = EvalSection()
     scheduler: SchedulerSection = SchedulerSection()
     allow_contamination: bool = Field(False, description="start even if eval tasks leak into training")

@@ -112,6 +112,33 @@ class Job:
             self.console.print(f"[yellow]contamination: {len(report.matches)} eval tasks overlap the "
                                "training sample; allowed by the config (recorded in contamination.json)")
 
+    def check_context(self, policy: Any, eval_tasks: list, per_domain: int = 4) -> None:
+        """Refuse to start when a domain's prompts do not fit the model's context: such an
+        episode can never run (it is not an infrastructure failure that a retry would cure).
+        Looks at the first `per_domain` train tasks of each trained domain and at the eval tasks."""
+        from posttrain.envs import initial_observation
+        from posttrain.pipeline.config import ConfigError
+        from posttrain.policies.base import GenerationRequest, Message, SamplingParams
+
+        limit = getattr(policy, "max_positions", None)
+        if not limit or not hasattr(policy, "render"):
+            return  # the backend does not say (a server checks on its own)
+        tasks = [(d, d.task(seed, "train")) for d in self.train_domains for seed in range(per_domain)]
+        worst: dict[str, tuple[int, str]] = {}
+        for d, task in tasks + list(eval_tasks):
+            text = initial_observation(d, task)
+            n = len(policy.render(GenerationRequest((Message("user", text),), SamplingParams())))
+            if n >= limit and n > worst.get(d.name, (0, ""))[0]:
+                worst[d.name] = (n, task.key)
+        if worst:
+            trained = {d.name for d in self.train_domains}
+            lines = [f"  {name} ({'domains.train' if name in trained else 'domains.heldout'}): "
+                     f"{n} prompt tokens (task {key})" for name, (n, key) in sorted(worst.items())]
+            raise ConfigError(f"{len(worst)} domain(s) have prompts that do not fit the model's context "
+                              f"of {limit} positions ({policy.version.name}), leaving no room to answer:\n"
+                              + "\n".join(lines) + "\nRemove them from the config, or use a model "
+                              "with a longer context.")
+
     def evaluate(self, policy: Any, name: str, tasks: list, store: Any, sandbox_factory: Any) -> Any:
         from posttrain.evaluation import EvalConfig, EvalResult, run_eval
 
@@ -276,6 +303,8 @@ class Job:
                            f"{len(self.heldout_domains)} held out -> {self.run_dir}")
         eval_tasks = self.eval_tasks()
         self.check_contamination(eval_tasks)
+        trainer, sched_state = self.make_trainer()
+        self.check_context(trainer.policy(), eval_tasks)
         with ExitStack() as stack:
             store = stack.enter_context(Store.for_run_dir(self.run_dir))
             store.start_run(cfg.name, cfg.model_dump(mode="json"))
@@ -287,7 +316,6 @@ class Job:
                 preload = sandbox_preload(self.train_domains + self.heldout_domains)
                 sandbox_factory = stack.enter_context(SandboxPool(size=cfg.scheduler.workers,
                                                                   preload=preload)).sandbox
-            trainer, sched_state = self.make_trainer()
             start = trainer.version
             if trainer.step_count == 0:
                 store.put_policy_version(start.name, start.parent, start.weights_hash, cfg.model.path)
@@ -335,8 +363,11 @@ class Job:
         k = self.config.eval.samples
         table = Table(title=f"held-out pass@1 per domain (eval split), before -> after {self.config.steps} steps")
         for col in ("domain", "trained", "before pass@1", f"before pass@{k}", "after pass@1", "delta"):
-            table.add_column(col, justify="left" if col == "domain" else "right")
-        for name in sorted(set(before.summary["domains"]) | set(after.summary["domains"])):
+            if col == "domain":  # never cut a domain name, whatever the terminal's width
+                table.add_column(col, no_wrap=True, min_width=max(map(len, before.summary["domains"]), default=6))
+            else:
+                table.add_column(col, justify="right")
+        for name in sorted(set(before.summary["domains"]) | set(after.summary["domains"]), key=lambda n: (n not in trained, n)):
             p0, pk, p1 = _pass(before, name, "pass@1"), _pass(before, name, f"pass@{k}"), _pass(after, name, "pass@1")
             delta = "" if p0 is None or p1 is None else f"{p1 - p0:+.3f}"
             table.add_row(name, "yes" if name in trained else "held out",

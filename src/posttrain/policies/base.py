@@ -65,6 +65,9 @@ class Completion:
     logprobs: list[float] | None = None
     """log-prob of each generated token under the sampling policy, aligned with token_ids"""
     gen_s: float = 0.0
+    """generation seconds this completion cost. A backend that decodes a batch at once splits the
+    batch's time between its completions (in proportion to the tokens each one decoded), so that
+    summed over episodes it is the generator's time, not the batch time counted once per row"""
     error: str | None = None
     """set (with finish_reason 'error') when the backend failed for this request"""
 

@@ -207,9 +207,12 @@ class TorchPolicy:
                               f"{type(e).__name__}: {e}") from e
         finally:
             self.model.train(was_training)
-        gen_s = time.perf_counter() - t0
+        batch_s = time.perf_counter() - t0
+        # each completion's share of the batch (Completion.gen_s), by the tokens it decoded
+        work = [len(res.token_ids) + 1 for res in results]
+        shares = [batch_s * w / sum(work) for w in work]
         out = []
-        for prompt, stop, res in zip(prompts, stops, results):
+        for prompt, stop, res, gen_s in zip(prompts, stops, results, shares):
             if res.finish_reason == "context":
                 out.append(Completion(
                     text="", finish_reason="error", prompt_token_ids=prompt, gen_s=gen_s,

@@ -75,6 +75,11 @@ class RetryConfig:
     """wall time after which a running episode is abandoned as an infrastructure failure. The
     worker thread cannot be killed: the episode's own limits (sandbox time limits) must end it;
     its late result is discarded. None: no scheduler-side timeout."""
+    policy_outage_s: float | None = 300.0
+    """how long every episode may fail in the policy backend (a server that is down, or one that
+    rejects every request) before the scheduler gives up and `take` raises `SchedulerStalled`
+    saying so, instead of retrying forever. Any episode that gets its completions resets the
+    clock. None: retry forever."""
 
     def __post_init__(self) -> None:
         _check(self.max_retries >= 0, "RetryConfig.max_retries", "must be >= 0", self.max_retries)
@@ -82,6 +87,9 @@ class RetryConfig:
         _check(self.backoff_max_s >= self.backoff_s, "RetryConfig.backoff_max_s",
                "must be >= backoff_s", self.backoff_max_s)
         _check(self.jitter >= 0, "RetryConfig.jitter", "must be >= 0", self.jitter)
+        if self.policy_outage_s is not None:
+            _check(self.policy_outage_s > 0, "RetryConfig.policy_outage_s", "must be > 0 or None",
+                   self.policy_outage_s)
         if self.episode_timeout_s is not None:
             _check(self.episode_timeout_s > 0, "RetryConfig.episode_timeout_s", "must be > 0 or None",
                    self.episode_timeout_s)
