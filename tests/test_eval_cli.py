@@ -77,3 +77,18 @@ def test_cli_module_imports_nothing_heavy():
             "if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_infra_errors_are_explained_per_domain():
+    from posttrain.evaluation.cli import infra_error_causes
+    from posttrain.evaluation.records import Sample, TaskRecord
+
+    def rec(domain, errors):
+        return TaskRecord(hash=domain, key=domain, domain=domain, family="x", env="single", split="eval",
+                          seed=0, samples=[Sample(index=i, status="infra_error" if e else "completed",
+                                                  passed=None if e else True, score=None, error=e)
+                                           for i, e in enumerate(errors)])
+    records = [rec("a", ["policy: RuntimeError: prompt of 300 tokens too long", None,
+                         "policy: RuntimeError: prompt of 412 tokens too long", "sandbox: SandboxBroken: died"]),
+               rec("b", [None, None])]
+    assert infra_error_causes(records) == {"a": (2, "policy: RuntimeError: prompt of 300 tokens too long")}

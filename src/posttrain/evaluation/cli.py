@@ -70,6 +70,27 @@ def _console():
     return console if console.is_terminal else Console(width=160)
 
 
+def infra_error_causes(records) -> dict[str, tuple[int, str]]:
+    """Domain -> (episodes, error) of its most frequent infrastructure error: a score that
+    leaves episodes out must say why."""
+    import re
+    from collections import Counter
+
+    per: dict[str, Counter] = {}
+    example: dict[tuple[str, str], str] = {}
+    for r in records:
+        for smp in r.samples:
+            if smp.error:  # errors that differ only in their numbers are one cause
+                kind = re.sub(r"\d+", "N", smp.error)
+                per.setdefault(r.domain, Counter())[kind] += 1
+                example.setdefault((r.domain, kind), smp.error)
+    out = {}
+    for d, c in sorted(per.items()):
+        kind, n = c.most_common(1)[0]
+        out[d] = (n, example[(d, kind)])
+    return out
+
+
 def _print_result(result) -> None:
     from rich.table import Table
 
@@ -95,14 +116,20 @@ def _print_result(result) -> None:
     fams = Table("family", "domains", "tasks", "macro pass@1", "micro pass@1 [95% CI]", "trunc", "infra",
                  "tok/ep", "s/ep", "p50/p90 s", title="families")
     for f, v in s["families"].items():
-        ci, per, lat = v["micro_pass1_ci"] or [0, 0], v["cost"]["per_episode"], v["latency_s"]
-        fams.add_row(f, str(v["domains"]), str(v["tasks"]), pct(v["macro_pass1"]),
-                     f"{pct(v['micro_pass1'])} [{pct(ci[0])}, {pct(ci[1])}]", pct(v["truncation_rate"]),
+        ci, per, lat = v["micro_pass1_ci"], v["cost"]["per_episode"], v["latency_s"]
+        micro = pct(v["micro_pass1"]) + ("" if ci is None or v["micro_pass1"] is None
+                                         else f" [{pct(ci[0])}, {pct(ci[1])}]")
+        fams.add_row(f, str(v["domains"]), str(v["tasks"]), pct(v["macro_pass1"]), micro, pct(v["truncation_rate"]),
                      pct(v["infra_error_rate"]), f"{per['prompt_tokens'] + per['output_tokens']:.0f}",
                      f"{per['gen_s'] + per['sandbox_s']:.3f}", f"{num(lat['p50'])}/{num(lat['p90'])}")
     console = _console()
     console.print(table)
     console.print(fams)
+    errors = infra_error_causes(result.records)
+    if errors:
+        console.print("infrastructure errors (excluded from scores), most frequent cause per domain:", highlight=False)
+        for domain, (n, cause) in errors.items():
+            console.print(f"  {domain}: {n}x {cause}", highlight=False, soft_wrap=True)
     console.print(f"macro pass@1 {pct(s['macro_pass1'])}, micro pass@1 {pct(s['micro_pass1'])}, infra errors "
                   f"{pct(s['infra_error_rate'])} (excluded from scores), {s['episodes']} episodes in "
                   f"{result.wall_s:.1f}s" + ("; * tokens estimated from characters" if s["cost"]["tokens_estimated"] else ""),

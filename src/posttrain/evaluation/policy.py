@@ -31,8 +31,11 @@ class PolicySpecError(ValueError):
 
 
 def _torch_policy(path: Path) -> Policy:
+    from transformers.utils import logging as hf_logging
+
     from posttrain.policies.local import TorchPolicy
 
+    hf_logging.disable_progress_bar()  # the evaluation's own display says what is happening
     return TorchPolicy(str(path))
 
 
