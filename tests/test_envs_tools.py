@@ -110,6 +110,32 @@ def test_context_budget_truncates(pool):
     assert len(t.turns) < 5
 
 
+class _OutgrowsTheModel:
+    """Acts once, then its prompt no longer fits the model's context (as TorchPolicy and
+    OpenAI-compatible servers report it)."""
+    version = PolicyVersion("small-context")
+
+    def __init__(self, first_turn_fits: bool = True):
+        self.calls = 0
+        self.first_turn_fits = first_turn_fits
+
+    def generate(self, requests):
+        self.calls += 1
+        if self.calls == 1 and self.first_turn_fits:
+            return [Completion(text="<bash>rev word.txt > out.txt</bash>", finish_reason="stop") for _ in requests]
+        return [Completion(text="", finish_reason="error", context_exceeded=True,
+                           error="prompt of 900 tokens does not fit the model's maximum context length of 128 tokens")
+                for _ in requests]
+
+
+def test_outgrowing_the_model_context_truncates_but_a_first_prompt_too_long_is_infra(pool):
+    (t,) = run_episodes([(D, D.task(7))], _OutgrowsTheModel(), sandbox_factory=pool.sandbox)
+    assert t.status == "truncated" and t.counters["context_budget_exhausted"] == 1
+    assert len(t.turns) == 1 and t.verdict is not None and t.passed  # still graded: the work was done
+    (t,) = run_episodes([(D, D.task(7))], _OutgrowsTheModel(first_turn_fits=False), sandbox_factory=pool.sandbox)
+    assert t.status == "infra_error" and t.error.where == "policy" and "context length" in t.error.message
+
+
 def test_sandbox_killed_mid_episode_is_infra_error(pool):
     class Killer:
         version = PolicyVersion("killer")

@@ -82,7 +82,8 @@ def test_a_rejected_request_is_that_request_s_error(server):
     _, url = server
     remote = OpenAIPolicy(OpenAIConfig(base_url=url, model="tiny-base", max_retries=0))
     out = remote.generate([req("1" * 500, max_tokens=4), req("1+1=", temperature=0.0, max_tokens=4)])
-    assert out[0].finish_reason == "error" and "context" in out[0].error
+    assert out[0].finish_reason == "error" and "context" in out[0].error and out[0].context_exceeded
+    assert not out[1].context_exceeded
     assert out[1].finish_reason in ("stop", "length")
 
 

@@ -87,3 +87,30 @@ def test_unknown_domain_and_policy_are_clear_errors(tmp_path):
     assert r.exit_code == 2 and "no domain matches" in r.output
     r = runner.invoke(app, ["replay", str(tmp_path)])
     assert r.exit_code == 2
+
+
+def test_an_episode_that_outgrew_the_model_context_is_truncated_and_replays(tmp_path):
+    from posttrain.policies.base import Completion, PolicyVersion
+    from posttrain.rollout.replay import replay
+    from posttrain.rollout.runner import run_episodes
+    from posttrain.storage.store import Store
+    from posttrain.tasks.registry import get_domain
+
+    class Outgrows:
+        version = PolicyVersion("small-context")
+
+        def generate(self, requests):
+            return [Completion(text="<bash>ls</bash>", finish_reason="stop") if r.meta["turn"] == 0 else
+                    Completion(text="", finish_reason="error", context_exceeded=True,
+                               error="prompt of 900 tokens does not fit the model's maximum context length of 128 tokens")
+                    for r in requests]
+
+    d = get_domain("terminal.config.comment-out")
+    (t,) = run_episodes([(d, d.task(0))], Outgrows())
+    assert t.status == "truncated" and t.counters["context_budget_exhausted"] == 1 and len(t.turns) == 1
+    with Store.for_run_dir(tmp_path) as store:
+        store.start_run("r", {})
+        t.run_id = "r"
+        store.put_trajectory(t, d.task(0))
+        result = replay(store, store.get_trajectory(t.id))
+    assert result.matched, result.divergence

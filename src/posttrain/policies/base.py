@@ -70,6 +70,10 @@ class Completion:
     summed over episodes it is the generator's time, not the batch time counted once per row"""
     error: str | None = None
     """set (with finish_reason 'error') when the backend failed for this request"""
+    context_exceeded: bool = False
+    """set (with finish_reason 'error') when the request's prompt does not fit the model's
+    context, so nothing could be generated: in a multi-turn episode this is the end of its
+    context budget (the episode is truncated), not an infrastructure failure"""
 
 
 @dataclass(frozen=True)

@@ -214,10 +214,10 @@ class TorchPolicy:
         out = []
         for prompt, stop, res, gen_s in zip(prompts, stops, results, shares):
             if res.finish_reason == "context":
-                out.append(Completion(
-                    text="", finish_reason="error", prompt_token_ids=prompt, gen_s=gen_s,
-                    error=f"prompt of {len(prompt)} tokens does not fit the model's context of "
-                          f"{self.max_positions} tokens"))
+                out.append(Completion(  # worded like vLLM's, which OpenAIPolicy recognises
+                    text="", finish_reason="error", prompt_token_ids=prompt, gen_s=gen_s, context_exceeded=True,
+                    error=f"prompt of {len(prompt)} tokens does not fit the model's maximum context "
+                          f"length of {self.max_positions} tokens"))
                 continue
             ids, logprobs = res.token_ids, res.logprobs
             text = self._text(ids)

@@ -28,6 +28,7 @@ the server rejects as malformed (400/422: prompt too long, say) comes back as th
 
 from __future__ import annotations
 
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,6 +36,11 @@ from typing import Any, Literal, Sequence
 
 from posttrain.policies.base import Completion, GenerationRequest, PolicyError, PolicyVersion
 from posttrain.policies.render import plain_text, render_text
+
+
+_CONTEXT_ERROR = re.compile(r"context length|context window|maximum context|prompt is too long|"
+                            r"longer than the model", re.IGNORECASE)
+"""how vLLM, SGLang and OpenAI word a request whose prompt does not fit the model's context"""
 
 
 @dataclass(frozen=True)
@@ -126,7 +132,8 @@ class OpenAIPolicy:
                     logprobs=cfg.logprobs or None, **args)
         except (self._openai.BadRequestError, self._openai.UnprocessableEntityError) as e:
             return Completion(text="", finish_reason="error", gen_s=time.perf_counter() - t0,
-                              error=f"{type(e).__name__}: {e}")
+                              error=f"{type(e).__name__}: {e}",
+                              context_exceeded=bool(_CONTEXT_ERROR.search(str(e))))
         except self._openai.OpenAIError as e:  # down, timing out, erroring, misconfigured
             raise PolicyError(f"OpenAI-compatible server {cfg.base_url} ({cfg.model}) failed after "
                               f"{cfg.max_retries} retries: {type(e).__name__}: {e}") from e

@@ -89,6 +89,15 @@ class Episode:
                     prompt_token_ids=completion.prompt_token_ids, token_ids=completion.token_ids,
                     logprobs=completion.logprobs, finish_reason=completion.finish_reason,
                     observation_truncated_chars=self._observation_cut, gen_s=completion.gen_s)
+        if completion.finish_reason == "error" and completion.context_exceeded and self.turns:
+            # the conversation outgrew the model's context: the episode's budget is spent
+            # (as when our own estimate says so in `_request`), not an infrastructure failure
+            self._count("context_budget_exhausted")
+            try:
+                step = self._env.finish(None, truncated=True)
+            except Exception as e:  # noqa: BLE001
+                return self._infra(e, _where(e))
+            return self._finish(step.verdict, truncated=True)
         if completion.finish_reason == "error":
             self.turns.append(turn)
             return self._infra(RuntimeError(completion.error or "generation failed"), "policy")

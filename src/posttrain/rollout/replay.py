@@ -43,14 +43,20 @@ class ReplayResult:
 class _ReplayPolicy:
     """Returns the stored completions of one trajectory, turn by turn."""
 
-    def __init__(self, turns: Sequence[Turn], name: str) -> None:
+    def __init__(self, turns: Sequence[Turn], name: str, out_of_context: bool = False) -> None:
         self.turns = turns
         self.version = PolicyVersion(name=name)
+        self.out_of_context = out_of_context
+        """the episode ended because its next prompt did not fit the model's context"""
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         out = []
         for req in requests:
             i = int(req.meta["turn"])
+            if i >= len(self.turns) and self.out_of_context:
+                out.append(Completion(text="", finish_reason="error", context_exceeded=True,
+                                      error="replay: the recorded episode ran out of the model's context here"))
+                continue
             if i >= len(self.turns):
                 out.append(Completion(text="", finish_reason="stop"))
                 continue
@@ -73,7 +79,8 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
     domain = get_domain(traj.domain)
     task = store.get_task(traj.task_hash)
     sampling = SamplingParams(**{**traj.sampling, "stop": tuple(traj.sampling.get("stop", ()))})
-    policy = _ReplayPolicy(traj.turns, traj.policy_version)
+    policy = _ReplayPolicy(traj.turns, traj.policy_version, out_of_context=traj.status == "truncated"
+                           and bool(traj.counters.get("context_budget_exhausted")))
     ep = Episode(domain, task, policy_version=traj.policy_version, sampling=sampling,
                  env_config=env_config, sandbox_factory=sandbox_factory)
     req = ep.start()
