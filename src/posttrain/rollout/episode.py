@@ -92,12 +92,7 @@ class Episode:
         if completion.finish_reason == "error" and completion.context_exceeded and self.turns:
             # the conversation outgrew the model's context: the episode's budget is spent
             # (as when our own estimate says so in `_request`), not an infrastructure failure
-            self._count("context_budget_exhausted")
-            try:
-                step = self._env.finish(None, truncated=True)
-            except Exception as e:  # noqa: BLE001
-                return self._infra(e, _where(e))
-            return self._finish(step.verdict, truncated=True)
+            return self._out_of_context()
         if completion.finish_reason == "error":
             self.turns.append(turn)
             return self._infra(RuntimeError(completion.error or "generation failed"), "policy")
@@ -141,18 +136,22 @@ class Episode:
         chars = sum(len(m.content) for m in self.messages) + len(completion.text)
         return int(chars / self.env_config.chars_per_token) + 1
 
+    def _out_of_context(self) -> None:
+        """End the episode as truncated, graded on what it did: its context budget is spent."""
+        self._count("context_budget_exhausted")
+        try:
+            step = self._env.finish(None, truncated=True)
+        except Exception as e:  # noqa: BLE001
+            return self._infra(e, _where(e))
+        return self._finish(step.verdict, truncated=True)
+
     def _request(self) -> GenerationRequest | None:
         limits = self.task.limits
         pending = int(len(self._observation) / self.env_config.chars_per_token) + 1
         prompt_tokens = self._context_used + pending if self.turns else pending
         remaining = limits.context_tokens - prompt_tokens
         if remaining < 1:
-            self._count("context_budget_exhausted")
-            try:
-                step = self._env.finish(None, truncated=True)
-            except Exception as e:  # noqa: BLE001
-                return self._infra(e, _where(e))
-            return self._finish(step.verdict, truncated=True)
+            return self._out_of_context()
         max_tokens = max(1, min(self.sampling.max_tokens, limits.max_tokens, remaining))
         sampling = replace(self.sampling, max_tokens=max_tokens)
         meta = {"episode": self.id, "domain": self.domain.name, "task_key": self.task.key,
