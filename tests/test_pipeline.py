@@ -47,6 +47,7 @@ def _run(args, **kw):
 
 def test_smoke_run_writes_the_run_directory(tmp_path):
     cfg = _config(tmp_path)
+    cfg.write_text(cfg.read_text().replace("checkpoint_every = 2", "checkpoint_every = 2\nkeep_checkpoints = 1"))
     p = _run(["run", str(cfg), "--json"], timeout=600)
     assert p.returncode == 0, p.stderr[-3000:] + p.stdout[-3000:]
     summary = json.loads(p.stdout.strip().splitlines()[-1])
@@ -57,6 +58,7 @@ def test_smoke_run_writes_the_run_directory(tmp_path):
         assert (run / name).exists(), name
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert sorted(p.name for p in (run / "checkpoints").glob("step-*")) == ["step-4"]  # step-2 pruned
     assert all("family/math/reward" in r or "family/text/reward" in r for r in rows)
     from posttrain.storage.store import Store
     with Store.for_run_dir(run, readonly=True) as store:
@@ -205,3 +207,25 @@ def test_training_stops_cleanly_when_every_domain_is_retired(tmp_path, monkeypat
     assert summary["stopped_early"] and "retired" in summary["stopped_early"]
     assert json.loads((run / "checkpoints" / "latest.json").read_text())["step"] == 2
     assert (run / "evals" / "after.json").exists()
+
+
+def test_ctrl_c_says_how_to_resume_and_old_checkpoints_are_pruned(tmp_path):
+    cfg = tmp_path / "ctrlc.toml"
+    cfg.write_text(SMOKE.format(name="ctrlc", runs=tmp_path / "runs", steps=500)
+                   .replace("checkpoint_every = 2", "checkpoint_every = 1\nkeep_checkpoints = 2"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen(POSTTRAIN + ["run", str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=ROOT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    ckpts = tmp_path / "runs" / "ctrlc" / "checkpoints"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (ckpts / "step-4").exists():
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    step = json.loads((ckpts / "latest.json").read_text())["step"]
+    assert f"the last checkpoint is step {step}" in err and f"run {cfg} --resume" in err
+    kept = sorted(int(p.name[5:]) for p in ckpts.glob("step-*"))
+    # (a Ctrl-C between writing a checkpoint and pruning the oldest may leave one more)
+    assert kept[-1] == step and len(kept) <= 3 and step >= 4

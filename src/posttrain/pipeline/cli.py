@@ -8,6 +8,19 @@ from pathlib import Path
 import typer
 
 
+def _interrupted(run_dir) -> None:
+    """Ctrl-C: say what is kept and how to go on (everything up to the last checkpoint is)."""
+    import shlex
+    import sys
+
+    latest = run_dir / "checkpoints" / "latest.json"
+    args = [a for a in sys.argv[1:] if a != "--resume"] + ["--resume"]
+    where = (f"the last checkpoint is step {json.loads(latest.read_text())['step']}" if latest.exists()
+             else "no checkpoint was written yet")
+    typer.echo(f"\ninterrupted: {where} ({run_dir}); continue with: posttrain "
+               f"{' '.join(map(shlex.quote, args))}", err=True)
+
+
 def run(config: Path = typer.Argument(None, help="a TOML config (default: the embedded default job)"),
         name: str = typer.Option(None, "--name", help="run name (directory runs/NAME)"),
         steps: int = typer.Option(None, "--steps", min=0, help="trainer steps (overrides the config)"),
@@ -22,6 +35,7 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     from posttrain.tasks.registry import RegistryError
 
     overrides = {k: v for k, v in (("name", name), ("steps", steps), ("model.path", model)) if v is not None}
+    cfg = None
     try:
         cfg = load_config(config, overrides)
         run_dir = cfg.run_dir
@@ -38,5 +52,9 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     except (ConfigError, RegistryError, ContaminationError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2)
+    except KeyboardInterrupt:
+        if cfg is not None:
+            _interrupted(cfg.run_dir)
+        raise typer.Exit(130)
     if as_json:
         typer.echo(json.dumps(summary))

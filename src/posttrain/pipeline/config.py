@@ -76,6 +76,8 @@ class RunConfig(_Section):
     seed: int = 0
     steps: int = Field(RecipeConfig.steps, ge=0, description="trainer steps of this round")
     checkpoint_every: int = Field(20, ge=1, description="trainer steps between checkpoints")
+    keep_checkpoints: int = Field(3, ge=1, description="the newest checkpoints kept; older ones are "
+                                                       "deleted (their policy versions stay recorded)")
     model: ModelSection = ModelSection()
     domains: DomainsSection = DomainsSection()
     rollout: RolloutSection = RolloutSection()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import time
 from contextlib import ExitStack
 from dataclasses import replace
@@ -179,7 +180,18 @@ class Job:
         store.put_policy_version(v.name, v.parent, v.weights_hash, str(path))
         _write_json(self.run_dir / "checkpoints" / LATEST, {"path": str(path), "step": trainer.step_count,
                                                            "version": v.name})
+        self.prune_checkpoints()
         return path
+
+    def prune_checkpoints(self) -> list[Path]:
+        """Delete all but the newest `keep_checkpoints` step-N directories (after `latest.json`
+        points at the new one, so a crash in here loses nothing that resuming needs)."""
+        ckpts = sorted((p for p in (self.run_dir / "checkpoints").glob("step-*")
+                        if p.is_dir() and p.name[5:].isdigit()), key=lambda p: int(p.name[5:]))
+        old = ckpts[:-self.config.keep_checkpoints]
+        for p in old:
+            shutil.rmtree(p, ignore_errors=True)
+        return old
 
     async def train(self, trainer: Any, sched_state: dict, store: Any, sandbox_factory: Any) -> None:
         from posttrain.policies.base import SamplingParams

@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 
 from posttrain.sandbox.base import Limits
 from posttrain.sandbox.rlimits import apply_self, rlimit_table
@@ -139,19 +140,23 @@ class ProcessRunner:
         return out
 
     def kill_processes(self, handle: ProcessHandle | None) -> int | None:
-        killed = 0
-        for _ in range(100):
+        """SIGKILL the leftovers until none is left (a SIGKILLed process takes a moment to die
+        and be reaped, and its own children come to us meanwhile); the number of processes
+        killed, or None if they do not settle."""
+        killed: set[int] = set()
+        for _ in range(500):
             victims = self._leftovers(handle.pid if handle else None)
             if not victims:
-                break
+                return len(killed)
             for pid in victims:
                 try:
                     os.kill(pid, signal.SIGKILL)
-                    killed += 1
+                    killed.add(pid)
                 except OSError:
                     pass
             self.idle()
-        return killed
+            time.sleep(0.001)
+        return None
 
     def idle(self) -> None:
         while True:  # reap the orphans we inherited as a subreaper
