@@ -59,6 +59,11 @@ def test_smoke_run_writes_the_run_directory(tmp_path):
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert sorted(p.name for p in (run / "checkpoints").glob("step-*")) == ["step-4"]  # step-2 pruned
+    # every checkpoint_every (2) steps, the scheduler's per-domain figures against their quotas
+    detail = {r["step"]: r["sched/domains"] for r in rows if "sched/domains" in r}
+    assert sorted(detail) == [2, 4] and set(detail[4]) == {"math.add.d2", "text.reverse.l3"}
+    assert sum(v["samples"] for v in detail[4].values()) >= 4 * 4 * 4
+    assert all(0 <= v["quota"] <= 1 and "queue_wait_p99_s" in v for v in detail[4].values())
     assert all("family/math/reward" in r or "family/text/reward" in r for r in rows)
     from posttrain.storage.store import Store
     with Store.for_run_dir(run, readonly=True) as store:

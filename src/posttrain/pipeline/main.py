@@ -60,6 +60,12 @@ def _needs_sandbox(domains: list[Domain]) -> bool:
     return any(d.env == "tools" or d.verifier.needs_sandbox for d in domains)
 
 
+DOMAIN_SCHED_KEYS = ("quota", "sample_share", "cost_share", "effective_weight", "samples", "cost",
+                     "sandbox_s", "gen_s", "tokens", "queue_wait_p50_s", "queue_wait_p99_s",
+                     "max_service_gap_s", "infra_errors", "retries", "groups_dropped", "signal_share")
+"""the scheduler's per-domain figures written into metrics.jsonl every `checkpoint_every` steps"""
+
+
 class Job:
     def __init__(self, config: RunConfig, console: Console | None = None) -> None:
         self.config = config
@@ -251,7 +257,8 @@ class Job:
                     metrics = await asyncio.to_thread(trainer.step, [g.trajectories for g in groups])
                     policy.sync()
                     sched.set_policy_version(trainer.version.name)
-                    self._log(trainer.step_count, metrics, groups, sched.metrics(per_domain=False))
+                    detail = trainer.step_count % cfg.checkpoint_every == 0 or trainer.step_count == steps
+                    self._log(trainer.step_count, metrics, groups, sched.metrics(per_domain=detail))
                     rewards: dict[str, list[float]] = {}
                     for g in groups:
                         rewards.setdefault(g.domain, []).extend(g.rewards)
@@ -291,6 +298,9 @@ class Job:
                 row[f"sched/{key}"] = sched[key]
         for key in ("quarantined", "retired"):  # domain -> why; the per-domain table is in scheduler.json
             row[f"sched/{key}"] = sorted(sched.get(key) or {})
+        if "domains" in sched:  # every checkpoint_every steps: per domain, against its quota
+            row["sched/domains"] = {d: {k: v[k] for k in DOMAIN_SCHED_KEYS if k in v}
+                                    for d, v in sched["domains"].items()}
         with open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(row, default=str) + "\n")
 
