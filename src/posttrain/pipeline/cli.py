@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import typer
@@ -11,7 +13,6 @@ import typer
 def _interrupted(run_dir) -> None:
     """Ctrl-C: say what is kept and how to go on (everything up to the last checkpoint is)."""
     import shlex
-    import sys
 
     latest = run_dir / "checkpoints" / "latest.json"
     args = [a for a in sys.argv[1:] if a != "--resume"] + ["--resume"]
@@ -55,6 +56,12 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     except KeyboardInterrupt:
         if cfg is not None:
             _interrupted(cfg.run_dir)
-        raise typer.Exit(130)
+        # Leave now, without the interpreter's shutdown: a worker thread may be inside a torch
+        # call, and finalizing under it aborts the process ("terminate called without an active
+        # exception"). Nothing is lost: store transactions and checkpoints are atomic, and each
+        # sandbox's supervisor kills its sandbox when our end of its socket closes.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     if as_json:
         typer.echo(json.dumps(summary))
