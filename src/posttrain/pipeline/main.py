@@ -69,7 +69,10 @@ DOMAIN_SCHED_KEYS = ("quota", "sample_share", "cost_share", "effective_weight", 
 class Job:
     def __init__(self, config: RunConfig, console: Console | None = None) -> None:
         self.config = config
-        self.console = console or Console()
+        if console is None:  # piped: rich would assume 80 columns and wrap the final table
+            console = Console()
+            console = console if console.is_terminal else Console(width=120)
+        self.console = console
         self.run_dir = config.run_dir
         self.train_domains = [d for d in match_domains(config.domains.train) if _has_split(d, "train")]
         if not self.train_domains:
