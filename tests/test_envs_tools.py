@@ -133,7 +133,7 @@ def test_outgrowing_the_model_context_truncates_but_a_first_prompt_too_long_is_i
     assert t.status == "truncated" and t.counters["context_budget_exhausted"] == 1
     assert len(t.turns) == 1 and t.verdict is not None and t.passed  # still graded: the work was done
     (t,) = run_episodes([(D, D.task(7))], _OutgrowsTheModel(first_turn_fits=False), sandbox_factory=pool.sandbox)
-    assert t.status == "infra_error" and t.error.where == "policy" and "context length" in t.error.message
+    assert t.status == "infra_error" and t.error.where == "context" and "context length" in t.error.message
 
 
 def test_sandbox_killed_mid_episode_is_infra_error(pool):

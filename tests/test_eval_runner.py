@@ -70,6 +70,23 @@ def test_infra_errors_are_excluded_counted_and_retried(toy_registry):
     assert sample.error.startswith("verifier: VerifierError") and sample.passed is None
 
 
+def test_a_prompt_too_long_for_the_model_is_not_retried():
+    from posttrain.policies.base import Completion, PolicyVersion
+
+    class SmallContext:
+        version = PolicyVersion("small")
+
+        def generate(self, requests):
+            return [Completion(text="", finish_reason="error", context_exceeded=True,
+                               error="prompt of 99 tokens does not fit the model's maximum context length of 8 tokens")
+                    for _ in requests]
+
+    res = run_eval(SmallContext(), resolve_tasks("math.add.d2", per_domain=3), EvalConfig(k=(1,), retries=2))
+    d = res.summary["domains"]["math.add.d2"]
+    assert d["episodes"] == 3 and d["infra_errors"] == 3 and d["pass@1"]["value"] is None
+    assert all(s.error.startswith("context: ") for r in res.records for s in r.samples)
+
+
 def test_store_and_eval_file_roundtrip(tmp_path):
     tasks = resolve_tasks(SMALL, per_domain=3)
     with Store.for_run_dir(tmp_path) as store:

@@ -181,6 +181,21 @@ def test_a_policy_backend_that_fails_everything_for_too_long_stalls_the_run():
     assert core2.stalled_reason(1) is None
 
 
+def test_a_prompt_too_long_for_the_model_is_dropped_at_once_and_counts_against_its_domain():
+    q = QuarantineConfig(window=4, min_episodes=2, max_error_rate=0.5)
+    core = SchedulerCore(cfg(quarantine=q, retry=RetryConfig(backoff_s=0.0, max_retries=5)),
+                         [DomainSpec("long"), DomainSpec("short")], clock=Clock())
+    for _ in range(3):
+        for spec in launch_all(core):
+            core.episode_finished(spec, fail(spec, where="context") if spec.domain == "long" else ok(spec),
+                                  Usage())
+        core.take_ready("train")
+    m = core.metrics()
+    assert m["retries"] == 0 and "long" in m["quarantined"]  # no retry: it cannot help
+    assert any(r == "the prompt does not fit the model's context" for _, r in core.dropped)
+    assert {s.domain for s in launch_all(core)} <= {"short"}
+
+
 def test_adaptive_downweights_no_signal_and_retires_saturated():
     ad = AdaptiveConfig(enabled=True, window=4, min_groups=2, floor=0.25, retire_after=3)
     core = SchedulerCore(cfg(max_running=8, group_size=2, adaptive=ad),

@@ -7,8 +7,10 @@
 Each task is sampled n = max(k) times; sample j gets group id `eval:<task hash>:<j>` and a seed
 derived from it (`posttrain.evaluation.policy.SeededPolicy`), so a rerun, or another policy in an
 A/B comparison, sees identical tasks, prompts, tools and seeds. Episodes that end in
-`infra_error` are retried (`EvalConfig.retries`) with the same seed; the errors still count in
-the infra-error rate, and a sample that never succeeds in running is excluded from the scores.
+`infra_error` are retried (`EvalConfig.retries`) with the same seed, except a prompt that does
+not fit the model's context (`ErrorInfo.where == 'context'`: a retry cannot help); the errors
+still count in the infra-error rate, and a sample that never succeeds in running is excluded
+from the scores.
 
 `_execute` is the one place that drives episodes; it calls the synchronous batched runner today
 and is where the scheduler (`posttrain.scheduling`) will plug in.
@@ -86,7 +88,7 @@ def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalC
             retry = []
             for spec, traj in zip(pending, trajs):
                 attempts[(spec.task.hash, int(spec.group_id.rsplit(":", 1)[1]))].append(traj)
-                if traj.status == "infra_error":
+                if traj.status == "infra_error" and not (traj.error and traj.error.where == "context"):
                     retry.append(EpisodeSpec(spec.domain, spec.task, spec.group_id, attempt + 1))
             pending = retry
     records = _records(tasks, config.n_samples, attempts)

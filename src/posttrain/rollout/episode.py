@@ -95,7 +95,9 @@ class Episode:
             return self._out_of_context()
         if completion.finish_reason == "error":
             self.turns.append(turn)
-            return self._infra(RuntimeError(completion.error or "generation failed"), "policy")
+            # a first prompt that does not fit the model can never run: not the backend's fault
+            return self._infra(RuntimeError(completion.error or "generation failed"),
+                               "context" if completion.context_exceeded else "policy")
         if completion.finish_reason == "length":
             self._count("length_cut")
         self._context_used = self._tokens_of(completion)

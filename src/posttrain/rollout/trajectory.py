@@ -30,7 +30,8 @@ class ErrorInfo:
     message: str
     traceback: str = ""
     where: str = ""
-    """'sandbox' | 'policy' | 'verifier' | 'env' | 'runner'"""
+    """'sandbox' | 'policy' | 'verifier' | 'env' | 'runner' | 'context' (the task's first prompt
+    does not fit the model's context: deterministic, so never retried; counts against the domain)"""
 
     @classmethod
     def from_exception(cls, exc: BaseException, where: str) -> "ErrorInfo":

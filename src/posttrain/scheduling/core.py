@@ -183,7 +183,9 @@ class SchedulerCore:
         g.running.discard(spec.member)
         g.usage.add(usage)
         if traj.status == "infra_error":
-            if g.retries[spec.member] < self.config.retry.max_retries:
+            if traj.error is not None and traj.error.where == "context":
+                self._drop(g, "the prompt does not fit the model's context")  # a retry cannot help
+            elif g.retries[spec.member] < self.config.retry.max_retries:
                 self._retry(g, spec.member)
             else:
                 self._drop(g, "retries exhausted")
