@@ -6,6 +6,9 @@ bucket. Generators draw from `random.Random(f"{domain}/{split}/{seed}")` and rej
 the other split, so the same (seed, split) always yields the same task, and no eval problem can
 ever be generated as a training one (in any domain: the domain name is not part of the hash).
 
+A generator whose problems differ in text that does not change them (names, ingredients) gives
+each `Problem` an `identity` (e.g. its numbers), and the split is decided by that instead.
+
 What this does *not* guarantee: that two train seeds give different problems (small domains
 repeat), or that near-duplicates (e.g. "37+48=" and "48+37=") land in the same split.
 """
@@ -52,6 +55,10 @@ class Problem:
     data: Mapping[str, Any] = field(default_factory=dict)
     """the problem's inputs (JSON values), stored in `reference` so negatives can be derived"""
     files: Mapping[str, str] = field(default_factory=dict)
+    identity: str | None = None
+    """what makes two problems the same one, when that is less than their text (a word problem
+    is its numbers: "110 g of sugar" and "110 g of butter" for 5 people are one problem). The
+    split is decided by it; None: by the prompt and files"""
 
 
 def draw_in_split(domain: str, split: Split, seed: int, draw: Callable[[random.Random], T],
@@ -73,7 +80,9 @@ def draw_in_split(domain: str, split: Split, seed: int, draw: Callable[[random.R
 
 def draw_problem(domain: str, split: Split, seed: int, draw: Callable[[random.Random], Problem]) -> Problem:
     """Draw problems from the task's RNG until one belongs to `split`."""
-    return draw_in_split(domain, split, seed, draw, lambda p: content_split(p.prompt, p.files))[0]
+    return draw_in_split(domain, split, seed, draw,
+                         lambda p: content_split(p.prompt, p.files) if p.identity is None
+                         else content_split(p.identity))[0]
 
 
 def perturb(answer: str) -> str:

@@ -14,11 +14,13 @@ honest statement of what the prompt asked.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any, Callable, Mapping
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import Problem, single_domain
+from posttrain.tasks.task import canonical_json
 from posttrain.verifiers.answer import NUMERIC
 
 NAMES = ("Ann", "Ben", "Cleo", "Dev", "Eva", "Finn", "Gus", "Hana", "Ivo", "Jade", "Kai", "Lena")
@@ -174,7 +176,17 @@ KINDS: dict[str, tuple[Callable[[random.Random], Problem], Callable, dict, str]]
 }
 
 
+def _by_numbers(kind: str, draw: Callable[[random.Random], Problem]) -> Callable[[random.Random], Problem]:
+    """A word problem is its numbers: who buys it, or which ingredient, does not change it. So
+    the train/eval split goes by the numbers (two problems that differ only in their nouns land
+    in the same split)."""
+    def draw_by_numbers(rng: random.Random) -> Problem:
+        p = draw(rng)
+        return dataclasses.replace(p, identity=f"math.word.{kind}\x00{canonical_json(dict(p.data))}")
+    return draw_by_numbers
+
+
 def word_domains() -> list[Domain]:
-    return [single_domain(f"math.word.{kind}", NUMERIC, draw, wrong, description=desc,
+    return [single_domain(f"math.word.{kind}", NUMERIC, _by_numbers(kind, draw), wrong, description=desc,
                           tags=("math", "word"), verifier_settings=tol)
             for kind, (draw, wrong, tol, desc) in KINDS.items()]
