@@ -60,18 +60,31 @@ def exit_codes(rng: random.Random) -> ShellProblem:
 
 
 def timeout_status(rng: random.Random) -> ShellProblem:
+    """What `timeout` returns depends on the program and on the signal: 124 when the limit ends
+    it, the program's own status when it finishes first, 128+9 with `-s KILL`. The prompt does
+    not say which case this is: the script (or running it) does."""
     name = f"{word(rng)}.sh"
-    secs = rng.choice([1, 2])
+    secs = rng.choice([2, 3])
+    case = rng.choice(["endless", "finishes", "finishes", "kill"])
+    if case == "finishes":  # done in about 0.2-0.4 s, far inside the limit
+        ticks, code = rng.randint(1, 2), rng.choice([0, 1, 3, 5, 42])
+        script = f"i=0\nwhile [ $i -lt {ticks} ]; do echo tick; sleep 0.2; i=$((i+1)); done\nexit {code}\n"
+        status = str(code)
+    else:
+        script = "while true; do echo tick; sleep 0.2; done\n"
+        status = "137" if case == "kill" else "124"
+    how = " sending it SIGKILL (`timeout -s KILL`)" if case == "kill" else ""
+    flag = "-s KILL " if case == "kill" else ""
+    other = "124" if status != "124" else "0"
     return ShellProblem(
-        prompt=f"{name} never ends on its own. Run it with sh under a time limit of {secs} "
-               f"second(s) using the `timeout` command, then write the exit status that `timeout` "
-               f"returned to status.txt.",
-        files={name: "while true; do echo tick; sleep 0.2; done\n"},
-        args={"files": {"status.txt": "124\n"}},
-        oracle=[f"<bash>timeout {secs} sh {name} > /dev/null; echo $? > status.txt; cat status.txt</bash>",
+        prompt=f"Run {name} with sh under a time limit of {secs} second(s) using the `timeout` "
+               f"command{how}, then write the exit status that `timeout` returned to status.txt.",
+        files={name: script},
+        args={"files": {"status.txt": f"{status}\n"}},
+        oracle=[f"<bash>timeout {flag}{secs} sh {name} > /dev/null; echo $? > status.txt; cat status.txt</bash>",
                 submit("")],
-        wrong={"zero": ['<write path="status.txt">0\n</write>', submit("")],
-               "killed": ['<write path="status.txt">137\n</write>', submit("")]})
+        wrong={"other-status": [f'<write path="status.txt">{other}\n</write>', submit("")],
+               "not-run": ['<write path="status.txt">\n</write>', submit("")]})
 
 
 def env_var(rng: random.Random) -> ShellProblem:
