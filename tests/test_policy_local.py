@@ -118,14 +118,12 @@ def test_logprobs_match_teacher_forced_recompute(policy, temperature, top_p):
         assert c.logprobs == pytest.approx(expected, abs=1e-4)
 
 
-def test_kv_cache_batched_and_uncached_greedy_are_identical(policy):
+def test_kv_cache_batched_and_uncached_greedy_are_identical(policy, monkeypatch):
     requests = [req(p, temperature=0.0, max_tokens=12) for p in PROMPTS]  # no stop: full length
     cached = policy.generate(requests)
-    policy.use_cache = False
-    try:
-        uncached = policy.generate(requests)
-    finally:
-        policy.use_cache = True
+    monkeypatch.setattr(policy, "use_cache", False)
+    uncached = policy.generate(requests)
+    monkeypatch.undo()
     alone = [policy.generate([r])[0] for r in requests]
     assert [c.token_ids for c in cached] == [c.token_ids for c in uncached] == [c.token_ids for c in alone]
     assert [c.text for c in cached] == [c.text for c in uncached]
@@ -195,15 +193,12 @@ def test_the_shipped_model_has_latent_capability(policy):
         assert r["infra_errors"] == 0
 
 
-def test_stop_check_without_piecewise_decoding_agrees(policy):
+def test_stop_check_without_piecewise_decoding_agrees(policy, monkeypatch):
     """Tokenizers whose lone tokens do not decode to the same text (SentencePiece) take the
     windowed-decode path of the stop check; it must stop at the same place."""
     requests = [req(p, temperature=1.0, max_tokens=12, stop=("\n", "c"), seed=i) for i, p in enumerate(PROMPTS)]
     fast = policy.generate(requests)
-    policy._piecewise = False
-    try:
-        windowed = policy.generate(requests)
-    finally:
-        policy._piecewise = True
+    monkeypatch.setattr(policy, "_piecewise", False)
+    windowed = policy.generate(requests)
     assert [(c.text, c.token_ids, c.finish_reason) for c in fast] == \
            [(c.text, c.token_ids, c.finish_reason) for c in windowed]

@@ -131,9 +131,12 @@ def normalize(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).lower().split())
 
 
+def _files_text(task: Task) -> str:
+    return "\n".join(f"{p}\n{c}" for p, c in sorted(task.files.items()))
+
+
 def _fields(task: Task) -> dict[str, str]:
-    files = "\n".join(f"{p}\n{c}" for p, c in sorted(task.files.items()))
-    out = {"prompt": normalize(task.prompt), "files": normalize(files),
+    out = {"prompt": normalize(task.prompt), "files": normalize(_files_text(task)),
            "reference": normalize(canonical_json(task.reference)) if task.reference is not None else "",
            "tests": normalize(canonical_json(task.verifier)) if task.verifier else ""}
     return {k: v for k, v in out.items() if v}
@@ -141,8 +144,7 @@ def _fields(task: Task) -> dict[str, str]:
 
 def _problem_digest(task: Task) -> str:
     """The identity of a problem: prompt and files, NFKC and whitespace-normalized, case kept."""
-    files = "\n".join(f"{p}\n{c}" for p, c in sorted(task.files.items()))
-    text = " ".join(unicodedata.normalize("NFKC", task.prompt + "\0" + files).split())
+    text = " ".join(unicodedata.normalize("NFKC", task.prompt + "\0" + _files_text(task)).split())
     return _digest(text)
 
 

@@ -72,9 +72,8 @@ def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalC
 
     with ExitStack() as stack:
         if sandbox_factory is None and _needs_sandbox(tasks):
-            from posttrain.sandbox import SandboxPool
-
             from posttrain.envs import sandbox_preload
+            from posttrain.sandbox import SandboxPool
 
             preload = sandbox_preload(list({d.name: d for d, _ in tasks}.values()))
             sandbox_factory = stack.enter_context(SandboxPool(size=config.workers, preload=preload)).sandbox
@@ -88,7 +87,7 @@ def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalC
             retry = []
             for spec, traj in zip(pending, trajs):
                 attempts[(spec.task.hash, int(spec.group_id.rsplit(":", 1)[1]))].append(traj)
-                if traj.status == "infra_error" and not (traj.error and traj.error.where == "context"):
+                if traj.status == "infra_error" and (traj.error is None or traj.error.retryable):
                     retry.append(EpisodeSpec(spec.domain, spec.task, spec.group_id, attempt + 1))
             pending = retry
     records = _records(tasks, config.n_samples, attempts)

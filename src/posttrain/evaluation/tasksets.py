@@ -22,8 +22,7 @@ from typing import Any, Sequence
 
 from pydantic import ValidationError
 
-from posttrain.tasks.domain import Domain
-from posttrain.tasks.domain import NoTasksInSplit
+from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.tasks.registry import RegistryError, get_domain, match_domains
 from posttrain.tasks.task import Split, Task
 

@@ -260,13 +260,14 @@ class Job:
                     metrics = await asyncio.to_thread(trainer.step, [g.trajectories for g in groups])
                     policy.sync()
                     sched.set_policy_version(trainer.version.name)
-                    detail = trainer.step_count % cfg.checkpoint_every == 0 or trainer.step_count == steps
-                    self._log(trainer.step_count, metrics, groups, sched.metrics(per_domain=detail))
+                    at_checkpoint = trainer.step_count % cfg.checkpoint_every == 0 or trainer.step_count == steps
+                    # per-domain scheduler figures go into metrics.jsonl at checkpoints only
+                    self._log(trainer.step_count, metrics, groups, sched.metrics(per_domain=at_checkpoint))
                     rewards: dict[str, list[float]] = {}
                     for g in groups:
                         rewards.setdefault(g.domain, []).extend(g.rewards)
                     view.update(trainer.step_count, {**metrics, **self._sched_brief(sched)}, rewards)
-                    if trainer.step_count % cfg.checkpoint_every == 0 or trainer.step_count == steps:
+                    if at_checkpoint:
                         self.checkpoint(trainer, sched, store)
                         saved = trainer.step_count
                 if trainer.step_count != saved:  # stopped early: keep what was learned

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -52,7 +52,8 @@ def cache_kwarg(model: torch.nn.Module) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def _output_cache(out: Any) -> Any:
+def output_cache(out: Any) -> Any:
+    """The KV cache a forward pass returned (under either name)."""
     cache = out.get("cache") if hasattr(out, "get") else None
     return cache if cache is not None else out.get("past_key_values")
 
@@ -82,20 +83,27 @@ def sample_next(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor,
     return tokens, logp.gather(-1, tokens[:, None]).flatten()
 
 
-def _last_only(model: torch.nn.Module) -> dict[str, int]:
-    """Only the last position's logits are needed (a large vocabulary makes the rest costly)."""
+def keep_last(model: torch.nn.Module, n: int) -> dict[str, int]:
+    """forward() keywords that compute logits for the last `n` positions only (a large
+    vocabulary makes the others costly), when the model takes `logits_to_keep`."""
     takes = "logits_to_keep" in inspect.signature(model.forward).parameters
-    return {"logits_to_keep": 1} if takes else {}
+    return {"logits_to_keep": n} if takes else {}
 
 
-def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(map(len, prompts))
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for r, p in enumerate(prompts):
-        ids[r, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[r, width - len(p):] = 1
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention mask), each row right-aligned, on the CPU."""
+    width = max(map(len, seqs))
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for r, seq in enumerate(seqs):
+        ids[r, width - len(seq):] = torch.tensor(list(seq), dtype=torch.long)
+        mask[r, width - len(seq):] = 1
     return ids, mask
+
+
+def positions_of(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that count real tokens only (a padded row computes what it would alone)."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
 def _prefill(model: torch.nn.Module, prompts: list[list[int]], pad_id: int, use_cache: bool,
@@ -110,11 +118,11 @@ def _prefill(model: torch.nn.Module, prompts: list[list[int]], pad_id: int, use_
     row_of = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
     dedup = dedup and use_cache and len(distinct) < len(prompts)
     unique = [list(p) for p in distinct] if dedup else prompts
-    ids, mask = (t.to(device) for t in _left_pad(unique, pad_id))
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    ids, mask = (t.to(device) for t in left_pad(unique, pad_id))
+    positions = positions_of(mask)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=use_cache,
-                **_last_only(model))
-    cache = _output_cache(out) if use_cache else None
+                **keep_last(model, 1))
+    cache = output_cache(out) if use_cache else None
     logits = out.logits[:, -1, :]
     if dedup:
         if not hasattr(cache, "batch_select_indices"):  # this cache cannot copy rows
@@ -159,7 +167,7 @@ def decode(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids:
     done = [False] * len(todo)
     logits, cache, ids, mask, positions = _prefill(model, [rows[i].prompt_ids for i in todo], pad_id,
                                                    use_cache)
-    kw, last = cache_kwarg(model), _last_only(model)
+    kw, last = cache_kwarg(model), keep_last(model, 1)
     while True:
         tokens, logps = sample_next(logits, temps, top_ps, [gens[s] for s in slot])
         tok_list, logp_list = tokens.tolist(), logps.tolist()
@@ -193,9 +201,9 @@ def decode(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids:
             positions = positions[:, -1:] + 1
             out = model(input_ids=new, attention_mask=mask, position_ids=positions, use_cache=True,
                         **{kw: cache}, **last)
-            cache = _output_cache(out)
+            cache = output_cache(out)
         else:
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            positions = positions_of(mask)
             out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
                         **last)
         logits = out.logits[:, -1, :]

@@ -33,6 +33,11 @@ class ErrorInfo:
     """'sandbox' | 'policy' | 'verifier' | 'env' | 'runner' | 'context' (the task's first prompt
     does not fit the model's context: deterministic, so never retried; counts against the domain)"""
 
+    @property
+    def retryable(self) -> bool:
+        """Whether running the episode again could end otherwise (not for 'context')."""
+        return self.where != "context"
+
     @classmethod
     def from_exception(cls, exc: BaseException, where: str) -> "ErrorInfo":
         return cls(type=type(exc).__name__, message=str(exc)[:2000],

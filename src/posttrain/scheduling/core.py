@@ -24,7 +24,7 @@ from typing import Any, Callable, Collection, Sequence
 
 from posttrain.rollout.trajectory import Trajectory
 from posttrain.scheduling.config import DomainSpec, SchedulerConfig
-from posttrain.scheduling.health import Quarantine, SignalTracker
+from posttrain.scheduling.health import PolicyOutage, Quarantine, SignalTracker
 from posttrain.scheduling.quotas import FairQueue
 from posttrain.scheduling.staleness import StalenessController
 from posttrain.scheduling.state import DomainState, GroupState, core_metrics, dump_state, load_state
@@ -102,9 +102,7 @@ class SchedulerCore:
             "episodes_launched", "episodes_kept", "episodes_infra_error", "episodes_discarded",
             "episodes_abandoned", "retries", "submitted_dropped")}
         self.staleness_hist: dict[int, int] = {}
-        self.policy_failing_since: float | None = None
-        """when the current run of episodes that all failed in the policy backend began"""
-        self.last_policy_error = ""
+        self.outage = PolicyOutage(config.retry.policy_outage_s)
 
     # == what runs next ===============================================================
     def next_episode(self) -> EpisodeSpec | None:
@@ -161,19 +159,13 @@ class SchedulerCore:
             if self.on_failure is not None:
                 self.on_failure(traj)
             where = traj.error.where if traj.error else ""
-            if where == "policy":
-                if self.policy_failing_since is None:
-                    self.policy_failing_since = self.clock()
-                self.last_policy_error = f"{traj.error.type}: {traj.error.message}"[:500]
-            else:
-                self.policy_failing_since = None
+            error = f"{traj.error.type}: {traj.error.message}" if traj.error else ""
+            self.outage.record(where == "policy", error, self.clock())
             if where != "policy":  # a backend outage is not the domain's fault
-                report = self.quarantine.record(d, True, f"{traj.error.type}: {traj.error.message}"
-                                                if traj.error else "")
-                if report is not None:
+                if self.quarantine.record(d, True, error) is not None:
                     self._quarantine(d)
         else:
-            self.policy_failing_since = None
+            self.outage.record(False, "", self.clock())
             self.quarantine.record(d, False)
         if g is None or g.status != "open" or g.attempts[spec.member] != spec.attempt:
             if traj.status != "infra_error":
@@ -183,8 +175,8 @@ class SchedulerCore:
         g.running.discard(spec.member)
         g.usage.add(usage)
         if traj.status == "infra_error":
-            if traj.error is not None and traj.error.where == "context":
-                self._drop(g, "the prompt does not fit the model's context")  # a retry cannot help
+            if traj.error is not None and not traj.error.retryable:  # ErrorInfo.retryable: only 'context'
+                self._drop(g, "the prompt does not fit the model's context")
             elif g.retries[spec.member] < self.config.retry.max_retries:
                 self._retry(g, spec.member)
             else:
@@ -254,12 +246,9 @@ class SchedulerCore:
         """Why the trainer tier can never give `n` more groups, or None if it still can (or has
         no domains: an evaluation-only run)."""
         tier = self.config.trainer_tier
-        outage = self.config.retry.policy_outage_s
-        if (outage is not None and self.policy_failing_since is not None
-                and self.clock() - self.policy_failing_since >= outage):
-            return (f"the policy backend has failed every episode for "
-                    f"{self.clock() - self.policy_failing_since:.0f} s (RetryConfig.policy_outage_s = "
-                    f"{outage:g}); last error: {self.last_policy_error}")
+        outage = self.outage.reason(self.clock())
+        if outage:
+            return outage
         if not self._has_trainer_domains:
             return None
         if self.running_total or self.backoff or self.launchable[tier] or self.submitted[tier]:

@@ -4,6 +4,8 @@
   is quarantined: no new groups, its queued groups dropped (counted), training goes on with the
   rest. Policy-backend errors (`ErrorInfo.where == 'policy'`) are not the domain's fault and are
   not counted. Nothing releases a domain automatically; `release` does (after a fix).
+* `PolicyOutage`: how long every episode has failed in the policy backend; past
+  `RetryConfig.policy_outage_s` the scheduler gives up instead of retrying forever.
 * `SignalTracker`: the adaptive sampling of the trainer tier (see `AdaptiveConfig`).
 """
 
@@ -65,6 +67,31 @@ class Quarantine:
                          for d, w in state["windows"].items()}
         self._errors = {d: sum(w) for d, w in self._windows.items()}
         self.quarantined = {d: dict(r) for d, r in state["quarantined"].items()}
+
+
+class PolicyOutage:
+    """The current run of episodes that all failed in the policy backend: when it began and the
+    last error. Any other outcome (a completion came back) ends it."""
+
+    def __init__(self, limit_s: float | None) -> None:
+        self.limit_s = limit_s
+        self.since: float | None = None
+        self.last_error = ""
+
+    def record(self, failed_in_policy: bool, error: str, now: float) -> None:
+        if not failed_in_policy:
+            self.since = None
+            return
+        if self.since is None:
+            self.since = now
+        self.last_error = error[:500]
+
+    def reason(self, now: float) -> str | None:
+        """Why the scheduler gives up, once the backend has failed everything for `limit_s`."""
+        if self.limit_s is None or self.since is None or now - self.since < self.limit_s:
+            return None
+        return (f"the policy backend has failed every episode for {now - self.since:.0f} s "
+                f"(RetryConfig.policy_outage_s = {self.limit_s:g}); last error: {self.last_error}")
 
 
 class SignalTracker:

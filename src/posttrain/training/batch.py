@@ -11,12 +11,12 @@ tool output) never do.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
+from posttrain.policies.decode import cache_kwarg, keep_last, left_pad, output_cache, positions_of
 from posttrain.rollout.trajectory import Trajectory
 
 
@@ -54,10 +54,6 @@ def samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float]
     return samples, skipped
 
 
-def _supports_logits_to_keep(model: torch.nn.Module) -> bool:
-    return "logits_to_keep" in inspect.signature(model.forward).parameters
-
-
 def sequence_logprobs(model: torch.nn.Module, samples: Sequence[Sample], *, temperature: float,
                       with_entropy: bool = False, share_prompts: bool = True
                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -90,30 +86,18 @@ def _gather(logits: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor, te
     return logp[valid], entropy
 
 
-def _left_pad(seqs: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(map(len, seqs))
-    ids = torch.zeros((len(seqs), width), dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, seq in enumerate(seqs):
-        ids[i, width - len(seq):] = torch.tensor(list(seq), dtype=torch.long)
-        mask[i, width - len(seq):] = 1
-    return ids.to(device), mask.to(device)
-
-
 def _whole_sequence_logits(model: torch.nn.Module, samples: Sequence[Sample]
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every sequence run whole, left-padded: each row's generated tokens are its last columns,
     so only the last (longest completion + 1) positions need logits (`logits_to_keep`)."""
     device = next(model.parameters()).device
-    ids, mask = _left_pad([s.prompt_ids + s.completion_ids for s in samples], device)
+    ids, mask = (t.to(device) for t in left_pad([s.prompt_ids + s.completion_ids for s in samples]))
     keep = max(len(s.completion_ids) for s in samples)
     valid = torch.zeros((len(samples), keep), dtype=torch.bool)
     for i, s in enumerate(samples):
         valid[i, keep - len(s.completion_ids):] = True
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    kwargs = {"logits_to_keep": keep + 1} if _supports_logits_to_keep(model) else {}
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
-                   **kwargs).logits
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions_of(mask), use_cache=False,
+                   **keep_last(model, keep + 1)).logits
     return logits[:, -(keep + 1):-1, :], ids[:, -keep:], valid.to(device)
 
 
@@ -121,16 +105,13 @@ def _shared_prompt_logits(model: torch.nn.Module, samples: Sequence[Sample]
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """Distinct prompts once (left-padded), completions on their copied cache (right-padded).
     None when the model's cache cannot select rows."""
-    from posttrain.policies.decode import _output_cache, cache_kwarg
-
     device = next(model.parameters()).device
     index: dict[tuple[int, ...], int] = {}
     row_of = [index.setdefault(tuple(s.prompt_ids), len(index)) for s in samples]
-    p_ids, p_mask = _left_pad([list(p) for p in index], device)
-    p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
-    kwargs = {"logits_to_keep": 1} if _supports_logits_to_keep(model) else {}
-    out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True, **kwargs)
-    cache = _output_cache(out)
+    p_ids, p_mask = (t.to(device) for t in left_pad(list(index)))
+    out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=positions_of(p_mask), use_cache=True,
+                **keep_last(model, 1))
+    cache = output_cache(out)
     if not hasattr(cache, "batch_select_indices"):
         return None
     rows = torch.tensor(row_of, device=device)
