@@ -28,6 +28,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
     from posttrain.rollout.runner import EpisodeSpec, run_episodes
     from posttrain.sandbox import SandboxPool
     from posttrain.storage.store import Store, StoreError
+    from posttrain.tasks.domain import NoTasksInSplit
     from posttrain.tasks.registry import RegistryError, match_domains
 
     if split not in ("train", "eval"):
@@ -38,7 +39,14 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
         _fail(str(e))
     scripted = ScriptedPolicy.named(policy)
     run_id = f"rollout-{uuid.uuid4().hex[:8]}"
-    specs = [EpisodeSpec(d, d.task(seed, split)) for d in matched for seed in range(n)]
+    specs = []
+    for d in matched:
+        try:
+            specs += [EpisodeSpec(d, d.task(seed, split)) for seed in range(n)]
+        except NoTasksInSplit:  # e.g. an imported single task of the other split
+            typer.echo(f"note: {d.name} has no {split} tasks; skipped", err=True)
+    if not specs:
+        _fail(f"no domain matching {domains!r} has {split} tasks")
     try:
         store = Store.for_run_dir(run_dir)
     except StoreError as e:
