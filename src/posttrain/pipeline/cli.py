@@ -98,6 +98,7 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     from posttrain.pipeline.config import ConfigError, load_config
     from posttrain.pipeline.main import Job
     from posttrain.policies.base import PolicyError
+    from posttrain.storage.store import StoreError
     from posttrain.tasks.registry import RegistryError
 
     overrides = {k: v for k, v in (("name", name), ("steps", steps), ("model.path", model)) if v is not None}
@@ -131,6 +132,9 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
             _forget(cfg.run_dir)
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT)
+    except StoreError as e:  # a full disk, a store another process holds, a corrupt file
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1)
     except KeyboardInterrupt:
         if cfg is not None:
             _interrupted(cfg.run_dir)
