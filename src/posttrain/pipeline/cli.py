@@ -56,6 +56,13 @@ def _check_trainer(cfg) -> None:
     from posttrain.pipeline.config import ConfigError
     from posttrain.training.config import TrainerConfig
 
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(TrainerConfig)}
+    for key in cfg.trainer:
+        if key not in known:
+            raise ConfigError(f"trainer.{key}: unknown field (check the spelling; known: "
+                              f"{', '.join(sorted(known))})")
     try:
         TypeAdapter(TrainerConfig).validate_python(dict(cfg.trainer))
     except ValidationError as e:
