@@ -362,8 +362,8 @@ class BwrapRunner:
         self.overlay.restore(sid)
 
     # -- reset between episodes (`reset.py` decides from what this finds) -------------------
-    def reset(self, server_alive: bool) -> ResetFacts:
-        if not server_alive or not self.infra or self.init_pid is None:
+    def reset(self, server: BwrapHandle | None) -> ResetFacts:
+        if server is None or not self.infra or self.init_pid is None:
             return ResetFacts(killed=0, server="not running (killed during the episode?)")
         killed = self._kill_until_gone(self._processes)
         left = tuple(sorted(self._processes()))

@@ -40,6 +40,8 @@ class PlaceState:
     mode: int = PRISTINE_MODE
     mounts: int = 2
     """mounts stacked at the path (the base and one fresh top)"""
+    expected_mode: int = PRISTINE_MODE
+    """the mode of the place's root in a fresh sandbox"""
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ def judge(facts: ResetFacts) -> tuple[bool, str]:
     for p in facts.places:
         if p.entries:
             return False, f"{p.path} not empty after the reset: {sorted(p.entries)[:5]}"
-        if not p.owner_ok or p.mode != PRISTINE_MODE:
+        if not p.owner_ok or p.mode != p.expected_mode:
             return False, f"{p.path} has owner/mode off after the reset (mode {p.mode:o})"
         if p.mounts != facts.expected_mounts:
             return False, (f"{p.path} has {p.mounts} mounts after the reset "

@@ -182,8 +182,13 @@ class Supervisor:
         """Back to pristine for the next episode (see `reset.py`); the report says whether the
         sandbox may serve again."""
         t0 = time.monotonic()
-        server_alive = self.server.ready and self.server.alive()
-        facts = self.runner.reset(server_alive)
+        alive = self.server.handle is not None and self.server.alive()
+        if alive and not self.server.ready:  # booted, but no job ran yet: wait for it
+            try:
+                self.server.ensure()
+            except RuntimeError:
+                alive = False
+        facts = self.runner.reset(self.server.handle if alive else None)
         ok, why = judge(facts)
         return ResetReport(ok, why, facts.killed or 0, time.monotonic() - t0,
                            {"places": [p.path for p in facts.places]})
