@@ -29,7 +29,7 @@ def main() -> None:
 
     import torch
 
-    from posttrain.policies.base import GenerationRequest, Message, SamplingParams
+    from posttrain.values.generation import GenerationRequest, Message, SamplingParams
     from posttrain.policies.local import TorchPolicy
     from posttrain.tasks.registry import get_domain
     from posttrain.training.recipe import DEFAULT_MIX

@@ -46,7 +46,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from posttrain.policies.base import PolicyVersion, SamplingParams
+    from posttrain.values.generation import PolicyVersion, SamplingParams
     from posttrain.policies.local import TorchPolicy
     from posttrain.rollout.runner import EpisodeSpec, run_episodes
     from posttrain.tasks.registry import get_domain

@@ -71,7 +71,7 @@ def test_infra_errors_are_excluded_counted_and_retried(toy_registry):
 
 
 def test_a_prompt_too_long_for_the_model_is_not_retried():
-    from posttrain.policies.base import Completion, PolicyVersion
+    from posttrain.values.generation import Completion, PolicyVersion
 
     class SmallContext:
         version = PolicyVersion("small")

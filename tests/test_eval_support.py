@@ -8,10 +8,10 @@ from typing import Mapping, Sequence
 
 import pytest
 
-from posttrain.policies.base import Completion, GenerationRequest, PolicyVersion
-from posttrain.rollout.trajectory import ErrorInfo, Trajectory, Turn
+from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
+from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
 from posttrain.tasks.domain import Domain
-from posttrain.verifiers.base import Verdict
+from posttrain.values.verdict import Verdict
 
 
 class CoinPolicy:

@@ -11,8 +11,9 @@ from posttrain.sandbox.base import RunResult, SandboxError
 from posttrain.tasks.families import code as code_family
 from posttrain.tasks.families.code.humaneval import problems, split_ids
 from posttrain.tasks.families.code.template import problem_split
-from posttrain.tasks.task import Task
-from posttrain.verifiers.base import Outcome, VerifierError
+from posttrain.values.task import Task
+from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import VerifierError
 from posttrain.verifiers.code import UNIT_TESTS, encode_value, extract_code, same_value
 
 DOMAINS = {d.name: d for d in code_family.domains()}

@@ -12,8 +12,9 @@ from posttrain.envs import play_actions
 from posttrain.sandbox import open_sandbox
 from posttrain.tasks.families import geometry
 from posttrain.tasks.families.common import content_split
-from posttrain.tasks.task import Task
-from posttrain.verifiers.base import Outcome, VerifierError
+from posttrain.values.task import Task
+from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import VerifierError
 from posttrain.verifiers.geometry import GEOMETRY
 
 DOMAINS = {d.name: d for d in geometry.domains()}

@@ -11,8 +11,9 @@ from posttrain.sandbox import open_sandbox
 from posttrain.tasks.families import terminal
 from posttrain.tasks.families.common import content_split
 from posttrain.tasks.families.terminal.checks import STATE_CHECK
-from posttrain.tasks.task import Task
-from posttrain.verifiers.base import Outcome, VerifierError
+from posttrain.values.task import Task
+from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import VerifierError
 from posttrain.verifiers.script import SCRIPT
 
 DOMAINS = {d.name: d for d in terminal.domains() if ".harbor." not in d.name}

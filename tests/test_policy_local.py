@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from posttrain.policies.base import GenerationRequest, Message, PolicyError, SamplingParams
+from posttrain.values.generation import GenerationRequest, Message, SamplingParams
+from posttrain.policies.base import PolicyError
 from posttrain.policies.local import TorchPolicy, weights_hash
 from posttrain.policies.render import render_ids
 

@@ -15,7 +15,7 @@ from posttrain.envs.base import Observation, StepResult
 from posttrain.envs.budget import EnvConfig, truncate_text
 from posttrain.sandbox.base import Sandbox
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.task import Task
+from posttrain.values.task import Task
 from posttrain.verifiers.base import Outcome
 
 SandboxFactory = Callable[[], ContextManager[Sandbox]]

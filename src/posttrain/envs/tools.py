@@ -24,7 +24,7 @@ from posttrain.envs.budget import EnvConfig, truncate_text
 from posttrain.envs.single import SandboxFactory
 from posttrain.sandbox.base import RunResult, Sandbox, WorkspacePathError
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.task import Task
+from posttrain.values.task import Task
 from posttrain.verifiers.base import Outcome
 
 TOOLS_HELP = """Tools (write one or more calls; the last turn must be <submit>):

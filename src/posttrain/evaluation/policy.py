@@ -21,7 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from posttrain.policies.base import Completion, GenerationRequest, Policy
+from posttrain.values.generation import Completion, GenerationRequest
+from posttrain.policies.base import Policy
 
 SCRIPTED = ("oracle", "empty", "wrong")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
-from posttrain.rollout.trajectory import Trajectory
+from posttrain.values.trajectory import Trajectory
 
 EXECUTING_TOOLS_EXCLUDED = frozenset({"submit", "read_file", "write_file", "edit_file"})
 """tool calls that do not execute anything (every other tool name counts as a run)"""

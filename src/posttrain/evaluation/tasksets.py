@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.tasks.registry import RegistryError, get_domain, match_domains
-from posttrain.tasks.task import Split, Task
+from posttrain.values.task import Split, Task
 
 TASKSET_FORMAT = "posttrain.taskset/1"
 

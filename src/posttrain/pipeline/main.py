@@ -128,7 +128,7 @@ class Job:
         Looks at the first `per_domain` train tasks of each trained domain and at the eval tasks."""
         from posttrain.envs import initial_observation
         from posttrain.pipeline.config import ConfigError
-        from posttrain.policies.base import GenerationRequest, Message, SamplingParams
+        from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 
         limit = getattr(policy, "max_positions", None)
         if not limit or not hasattr(policy, "render"):
@@ -203,7 +203,7 @@ class Job:
         return old
 
     async def train(self, trainer: Any, sched_state: dict, store: Any, sandbox_factory: Any) -> None:
-        from posttrain.policies.base import SamplingParams
+        from posttrain.values.generation import SamplingParams
         from posttrain.scheduling import BatchConfig, DomainSpec, Scheduler, SchedulerConfig, SchedulerStalled
         from posttrain.scheduling.episodes import RolloutEpisodeFactory
         from posttrain.pipeline.progress import RoundProgress

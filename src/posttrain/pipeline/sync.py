@@ -12,7 +12,7 @@ import copy
 import threading
 from typing import Any, Sequence
 
-from posttrain.policies.base import Completion, GenerationRequest, PolicyVersion
+from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 
 
 class SyncedPolicy:

@@ -38,8 +38,10 @@ from typing import Any, Sequence
 
 import torch
 
-from posttrain.policies.base import (Completion, GenerationRequest, PolicyError, PolicyVersion,
-                                     SamplingParams)
+from posttrain.values.generation import (
+    Completion, GenerationRequest, PolicyVersion, SamplingParams,
+)
+from posttrain.policies.base import PolicyError
 from posttrain.policies.decode import RowSpec, decode
 from posttrain.policies.render import render_ids
 

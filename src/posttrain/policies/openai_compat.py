@@ -34,7 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
-from posttrain.policies.base import Completion, GenerationRequest, PolicyError, PolicyVersion
+from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
+from posttrain.policies.base import PolicyError
 from posttrain.policies.render import plain_text, render_text
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from posttrain.policies.base import Message
+from posttrain.values.generation import Message
 
 PLAIN_SEPARATOR = "\n"
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from posttrain.policies.base import Completion, GenerationRequest, PolicyVersion
-from posttrain.tasks.task import Task
+from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
+from posttrain.values.task import Task
 
 if TYPE_CHECKING:
     from posttrain.tasks.domain import Domain

@@ -27,12 +27,13 @@ from typing import Any
 
 from posttrain.envs import EnvConfig, make_env, stop_strings
 from posttrain.envs.single import SandboxFactory
-from posttrain.policies.base import Completion, GenerationRequest, Message, SamplingParams
-from posttrain.rollout.trajectory import ErrorInfo, Trajectory, Turn
+from posttrain.values.generation import Completion, GenerationRequest, Message, SamplingParams
+from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
 from posttrain.sandbox.base import SandboxError
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.task import Task
-from posttrain.verifiers.base import Verdict, VerifierError
+from posttrain.values.task import Task
+from posttrain.values.verdict import Verdict
+from posttrain.verifiers.base import VerifierError
 
 
 def _where(exc: BaseException) -> str:

@@ -19,9 +19,11 @@ from typing import Any, Sequence
 
 from posttrain.envs import EnvConfig
 from posttrain.envs.single import SandboxFactory
-from posttrain.policies.base import Completion, GenerationRequest, PolicyVersion, SamplingParams
+from posttrain.values.generation import (
+    Completion, GenerationRequest, PolicyVersion, SamplingParams,
+)
 from posttrain.rollout.episode import Episode
-from posttrain.rollout.trajectory import Trajectory, Turn
+from posttrain.values.trajectory import Trajectory, Turn
 from posttrain.storage.store import Store
 from posttrain.tasks.registry import get_domain
 from posttrain.verifiers.base import Outcome

@@ -22,7 +22,7 @@ import time
 from collections import OrderedDict, deque
 from typing import Any, Callable, Collection, Sequence
 
-from posttrain.rollout.trajectory import Trajectory
+from posttrain.values.trajectory import Trajectory
 from posttrain.scheduling.config import DomainSpec, SchedulerConfig
 from posttrain.scheduling.health import PolicyOutage, Quarantine, SignalTracker
 from posttrain.scheduling.quotas import FairQueue

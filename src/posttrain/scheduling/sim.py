@@ -15,10 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from posttrain.policies.base import Completion, GenerationRequest, Message, PolicyVersion, SamplingParams
-from posttrain.rollout.trajectory import ErrorInfo, Trajectory
+from posttrain.values.generation import (
+    Completion, GenerationRequest, Message, PolicyVersion, SamplingParams,
+)
+from posttrain.values.trajectory import ErrorInfo, Trajectory
 from posttrain.scheduling.work import EpisodeSpec
-from posttrain.verifiers.base import Verdict
+from posttrain.values.verdict import Verdict
 
 
 class SimInfraError(RuntimeError):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from posttrain.rollout.trajectory import Trajectory
+from posttrain.values.trajectory import Trajectory
 from posttrain.scheduling.work import Group, Usage
 
 if TYPE_CHECKING:

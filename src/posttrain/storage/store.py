@@ -19,9 +19,9 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from posttrain.rollout.trajectory import Trajectory
-from posttrain.tasks.task import Task, sha256_text
-from posttrain.verifiers.base import Verdict
+from posttrain.values.trajectory import Trajectory
+from posttrain.values.task import Task, sha256_text
+from posttrain.values.verdict import Verdict
 
 SCHEMA_VERSION = 1
 STORE_FILE = "store.sqlite"

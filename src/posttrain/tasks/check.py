@@ -26,8 +26,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
 from posttrain.tasks.domain import Domain, NoTasksInSplit
-from posttrain.tasks.task import Split, Task
-from posttrain.verifiers.base import Outcome, Verdict
+from posttrain.values.task import Split, Task
+from posttrain.values.verdict import Verdict
+from posttrain.verifiers.base import Outcome
 
 FAILURE_KINDS = ("generate_error", "nondeterministic", "oracle_failed", "negatives_incomplete",
                  "negative_passed", "flip", "infra_error")

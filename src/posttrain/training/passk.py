@@ -19,7 +19,8 @@ from typing import Sequence
 
 import torch
 
-from posttrain.policies.base import Policy, SamplingParams
+from posttrain.policies.base import Policy
+from posttrain.values.generation import SamplingParams
 from posttrain.rollout.runner import EpisodeSpec, run_episodes
 from posttrain.tasks.domain import Domain
 

@@ -87,7 +87,7 @@ def _domains(names: str) -> list:
 
 def train_round(cfg: RecipeConfig, start: str, round_index: int, mix: list) -> tuple[str, list[dict]]:
     """One GRPO round from `start`; returns (checkpoint dir, per-step metrics)."""
-    from posttrain.policies.base import SamplingParams
+    from posttrain.values.generation import SamplingParams
     from posttrain.rollout.runner import EpisodeSpec, run_episodes
     from posttrain.training.config import TrainerConfig
     from posttrain.training.trainer import Trainer

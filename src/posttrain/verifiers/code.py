@@ -33,11 +33,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from posttrain.verifiers.base import Outcome, Verdict, VerifierError, verdict
+from posttrain.values.verdict import Verdict
+from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import VerifierError, verdict
 from posttrain.verifiers.script import GRADER_MARGIN_S, grading_sandbox, run_grader
 
 if TYPE_CHECKING:
-    from posttrain.tasks.task import Task
+    from posttrain.values.task import Task
 
 MAX_CODE_CHARS = 100_000
 """longer candidate code is refused (a failed verdict), before anything runs"""

@@ -39,12 +39,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from posttrain.verifiers.base import Outcome, Verdict, VerifierError, verdict
+from posttrain.values.verdict import Verdict
+from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import VerifierError, verdict
 from posttrain.verifiers.code import extract_code
 from posttrain.verifiers.script import GRADER_MARGIN_S, grading_sandbox, run_grader
 
 if TYPE_CHECKING:
-    from posttrain.tasks.task import Task
+    from posttrain.values.task import Task
 
 MAX_MODEL_BYTES = 16 << 20
 MAX_TRIANGLES = 200_000

@@ -35,11 +35,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from posttrain.verifiers.base import Outcome, Verdict, VerifierError, verdict
+from posttrain.values.verdict import Verdict
+from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import VerifierError, verdict
 
 if TYPE_CHECKING:
     from posttrain.sandbox.base import RunResult, Sandbox
-    from posttrain.tasks.task import Task
+    from posttrain.values.task import Task
 
 GRADER_MARGIN_S = 10.0
 """extra wall time a grading program gets beyond the budget it gives what it runs (start-up of

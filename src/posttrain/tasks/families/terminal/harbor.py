@@ -50,8 +50,10 @@ from typing import Any
 
 from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.tasks.families.common import content_split
-from posttrain.tasks.task import Split, Task, TaskLimits
-from posttrain.verifiers.base import Outcome, Verdict, VerifierError, verdict
+from posttrain.values.task import Split, Task, TaskLimits
+from posttrain.values.verdict import Verdict
+from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import VerifierError, verdict
 from posttrain.verifiers.script import GRADER_MARGIN_S, grading_sandbox, run_grader
 
 DEFAULT_AGENT_TIMEOUT_S = 600.0

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping
 
-from posttrain.verifiers.base import Verdict
+from posttrain.values.verdict import Verdict
 
 Status = Literal["completed", "truncated", "infra_error"]
 STATUSES: tuple[Status, ...] = ("completed", "truncated", "infra_error")
