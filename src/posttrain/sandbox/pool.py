@@ -8,8 +8,10 @@ so `pool.sandbox()` normally returns at once. Two ways to serve episodes:
   objects removed, then checked from the outside, a few milliseconds) and goes back to the pool.
   A sandbox whose reset is not clean (a process survived, a remount failed, the probe saw
   state) is closed and replaced by a fresh boot, and counted (`stats["discards"]`, with the
-  reason in `stats["discard_reasons"]`). The pool then holds at most `size` sandboxes in all
-  (booting, ready and in use): live sandboxes are bounded by the pool, not by the episodes.
+  reason in `stats["discard_reasons"]`). While callers use at most `size` at once, the pool
+  boots `size` sandboxes and nothing more; a caller that asks for more (a driver that opens
+  every episode at once) is not left waiting: the pool boots for it, and closes what comes back
+  beyond `size` idle ones (`stats["closed_idle"]`).
 * `reuse=False`: a sandbox is never reused; the one an episode used is closed when its block
   ends and the pool boots a new one (~150 ms each, off the caller's clock while `size` are
   ready).
@@ -59,12 +61,15 @@ class SandboxPool:
         self._ready: queue.Queue = queue.Queue()
         self._cond = threading.Condition()
         self._live = 0
-        """sandboxes booting, ready or in use (what `reuse=True` bounds by `size`)"""
+        """sandboxes booting, ready or in use"""
+        self._booting = 0
+        self._waiting = 0
+        """callers blocked in `sandbox()` for want of a ready sandbox"""
         self._episodes: dict[str, int] = {}
         self._closed = False
         self.stats: dict = {"booted": 0, "handed_out": 0, "replaced": 0, "boot_errors": 0,
                             "resets": 0, "discards": 0, "discard_reasons": {},
-                            "reset_s_total": 0.0}
+                            "closed_idle": 0, "reset_s_total": 0.0}
         # the first boot is synchronous: a configuration error surfaces here, not in a thread
         self._live = 1
         self._ready.put(self._open())
@@ -74,9 +79,10 @@ class SandboxPool:
 
     def _wanted(self) -> bool:
         """Whether the filler should boot another sandbox now (called under the lock)."""
-        if self.reuse:
-            return self._live < self.size
-        return self._ready.qsize() < self.size
+        ready = self._ready.qsize()
+        if self.reuse:  # sandboxes come back: boot for a waiting caller only if none will
+            return self._live < self.size or self._waiting > ready + self._booting
+        return ready < self.size
 
     def _fill(self) -> None:
         failures = 0
@@ -87,11 +93,13 @@ class SandboxPool:
                 if self._closed:
                     return
                 self._live += 1
+                self._booting += 1
             try:
                 sb = self._open()
             except Exception as e:  # hand the error to a waiting caller; retry with back-off
                 with self._cond:
                     self._live -= 1
+                    self._booting -= 1
                 self.stats["boot_errors"] += 1
                 failures += 1
                 self._ready.put(e)
@@ -99,6 +107,7 @@ class SandboxPool:
                 continue
             failures = 0
             with self._cond:
+                self._booting -= 1
                 if self._closed:
                     self._live -= 1
                     sb.close()
@@ -120,10 +129,19 @@ class SandboxPool:
             if self._closed:
                 raise SandboxError("the sandbox pool is closed")
             try:
-                item = self._ready.get(timeout=max(0.0, deadline - time.monotonic()))
+                item = self._ready.get_nowait()
             except queue.Empty:
-                raise SandboxUnavailable(
-                    f"no sandbox booted within {TAKE_TIMEOUT_S:.0f} s") from None
+                with self._cond:
+                    self._waiting += 1
+                    self._cond.notify()
+                try:
+                    item = self._ready.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise SandboxUnavailable(
+                        f"no sandbox booted within {TAKE_TIMEOUT_S:.0f} s") from None
+                finally:
+                    with self._cond:
+                        self._waiting -= 1
             with self._cond:
                 self._cond.notify()
             if isinstance(item, Exception):
@@ -147,12 +165,16 @@ class SandboxPool:
                 self.stats["reset_s_total"] += report.seconds
                 if report.reusable:
                     self.stats["resets"] += 1
-                    self._ready.put(sb)
-                    return
-                self.stats["discards"] += 1
-                why = report.reason.split(":")[0]
-                reasons = self.stats["discard_reasons"]
-                reasons[why] = reasons.get(why, 0) + 1
+                    if self._ready.qsize() < self.size or self._waiting:
+                        self._ready.put(sb)
+                        return
+                    self.stats["closed_idle"] += 1  # more idle sandboxes than the pool keeps
+                    report = None
+                if report is not None:
+                    self.stats["discards"] += 1
+                    why = report.reason.split(":")[0]
+                    reasons = self.stats["discard_reasons"]
+                    reasons[why] = reasons.get(why, 0) + 1
         # closing takes ~0.1 s (kill, unmount, remove the cgroup): not on the caller's time.
         # The sandbox refuses calls from here on; its processes die in the background.
         self._retire(sb, wait=False)
@@ -166,6 +188,16 @@ class SandboxPool:
             yield sb
         finally:
             self._give_back(sb)
+
+    def wait_ready(self, timeout: float = TAKE_TIMEOUT_S) -> bool:
+        """Wait until `size` sandboxes are booted and waiting (a warm pool, e.g. before a
+        measurement); False if that did not happen within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while self._ready.qsize() < self.size:
+            if time.monotonic() > deadline or self._closed:
+                return False
+            time.sleep(0.01)
+        return True
 
     def close(self) -> None:
         with self._cond:
