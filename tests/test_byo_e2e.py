@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 CONFIG = """
@@ -46,6 +48,18 @@ def test_train_on_a_question_answer_file_with_one_config_edit(tmp_path):
     assert "data.qa" in json.dumps(before)
     contamination = json.loads((run / "contamination.json").read_text())
     assert contamination["leaked_eval_tasks"] == 0
+    # every scalar of metrics.jsonl, and the evaluations, reached TensorBoard (the default tracker)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    for tag in ("loss", "kl", "domain/data.qa/reward", "family/data/pass_rate", "sched/generator_busy",
+                "eval/before/data.qa/pass@1", "eval/after/data.qa/pass@1"):
+        assert tag in tags, (tag, sorted(tags))
+    assert [e.step for e in acc.Scalars("loss")] == [1, 2, 3]
+    assert [e.value for e in acc.Scalars("domain/data.qa/reward")] == pytest.approx(
+        [r["domain/data.qa/reward"] for r in rows])
     from posttrain.storage.store import Store
 
     with Store.for_run_dir(run, readonly=True) as store:
