@@ -59,7 +59,9 @@ _mount(app, _SUBCOMMANDS)
 
 
 def main() -> None:
-    app()
+    from posttrain.errors import run_cli
+
+    run_cli(app)  # bad input and a full disk are one line on stderr, not a traceback
 
 
 if __name__ == "__main__":
