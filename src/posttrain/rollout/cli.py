@@ -107,7 +107,7 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
         store = Store.for_run_dir(run_dir, readonly=not rescore)  # only a re-score writes (its verdicts)
         trajs = list(store.trajectories()) if all_ else [store.get_trajectory(trajectory_id)]
     except (StoreError, KeyError) as e:
-        _fail(str(e).strip("'\""))
+        _fail(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e))
     results = []
     with store, SandboxPool(size=1) as pool:
         for t in trajs:
