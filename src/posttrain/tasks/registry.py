@@ -80,8 +80,6 @@ def _add(found: Iterable[Domain | BrokenDomain], source: str, into: dict[str, Do
 def _load() -> dict[str, Domain]:
     found: dict[str, Domain] = {}
     for module_name in BUILTIN_FAMILY_MODULES:
-        if importlib.util.find_spec(module_name) is None:
-            continue  # a family that is not built yet
         module = importlib.import_module(module_name)
         _add(module.domains(), module_name, found)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
