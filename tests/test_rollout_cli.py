@@ -123,8 +123,8 @@ def test_domains_without_tasks_in_the_split_are_skipped_with_a_note(tmp_path):
         app, ["rollout", "--domains", f"math.add.d1,{eval_only}", "--n", "1", "--run-dir",
               str(tmp_path / "run"), "--json"])
     assert result.exit_code == 0, result.output
-    assert f"note: {eval_only} has no train tasks; skipped" in result.stderr
+    assert f"with no train-split tasks: {eval_only}" in result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1])["episodes"] == 1
     result = runner.invoke(
         app, ["rollout", "--domains", eval_only, "--run-dir", str(tmp_path / "none")])
-    assert result.exit_code == 2 and "has train tasks" in result.stderr
+    assert result.exit_code == 2 and "has train-split tasks" in result.stderr
