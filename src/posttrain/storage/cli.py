@@ -40,6 +40,9 @@ def export(run_dir: Path = typer.Argument(..., help="a run directory (holds stor
     try:
         tmp.open("wb").close()  # can we write there at all? (say so in plain words, before the work)
         with Store.for_run_dir(run_dir, readonly=True) as store:
+            runs = [r["id"] for r in store.runs()]
+            if run_id is not None and run_id not in runs:
+                _fail(f"--run-id {run_id!r}: no such run in {run_dir} (runs: {', '.join(runs) or 'none'})")
             if format in FORMATS:
                 n = export_for_trainer(store, tmp, format, run_id=run_id, passed_only=passed_only,
                                        file_format="jsonl" if out.suffix == ".jsonl" else "parquet")
