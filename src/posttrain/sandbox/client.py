@@ -110,7 +110,7 @@ class SupervisedSandbox:
         self._slot = None
         if mode == "bwrap" and os.geteuid() == 0:
             from posttrain.sandbox.slots import acquire_slot
-            self._slot = acquire_slot()
+            self._slot = acquire_slot(uid_range=bool((extra_config or {}).get("image")))
         cfg = {"mode": mode, "id": self.id, "limits": dataclasses.asdict(limits), "clock": clock,
                "preload": list(preload), "python": sys.executable, "inside_dir": INSIDE_DIR,
                "uid": self._slot.uid if self._slot else None, **(extra_config or {})}
@@ -150,6 +150,8 @@ class SupervisedSandbox:
             self._cleanup.append(reply["cleanup_dir"])
         ws = f"/proc/{self._sup_pid}/root{reply['workspace']}"
         owner = (self._slot.uid, self._slot.uid) if self._slot else None
+        if reply.get("owner"):  # an image sandbox: the image user's ids in the slot's range
+            owner = tuple(reply["owner"])
         self._ws = Workspace(lambda: ws, owner=owner, inside_path=reply["inside_path"])
         self.host_uid = self._slot.uid if self._slot else None
         """the host uid this sandbox's processes run as (bubblewrap backend run as root)"""
@@ -266,6 +268,11 @@ class SupervisedSandbox:
         if not isinstance(snapshot_id, str):
             raise ValueError(f"snapshot id must be a str, got {snapshot_id!r}")
         self._call({"op": "restore", "id": snapshot_id}, 60.0)
+
+    def commit(self, dest: str) -> None:
+        """An image build step: stop everything and write what the commands changed as a new
+        image layer at the host path `dest` (see `posttrain.images`)."""
+        self._call({"op": "commit", "dest": str(dest)}, 600.0)
 
     def kill_processes(self) -> int:
         """Kill every process earlier commands left running (background jobs, daemons); the

@@ -165,6 +165,11 @@ class Supervisor:
             return {"killed": self.kill_processes()}
         if op == "reset":
             return {"report": self.reset().to_dict()}
+        if op == "commit":
+            self.server.kill()  # nothing may write into the layer being copied
+            self.runner.kill_processes(None)
+            self.runner.commit(req["dest"])
+            return {}
         if op == "ping":
             return {}
         raise ValueError(f"unknown request {op!r}")
@@ -182,6 +187,17 @@ class Supervisor:
         """Back to pristine for the next episode (see `reset.py`); the report says whether the
         sandbox may serve again."""
         t0 = time.monotonic()
+        if getattr(self.runner, "image", None):
+            self.server.kill()
+
+            def start():
+                self.server.start()
+                return self.server.handle
+
+            facts = self.runner.reset_image(start)
+            ok, why = judge(facts)
+            return ResetReport(ok, why, facts.killed or 0, time.monotonic() - t0,
+                               {"places": [p.path for p in facts.places]})
         alive = self.server.handle is not None and self.server.alive()
         if alive and not self.server.ready:  # booted, but no job ran yet: wait for it
             try:
