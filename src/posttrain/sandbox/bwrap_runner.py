@@ -251,13 +251,15 @@ class BwrapRunner:
         the namespace, whose ids are unprivileged host uids)."""
         img = self.image
         uid, gid = img.get("uid", 0), img.get("gid", 0)
+        # bubblewrap runs as root inside (the range's first uid: the supervisor may prlimit
+        # it); another USER is taken by the job server through setpriv (`server_argv`), which
+        # clears the capabilities with the switch
         a = ["--userns", str(self.extra_fds[0]), "--unshare-ipc", "--unshare-pid",
              "--unshare-net", "--unshare-uts", "--unshare-cgroup",
-             "--uid", str(uid), "--gid", str(gid), "--hostname", "sandbox",
+             "--uid", "0", "--gid", "0", "--hostname", "sandbox",
              "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
-        if uid == 0:
-            for cap in ROOT_CAPS:
-                a += ["--cap-add", cap]
+        for cap in (ROOT_CAPS if uid == 0 and gid == 0 else ("CAP_SETUID", "CAP_SETGID")):
+            a += ["--cap-add", cap]
         a += ["--dev-bind", f"{self.mnt}/root", "/", "--proc", "/proc",
               "--chdir", self.inside_ws]
         env = {"PATH": DOCKER_PATH, "HOME": img.get("home") or ("/root" if uid == 0 else "/"),
@@ -336,6 +338,11 @@ class BwrapRunner:
         if self.image:  # the image's own python3 may be another one, or none
             python = ("/opt/posttrain/venv/bin/python3" if self.layout["venv"] else
                       os.path.join("/opt/posttrain/python", self.layout["exe"]))
+            uid, gid = self.image.get("uid", 0), self.image.get("gid", 0)
+            if uid or gid:
+                return ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                        "--", python, "/opt/posttrain/inside/_forkserver.py", str(fd),
+                        str(started_fd), ",".join(preload)]
         return [python, "/opt/posttrain/inside/_forkserver.py", str(fd), str(started_fd),
                 ",".join(preload)]
 

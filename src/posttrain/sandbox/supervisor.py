@@ -190,8 +190,9 @@ class Supervisor:
         if getattr(self.runner, "image", None):
             self.server.kill()
 
-            def start():
+            def start():  # a job server in the new tree, ready (it has pivoted into it)
                 self.server.start()
+                self.server.ensure()
                 return self.server.handle
 
             facts = self.runner.reset_image(start)
