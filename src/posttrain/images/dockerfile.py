@@ -237,8 +237,8 @@ def plan(path: Path) -> ImagePlan:
                 raise DockerfileError(f"{where}: SHELL needs a JSON array, e.g. [\"/bin/bash\", \"-c\"]")
             shell = value
         elif op in ("ENTRYPOINT", "CMD"):
-            argv = _json_or_shell(rest)
-            argv = argv if argv is not None else [*shell, rest]
+            exec_form = _json_or_shell(rest)
+            argv = exec_form if exec_form is not None else [*shell, rest]
             if op == "ENTRYPOINT":
                 result.entrypoint, result.cmd = argv, None  # Docker: ENTRYPOINT resets CMD
             else:

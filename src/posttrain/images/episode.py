@@ -39,7 +39,7 @@ class ImageUnavailable(SandboxUnavailable):
 
 def recipe_digest(plan: ImagePlan, context: Path, where: str) -> str:
     """A hash of what the image is made of, independent of the host and of the folder's path."""
-    steps = []
+    steps: list = []
     for step in plan.steps:
         if step["kind"] == "copy":
             entries = copy_entries(step, context, f"{where}:{step['line']}")
@@ -105,6 +105,8 @@ def task_sandbox(task, limits=None) -> Iterator:
     from posttrain.sandbox import open_sandbox
 
     image = image_for(task)
+    if image is None:
+        raise ValueError(f"task {task.key} has no image")
     with open_sandbox(limits or limits_for(task), image=image.sandbox_config()) as sb:
         start_service(sb, image)
         yield sb

@@ -18,6 +18,7 @@ from posttrain.sandbox import ipc, mounts, rootfs
 from posttrain.sandbox.base import Limits, clock_env
 from posttrain.sandbox.bwrap import INSIDE_UID, PR_SET_CHILD_SUBREAPER, RUN_DIR, WS
 from posttrain.sandbox.cgroups import SandboxCgroup, collect_stale, detect
+from posttrain.sandbox.imageroot import ImageRoot
 from posttrain.sandbox.overlay import OverlayWorkspace, TmpfsStack
 from posttrain.sandbox.reset import WRITABLE, PlaceState, ResetFacts, count_mounts
 from posttrain.sandbox.rlimits import rlimit_table
@@ -129,9 +130,11 @@ class BwrapRunner:
         self.mnt = cfg["mountpoint"]
         self.inside_ws = WS
         self.overlay = OverlayWorkspace(self.uid)
-        self.image: dict | None = cfg.get("image")
-        """an image sandbox (root in a user namespace over the image, `imageroot.py`), or None"""
-        self.iroot = None
+        self.has_workspace = True
+        """False for an image build step: everything goes to the root's upper layer"""
+        self.image: dict = cfg.get("image") or {}
+        """an image sandbox's image (root in a user namespace over it, `imageroot.py`), or {}"""
+        self.iroot: ImageRoot | None = None
         self.extra_fds: tuple[int, ...] = ()
         if self.image:
             self.inside_ws = self.image.get("workspace") or self.image["workdir"]
@@ -187,20 +190,19 @@ class BwrapRunner:
 
     def _boot_image(self) -> None:
         from posttrain.sandbox import idmap
-        from posttrain.sandbox.imageroot import ImageRoot
 
         nsfd = idmap.user_namespace(self.uid)
         self.extra_fds = (nsfd,)
         os.mkdir("root", 0o755)
-        self.iroot = ImageRoot(self.image, nsfd, self.uid)
-        self.iroot.bind_layers()
-        self.iroot.assemble(self.layout, self.cfg["inside_dir"])
+        self.iroot = iroot = ImageRoot(self.image, nsfd, self.uid)
+        iroot.bind_layers()
+        iroot.assemble(self.layout, self.cfg["inside_dir"])
         if self.image.get("workspace"):
             self.overlay = OverlayWorkspace(self.uid, target=f"root{self.image['workspace']}")
-            self.overlay.pristine = self.iroot.workspace_lowers() + ["l/0"]
+            self.overlay.pristine = iroot.workspace_lowers() + ["l/0"]
             self.overlay.boot()
         else:
-            self.overlay = None  # a build step: everything goes to the root's upper layer
+            self.has_workspace = False
 
     def enter_sandbox_uid(self) -> None:
         """Real uid/gid := the sandbox's, effective and saved stay 0. The supervisor keeps its
@@ -438,7 +440,7 @@ class BwrapRunner:
         return self.overlay.snapshots
 
     def snapshot(self) -> str:
-        if self.overlay is None:
+        if not self.has_workspace:
             raise ValueError("an image build sandbox has no workspace to snapshot")
         return self.overlay.snapshot(live=bool(self._processes()))
 
@@ -477,10 +479,11 @@ class BwrapRunner:
         left = tuple(sorted(self._processes()))
         if killed is None or left:
             return ResetFacts(killed=killed, processes_left=left)
+        assert self.iroot is not None
         try:
             self.iroot.teardown()
             self.iroot.assemble(self.layout, self.cfg["inside_dir"])
-            if self.overlay is not None:
+            if self.has_workspace:
                 self.overlay.depth = 0  # its mounts went with the tree
                 self.overlay.reset()
             for place in (self.tmp, self.shm):
@@ -497,7 +500,7 @@ class BwrapRunner:
 
     def commit(self, dest: str) -> None:
         """A build step's result as a new layer at `dest` (see `ImageRoot.commit`)."""
-        if self.iroot is None or self.overlay is not None:
+        if self.iroot is None or self.has_workspace:
             raise ValueError("only an image build sandbox (no workspace) can commit a layer")
         self.iroot.commit(dest)
 
@@ -517,8 +520,7 @@ class BwrapRunner:
 
     def idle(self) -> None:
         """Work done after a reply was sent: free discarded layers, reap orphans."""
-        if self.overlay is not None:
-            self.overlay.collect_trash()
+        self.overlay.collect_trash()
         if self.iroot is not None:
             while self.iroot.trash:
                 shutil.rmtree(self.iroot.trash.pop(), ignore_errors=True)
