@@ -309,7 +309,7 @@ def build(dockerfile: str | Path, *, context: str | Path | None = None, log=None
         _publish(tmp, final)
         say(f"{where}: built {step['kind']} layer {chain[:12]} in {time.monotonic() - t1:.2f} s")
         layers.append(str(final))
-    uid, gid, home = resolve_user(p.user, stack(), f"{dockerfile}: USER")
+    uid, gid, home = resolve_user(p.user, stack(), f"{dockerfile}:{p.user_line}")
     settings = [p.env, p.user, p.workdir, p.entrypoint, p.cmd, p.exposed, p.labels, host]
     digest = _h(chain, settings)
     image = load_image(digest)

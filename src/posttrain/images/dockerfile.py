@@ -55,6 +55,7 @@ class ImagePlan:
     """{"kind": "run"|"copy"|"mkdir", "line": N, ...} in order"""
     env: dict[str, str] = field(default_factory=dict)
     user: str = ""
+    user_line: int = 0
     workdir: str = "/"
     entrypoint: list[str] | None = None
     cmd: list[str] | None = None
@@ -228,7 +229,7 @@ def plan(path: Path) -> ImagePlan:
         elif op == "EXPOSE":
             result.exposed += substitute(rest, scope).split()
         elif op == "USER":
-            result.user = substitute(rest, scope).strip()
+            result.user, result.user_line = substitute(rest, scope).strip(), ins.line
             if not result.user:
                 raise DockerfileError(f"{where}: USER needs a user name or uid")
         elif op == "SHELL":

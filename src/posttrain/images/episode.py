@@ -8,9 +8,9 @@ first time (later: a cache lookup, milliseconds) from the Dockerfile registered 
 digest when the task folder was loaded in this process (`register`).
 
 `task_sandbox(task, limits)` opens a sandbox over the image (root, or the image's USER, inside
-a user namespace, in its WORKDIR) and starts its service (`ENTRYPOINT`/`CMD`) before the first
-turn; `start_service` is called again after `kill_processes()` so that a task's tests see the
-service running, as they would in the container.
+a user namespace, in its WORKDIR), which starts the image's service (`ENTRYPOINT`/`CMD`) before
+the first turn and after every reset; `start_service` starts it again after `kill_processes()`
+so that a task's tests see the service running, as they would in the container.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from posttrain.images.dockerfile import ImagePlan
 from posttrain.images.store import Image
 from posttrain.sandbox.base import SandboxUnavailable
 
-SERVICE_LOG = "/tmp/.posttrain-service.log"
 _RECIPES: dict[str, Path] = {}
 _BUILT: dict[str, Image] = {}
 _LOCK = threading.Lock()
@@ -81,12 +80,9 @@ def image_for(task) -> Image | None:
 
 
 def start_service(sb, image: Image) -> None:
-    """Start the image's ENTRYPOINT/CMD in the background (output to a log under /tmp)."""
-    argv = image.service
-    if not argv:
-        return
-    script = f'cd "$1" && shift && exec setsid "$@" </dev/null >{SERVICE_LOG} 2>&1 &'
-    sb.run(["/bin/sh", "-c", script, "service", image.workdir, *argv], timeout=30)
+    """(Re)start the image's ENTRYPOINT/CMD, e.g. after `kill_processes()` before grading."""
+    if image.service and hasattr(sb, "start_service"):
+        sb.start_service()
 
 
 def limits_for(task):
@@ -108,5 +104,4 @@ def task_sandbox(task, limits=None) -> Iterator:
     if image is None:
         raise ValueError(f"task {task.key} has no image")
     with open_sandbox(limits or limits_for(task), image=image.sandbox_config()) as sb:
-        start_service(sb, image)
-        yield sb
+        yield sb  # its service (if any) was started with it

@@ -71,7 +71,8 @@ class Image:
         return {"digest": self.digest, "layers": list(reversed(self.layers)) + [self.base_dir],
                 "host": self.host, "workdir": self.workdir,
                 "workspace": self.workdir if workspace and self.workdir != "/" else None,
-                "env": dict(self.env), "uid": self.uid, "gid": self.gid, "home": self.home}
+                "env": dict(self.env), "uid": self.uid, "gid": self.gid, "home": self.home,
+                "service": self.service}
 
     def save(self) -> None:
         path = cache_dir() / "images" / f"{self.digest}.json"

@@ -155,10 +155,22 @@ class SupervisedSandbox:
         self._ws = Workspace(lambda: ws, owner=owner, inside_path=reply["inside_path"])
         self.host_uid = self._slot.uid if self._slot else None
         """the host uid this sandbox's processes run as (bubblewrap backend run as root)"""
+        self.host_uid_count = self._slot.count if self._slot else 1
+        """how many host uids from `host_uid` on are this sandbox's (65536 for an image)"""
         self.workspace_path = reply["inside_path"]
         """where the workspace is, as seen by commands in the sandbox"""
         self.info = SandboxInfo(backend=mode, image=image,
                                 layers=dict(layers or {}, **reply.get("layers", {})), clock=clock)
+        image_cfg = (extra_config or {}).get("image") or {}
+        self._service: list[str] | None = image_cfg.get("service")
+        """an image's ENTRYPOINT/CMD: started now and after every reset (part of its state)"""
+        self._service_cwd = image_cfg.get("workdir", "/")
+        if self._service:
+            try:
+                self.start_service()
+            except BaseException:
+                self._finalizer()
+                raise
 
     # -- plumbing ------------------------------------------------------------------------
     def _stderr_tail(self) -> str:
@@ -279,11 +291,29 @@ class SupervisedSandbox:
         sandbox stays usable. Returns how many were killed."""
         return int(self._call({"op": "kill_processes"}, 60.0)["killed"])
 
+    SERVICE_LOG = "/tmp/.posttrain-service.log"
+
+    def start_service(self) -> None:
+        """Start an image's service (ENTRYPOINT/CMD) in the background, in its own session, in
+        the image's WORKDIR, output to SERVICE_LOG; nothing for a sandbox without one."""
+        if not self._service:
+            return
+        script = f'cd "$1" && shift && exec setsid "$@" </dev/null >{self.SERVICE_LOG} 2>&1 &'
+        r = self.run(["/bin/sh", "-c", script, "service", self._service_cwd, *self._service],
+                     timeout=30)
+        if r.exit_code != 0:
+            raise SandboxError(f"sandbox {self.id}: the image's service {self._service} could "
+                               f"not start: {r.stderr[-300:]}")
+
     def reset(self) -> ResetReport:
-        """Back to pristine for the next episode (see `Sandbox.reset`). Never raises for a
-        sandbox that cannot be reset: the report says so (and why), and the caller closes it."""
+        """Back to pristine for the next episode (see `Sandbox.reset`); an image's service is
+        started again. Never raises for a sandbox that cannot be reset: the report says so (and
+        why), and the caller closes it."""
         try:
-            return ResetReport.from_dict(self._call({"op": "reset"}, 60.0)["report"])
+            report = ResetReport.from_dict(self._call({"op": "reset"}, 60.0)["report"])
+            if report.reusable:
+                self.start_service()
+            return report
         except SandboxError as e:
             return ResetReport(False, f"{type(e).__name__}: {e}")
 
