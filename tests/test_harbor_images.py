@@ -215,3 +215,39 @@ def test_abuse_is_contained_as_root_in_an_image(case, root_image):
     assert cfg["uid"] == 0
     outcome = run_case(case, lambda limits: open_sandbox(limits, image=cfg))
     assert outcome.contained, outcome.detail
+
+
+SERVICE_TASK = {
+    "instruction.md": "A daemon runs in this environment. Write its process id to /app/pid.txt.\n",
+    "task.toml": "[metadata]\nsplit = 'train'\n[verifier]\ntimeout_sec = 30.0\n",
+    "environment/Dockerfile": "FROM debian:12\nRUN mkdir -p /var/run/app\nWORKDIR /app\n"
+                              "COPY daemon.sh /usr/local/bin/daemon.sh\n"
+                              'CMD ["/usr/local/bin/daemon.sh"]\n',
+    "environment/daemon.sh": "#!/bin/sh\necho $$ > /var/run/app/daemon.pid\n"
+                             "while true; do sleep 0.2; done\n",
+    "solution/solve.sh": "#!/bin/bash\ncat /var/run/app/daemon.pid > /app/pid.txt\n",
+    "solution/wrong.sh": "#!/bin/bash\n(sleep 300 &); echo $$ > /app/pid.txt\n",
+    "tests/test.sh": "#!/bin/bash\npid=$(cat /app/pid.txt 2>/dev/null)\n"
+                     "if [ -n \"$pid\" ] && grep -q daemon.sh /proc/$pid/cmdline 2>/dev/null; then\n"
+                     "  echo 1 > /logs/verifier/reward.txt\nelse\n  echo 0 > /logs/verifier/reward.txt\nfi\n",
+}
+
+
+def test_a_harbor_task_with_a_service_runs_as_written(cache, tmp_path):
+    """The CMD daemon runs before the first turn, is still running when the tests run (what
+    the episode started is killed before grading, the service is not), and a task folder with
+    an image loads, builds on first use and grades through the normal episode path."""
+    from posttrain.envs import play_actions
+    from posttrain.tasks.families.terminal.harbor import load_harbor_task
+
+    folder = tmp_path / "daemon-pid"
+    for rel, text in SERVICE_TASK.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text)
+    os.chmod(folder / "environment" / "daemon.sh", 0o755)
+    domain = load_harbor_task(folder)
+    task = domain.task(0, "train")
+    assert task.verifier["image"]["dockerfile"] == "daemon-pid/environment/Dockerfile"
+    assert play_actions(domain, task, domain.oracle(task)).passed
+    for name, actions in domain.negatives(task).items():
+        assert not play_actions(domain, task, actions).passed, name

@@ -22,7 +22,7 @@ from posttrain.envs.actions import BUILTIN_TOOLS, ToolCall, check_args, parse_ac
 from posttrain.envs.base import Observation, StepResult
 from posttrain.envs.budget import EnvConfig, truncate_text
 from posttrain.envs.single import SandboxFactory
-from posttrain.images.episode import image_for, start_service, task_sandbox
+from posttrain.images.episode import image_for, task_sandbox
 from posttrain.sandbox.base import RunResult, Sandbox, WorkspacePathError
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Task
@@ -147,8 +147,6 @@ class ToolEnv:
         killed = self.sandbox.kill_processes()
         if killed:
             self._count("processes_killed_before_grading", killed)
-        if self.image is not None:
-            start_service(self.sandbox, self.image)  # the tests see it running, as in Docker
         verdict = self.domain.verifier.verify(self.task, Outcome(answer=answer, sandbox=self.sandbox))
         self.timings["verify_s"] = self.timings.get("verify_s", 0.0) + time.perf_counter() - t0
         self.workspace_archive = self.sandbox.archive()

@@ -9,8 +9,9 @@ digest when the task folder was loaded in this process (`register`).
 
 `task_sandbox(task, limits)` opens a sandbox over the image (root, or the image's USER, inside
 a user namespace, in its WORKDIR), which starts the image's service (`ENTRYPOINT`/`CMD`) before
-the first turn and after every reset; `start_service` starts it again after `kill_processes()`
-so that a task's tests see the service running, as they would in the container.
+the first turn and after every reset. The service's session is spared by `kill_processes()`
+(what an environment calls before grading), so a task's tests see it running, as they would in
+the container; what else the episode started is killed.
 """
 
 from __future__ import annotations
@@ -77,12 +78,6 @@ def image_for(task) -> Image | None:
             raise ImageUnavailable(f"task {task.key}: building its image failed: {e}") from e
         _BUILT[digest] = image
         return image
-
-
-def start_service(sb, image: Image) -> None:
-    """(Re)start the image's ENTRYPOINT/CMD, e.g. after `kill_processes()` before grading."""
-    if image.service and hasattr(sb, "start_service"):
-        sb.start_service()
 
 
 def limits_for(task):

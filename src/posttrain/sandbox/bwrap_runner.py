@@ -135,6 +135,9 @@ class BwrapRunner:
         self.image: dict = cfg.get("image") or {}
         """an image sandbox's image (root in a user namespace over it, `imageroot.py`), or {}"""
         self.iroot: ImageRoot | None = None
+        self.service_sids: set[int] = set()
+        """sessions (as seen inside) of an image's service, spared by `kill_processes` (not by
+        a reset, a restore or the end of the sandbox)"""
         self.extra_fds: tuple[int, ...] = ()
         if self.image:
             self.inside_ws = self.image.get("workspace") or self.image["workdir"]
@@ -419,10 +422,18 @@ class BwrapRunner:
         return self._kill_until_gone(session) is not None
 
     def kill_processes(self, handle: BwrapHandle | None) -> int | None:
-        """Kill everything but the job server; None if the server cannot be told apart."""
+        """Kill everything but the job server and an image's service (its session: part of
+        the environment, as in a container); None if the server cannot be told apart."""
         if not self.infra:
             return None
-        return self._kill_until_gone(self._processes)
+
+        def victims() -> set[int]:
+            found = self._processes()
+            if self.service_sids:
+                found = {p for p in found if _ns_ids(p)[1] not in self.service_sids}
+            return found
+
+        return self._kill_until_gone(victims)
 
     def counters(self) -> dict[str, int]:
         return self.cg.counters() if self.cg else {}
@@ -475,6 +486,7 @@ class BwrapRunner:
         the same layers with empty uppers, and `start_server()` (-> its handle) starts a job
         server in the new tree. The probe then checks /tmp and /dev/shm as for a plain one."""
         self.infra = set()
+        self.service_sids = set()
         killed = self._kill_until_gone(self._processes)
         left = tuple(sorted(self._processes()))
         if killed is None or left:

@@ -298,12 +298,15 @@ class SupervisedSandbox:
         the image's WORKDIR, output to SERVICE_LOG; nothing for a sandbox without one."""
         if not self._service:
             return
-        script = f'cd "$1" && shift && exec setsid "$@" </dev/null >{self.SERVICE_LOG} 2>&1 &'
+        # in the background of a non-interactive shell, setsid execs (no fork): $! is the
+        # service's pid and its session's id, which kill_processes then spares
+        script = f'cd "$1" && shift && setsid "$@" </dev/null >{self.SERVICE_LOG} 2>&1 & echo $!'
         r = self.run(["/bin/sh", "-c", script, "service", self._service_cwd, *self._service],
                      timeout=30)
-        if r.exit_code != 0:
+        if r.exit_code != 0 or not r.stdout.strip().isdigit():
             raise SandboxError(f"sandbox {self.id}: the image's service {self._service} could "
                                f"not start: {r.stderr[-300:]}")
+        self._call({"op": "service", "sid": int(r.stdout)}, 10.0)
 
     def reset(self) -> ResetReport:
         """Back to pristine for the next episode (see `Sandbox.reset`); an image's service is

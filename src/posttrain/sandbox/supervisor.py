@@ -158,6 +158,8 @@ class Supervisor:
         if op == "restore":
             if req["id"] not in self.runner.snapshots:
                 raise ValueError(f"unknown snapshot id {req['id']!r}")
+            if getattr(self.runner, "service_sids", None):
+                self.runner.service_sids.clear()  # a restore kills everything
             self.kill_processes()  # nothing keeps writing into the workspace being replaced
             self.runner.restore(req["id"])
             return {}
@@ -165,6 +167,9 @@ class Supervisor:
             return {"killed": self.kill_processes()}
         if op == "reset":
             return {"report": self.reset().to_dict()}
+        if op == "service":  # an image's service runs in this session: spare it before grading
+            self.runner.service_sids.add(int(req["sid"]))
+            return {}
         if op == "commit":
             self.server.kill()  # nothing may write into the layer being copied
             self.runner.kill_processes(None)
