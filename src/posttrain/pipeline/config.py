@@ -49,6 +49,10 @@ class DomainsSection(_Section):
                                            "after to measure forgetting")
     weights: dict[str, float] = Field(default_factory=dict,
                                       description="domain -> sampling weight (default 1)")
+    sources: list[str] = Field(default_factory=list,
+                               description="task sources whose domains join the registry, e.g. "
+                                           "'data:qa.jsonl' (posttrain.tasks.sources); when `train` is not "
+                                           "given, their domains are what is trained")
 
 
 class RolloutSection(_Section):

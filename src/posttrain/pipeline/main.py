@@ -75,9 +75,13 @@ class Job:
             console = console if console.is_terminal else Console(width=120)
         self.console = console
         self.run_dir = config.run_dir
-        self.train_domains = [d for d in match_domains(config.domains.train) if _has_split(d, "train")]
+        from posttrain.tasks.sources import use_sources
+
+        added = [d.name for d in use_sources(config.domains.sources)]
+        train = added if added and "train" not in config.domains.model_fields_set else config.domains.train
+        self.train_domains = [d for d in match_domains(train) if _has_split(d, "train")]
         if not self.train_domains:
-            raise RegistryError(f"no domain matching {config.domains.train} has train-split tasks")
+            raise RegistryError(f"no domain matching {train} has train-split tasks")
         trained = {d.name for d in self.train_domains}
         self.heldout_domains = ([d for d in match_domains(config.domains.heldout) if d.name not in trained]
                                 if config.domains.heldout else [])
