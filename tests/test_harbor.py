@@ -184,3 +184,29 @@ def test_the_agent_cannot_pre_write_the_reward(tmp_path, sandbox):
              "echo 1 > $d/logs/verifier/reward.txt; done; sleep 0.05; done) > /dev/null 2>&1 &</bash>")
     v = play_actions(d, d.task(0, "train"), [forge, "<submit>1</submit>"], sandbox=sandbox)
     assert not v.passed and v.details["reward"] == 0.0
+
+
+def test_source_harbor_adds_a_folder_of_tasks_and_skips_a_broken_one(tmp_path):
+    from typer.testing import CliRunner
+
+    from posttrain.cli import app
+    from posttrain.tasks import registry
+
+    for name in ("alpha", "beta"):
+        _copy(tmp_path / "suite" / "group", name)
+    (tmp_path / "suite" / "broken").mkdir()
+    (tmp_path / "suite" / "broken" / "task.toml").write_text("[metadata]\n")
+    runner = CliRunner()
+    try:
+        r = runner.invoke(app, ["tasks", "list", "--source", f"harbor:{tmp_path / 'suite'}"])
+        assert r.exit_code == 0, r.output
+        assert "terminal.harbor.alpha" in r.output and "terminal.harbor.beta" in r.output
+        assert "terminal.harbor.broken" in registry.broken()
+        assert "broken/instruction.md: missing" in registry.broken()["terminal.harbor.broken"].error
+        r = runner.invoke(app, ["tasks", "show", "terminal.harbor.broken", "--source",
+                                f"harbor:{tmp_path / 'suite'}"])
+        assert r.exit_code != 0 and "instruction.md: missing" in r.output
+        r = runner.invoke(app, ["tasks", "list", "--source", f"harbor:{tmp_path / 'nowhere'}"])
+        assert r.exit_code == 2 and "not a directory" in r.output
+    finally:
+        registry.reset_cache()
