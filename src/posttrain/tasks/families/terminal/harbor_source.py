@@ -29,7 +29,7 @@ def task_folders(path: Path) -> list[Path]:
     found: list[Path] = []
     frontier = [path]
     for _ in range(MAX_DEPTH):
-        nxt = []
+        nxt: list[Path] = []
         for d in frontier:
             for child in sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")):
                 (found if (child / "task.toml").is_file() else nxt).append(child)
