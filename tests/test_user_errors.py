@@ -231,14 +231,14 @@ def test_rollout_skips_domains_without_tasks_in_the_split(tmp_path, capsys, monk
     code, out = cli(capsys, monkeypatch, "rollout", "--domains", "terminal.harbor.sales-report,math.add.d1",
                     "--n", "1", "--run-dir", str(tmp_path / "r"))
     assert code == 0, out
-    assert "note: terminal.harbor.sales-report has no train tasks; skipped" in out
+    assert "skipped 1 domain(s) with no train-split tasks: terminal.harbor.sales-report" in out
     assert "episodes 1, completed 1" in out
     code, out = cli(capsys, monkeypatch, "rollout", "--domains", "math.add.d1", "--run-dir",
                     str(tmp_path / "r" / "store.sqlite"))
     assert code == EXIT_BAD_INPUT and "store.sqlite is a file (or under one), not a directory" in out
     code, out = cli(capsys, monkeypatch, "rollout", "--domains", "terminal.harbor.sales-report",
                     "--run-dir", str(tmp_path / "r2"))
-    assert code == EXIT_BAD_INPUT and "no matching domain has train tasks (try --split eval)" in out
+    assert code == EXIT_BAD_INPUT and "no matching domain has train-split tasks (try --split eval)" in out
     assert not (tmp_path / "r2").exists()
 
 
