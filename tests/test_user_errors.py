@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -71,7 +70,7 @@ def test_a_model_path_that_does_not_exist(tmp_path, capsys, monkeypatch):
 
 def test_a_model_override_that_is_not_a_model(tmp_path, capsys, monkeypatch):
     code, out = cli(capsys, monkeypatch, "run", "--model", str(tmp_path), "--name", "x")
-    assert code == EXIT_BAD_INPUT and f"--model: not a Hugging Face model directory" in out
+    assert code == EXIT_BAD_INPUT and "--model: not a Hugging Face model directory" in out
     assert str(tmp_path) in out
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
 
@@ -36,6 +37,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
     from posttrain.storage.store import Store, StoreError
     from posttrain.tasks.domain import NoTasksInSplit
     from posttrain.tasks.registry import RegistryError, match_domains
+    from posttrain.values.task import Split
 
     if split not in ("train", "eval"):
         _fail(f"--split must be 'train' or 'eval', got {split!r}")
@@ -44,10 +46,11 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
         scripted = ScriptedPolicy.named(policy)
     except (RegistryError, ValueError) as e:
         _fail(str(e))
+    which: Split = "train" if split == "train" else "eval"
     specs, elsewhere = [], []
     for d in matched:
         try:
-            specs += [EpisodeSpec(d, d.task(seed, split)) for seed in range(n)]
+            specs += [EpisodeSpec(d, d.task(seed, which)) for seed in range(n)]
         except NoTasksInSplit:  # an imported task folder lives in one split only
             elsewhere.append(d.name)
     if elsewhere:
