@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, Optional
 
 import typer
+
+from posttrain.tasks.sources.cli import apply_sources, source_option
 
 
 def _fail(message: str) -> NoReturn:
@@ -25,7 +27,8 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
             max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", min=0.0, max=1.0,
                                                  help="exit 3 when more episodes than this share are "
                                                       "infrastructure errors"),
-            as_json: bool = typer.Option(False, "--json", help="print a JSON summary")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
+            source: Optional[list[str]] = source_option()) -> None:
     """Run episodes with a scripted policy over the matching domains and store them.
     Domains with no tasks in --split (an imported task folder lives in one) are skipped."""
     from posttrain import runlock
@@ -41,6 +44,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
 
     if split not in ("train", "eval"):
         _fail(f"--split must be 'train' or 'eval', got {split!r}")
+    apply_sources(source)
     try:
         matched = match_domains(domains)
         scripted = ScriptedPolicy.named(policy)
@@ -67,7 +71,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
     except StoreError as e:
         _fail(str(e))
     store.start_run(run_id, {"kind": "rollout", "policy": policy, "domains": domains, "n": n,
-                             "split": split})
+                             "split": split, "sources": source or []})
     tasks = {(s.domain.name, s.task.key): s.task for s in specs}
     with store, SandboxPool(size=workers, preload=sandbox_preload(matched)) as pool:
         def save(ep) -> None:
