@@ -152,7 +152,7 @@ class SchedulerCore:
         st.gen_s += usage.gen_s
         st.tokens += usage.tokens
         g = self.groups.get(spec.group_id)
-        traj.group_id, traj.attempt = spec.group_id, spec.attempt
+        traj.group_id, traj.attempt, traj.member = spec.group_id, spec.attempt, spec.member
         if traj.status == "infra_error":
             self.counters["episodes_infra_error"] += 1
             st.infra_errors += 1
@@ -462,6 +462,14 @@ class SchedulerCore:
         self.ready[g.tier][g.gid] = g
         if g.tier == self.config.trainer_tier and running:
             self.staleness.accept()
+        if g.tier == self.config.trainer_tier and running and self._load_group is not None:
+            # it completed after the save: the adaptive weights learn from it as they did in the
+            # run that was interrupted, so the resumed run draws the same domains
+            mult, retire = self.signal.record(g.domain, g.group.has_signal, g.group.all_passed)
+            self.dom[g.domain].signal_groups += g.group.has_signal
+            self.fair[g.tier].set_weight(g.domain, self.specs[g.domain].weight * mult)
+            if retire:
+                self._update_block(g.domain)
 
     def _forget(self, g: GroupState) -> None:
         self.groups.pop(g.gid, None)
@@ -498,7 +506,7 @@ class SchedulerCore:
     def from_state(cls, state: dict[str, Any], config: SchedulerConfig, domains: Sequence[DomainSpec],
                    *, completed: Completed, **kwargs: Any) -> "SchedulerCore":
         """Resume: groups open at save time are re-issued exactly once (members re-run from
-        scratch with `attempt + 1` if they had been launched), unless `completed` (the store's
+        scratch at the attempt they were at: seeded by identity, they sample the same), unless `completed` (the store's
         group ids) says they finished after the save: those are handed over from the store
         (see `recovered`, `load_group`)."""
         core = cls(config, domains, completed=completed, **kwargs)
