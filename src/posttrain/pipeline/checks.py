@@ -9,13 +9,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from rich.console import Console
 
 from posttrain.envs import initial_observation
 from posttrain.evaluation.contamination import check_contamination as _contamination, guard_training
 from posttrain.pipeline.config import ConfigError
+from posttrain.policies.base import Policy
 from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 from posttrain.values.task import Task
@@ -56,19 +57,22 @@ def check_contamination(train_domains: Sequence[Domain], evals: Sequence[tuple[D
                       "training sample; allowed by the config (recorded in contamination.json)")
 
 
-def check_context(policy: Any, train_domains: Sequence[Domain], evals: Sequence[tuple[Domain, Task]],
+def check_context(policy: Policy, train_domains: Sequence[Domain], evals: Sequence[tuple[Domain, Task]],
                   per_domain: int = 4) -> None:
     """Refuse to start when a domain's prompts do not fit the model's context: such an
     episode can never run (it is not an infrastructure failure that a retry would cure).
     Looks at the first `per_domain` train tasks of each trained domain and at the eval tasks."""
-    limit = getattr(policy, "max_positions", None)
-    if not limit or not hasattr(policy, "render"):
+    limit = policy.max_positions
+    if limit is None:
         return  # the backend does not say (a server checks on its own)
     tasks = [(d, d.task(seed, "train")) for d in train_domains for seed in range(per_domain)]
     worst: dict[str, tuple[int, str]] = {}
     for d, task in tasks + list(evals):
         text = initial_observation(d, task)
-        n = len(policy.render(GenerationRequest((Message("user", text),), SamplingParams())))
+        ids = policy.render(GenerationRequest((Message("user", text),), SamplingParams()))
+        if ids is None:
+            return  # no tokenizer to measure with
+        n = len(ids)
         if n >= limit and n > worst.get(d.name, (0, ""))[0]:
             worst[d.name] = (n, task.key)
     if worst:

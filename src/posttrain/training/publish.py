@@ -55,6 +55,13 @@ class PolicyPublisher:
         """The version the sampler generates with."""
         return self._policy.version
 
+    @property
+    def max_positions(self) -> int | None:
+        return self._policy.max_positions
+
+    def render(self, request: GenerationRequest) -> list[int] | None:
+        return self._policy.render(request)
+
     def publish(self) -> PolicyVersion:
         """Take the trainer's current weights (call after each trainer step) and announce them."""
         version = self.trainer.version
