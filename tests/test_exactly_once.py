@@ -40,16 +40,17 @@ def test_resuming_a_checkpoint_repeats_the_uninterrupted_run(tmp_path):
     # Before the fix the groups in flight at the checkpoint were re-run at attempt + 1 (other
     # sampling seeds), so step 3 differed from the uninterrupted run, and the extended run kept
     # the first run's `after` evaluation of the step-2 weights.
-    full = _job(tmp_path, "full", 5).run()
-    _job(tmp_path, "part", 2).run()
-    resumed = _job(tmp_path, "part", 5).run()  # the finished 2-step run, resumed to 5 steps
+    # (8 steps: from step 6 on the adaptive weights move, and a resume must restore them too)
+    full = _job(tmp_path, "full", 8).run()
+    _job(tmp_path, "part", 4).run()
+    resumed = _job(tmp_path, "part", 8).run()  # the finished 4-step run, resumed to 8 steps
     runs = tmp_path / "runs"
     assert _rewards(runs / "part") == _rewards(runs / "full")
     for key in ("final_pass1", "final_pass2", "heldout_final_pass1"):
         assert resumed[key] == full[key], key
     from safetensors.torch import load_file
 
-    a, b = (load_file(runs / run / "checkpoints" / "step-5" / "model.safetensors") for run in ("full", "part"))
+    a, b = (load_file(runs / run / "checkpoints" / "step-8" / "model.safetensors") for run in ("full", "part"))
     assert all(bool((a[k] == b[k]).all()) for k in a)
     for run in ("full", "part"):
         with Store.for_run_dir(runs / run, readonly=True) as store:
