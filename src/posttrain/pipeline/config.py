@@ -7,6 +7,7 @@
     [trainer]    the GRPO knobs (`posttrain.training.TrainerConfig`; every field documented there)
     [eval]       the before/after evaluation on the eval split
     [scheduler]  staleness bound and worker counts
+    [logging]    experiment trackers (`posttrain.tracking.LoggingConfig`): TensorBoard by default
 
 Unknown keys are errors (a typo never silently falls back to a default), and every error names
 the file and the dotted field, e.g. ``my.toml: rollout.group_size: Input should be greater than
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from posttrain.tracking.config import LoggingConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-base"
@@ -53,6 +56,10 @@ class DomainsSection(_Section):
                                            "after to measure forgetting")
     weights: dict[str, float] = Field(default_factory=dict,
                                       description="domain -> sampling weight (default 1)")
+    sources: list[str] = Field(default_factory=list,
+                               description="task sources whose domains join the registry, e.g. "
+                                           "'data:qa.jsonl' (posttrain.tasks.sources); when `train` is not "
+                                           "given, their domains are what is trained")
 
 
 class RolloutSection(_Section):
@@ -90,6 +97,7 @@ class RunConfig(_Section):
                                                 "the default is the recipe's (models/README.md)")
     eval: EvalSection = EvalSection()
     scheduler: SchedulerSection = SchedulerSection()
+    logging: LoggingConfig = LoggingConfig()
     allow_contamination: bool = Field(False, description="start even if eval tasks leak into training")
 
     @property

@@ -48,9 +48,13 @@ class Job:
             console = console if console.is_terminal else Console(width=120)
         self.console = console
         self.run_dir = config.run_dir
-        self.train_domains = [d for d in match_domains(config.domains.train) if checks.has_split(d, "train")]
+        from posttrain.tasks.sources import use_sources
+
+        added = [d.name for d in use_sources(config.domains.sources)]
+        train = added if added and "train" not in config.domains.model_fields_set else config.domains.train
+        self.train_domains = [d for d in match_domains(train) if checks.has_split(d, "train")]
         if not self.train_domains:
-            raise RegistryError(f"no domain matching {config.domains.train} has train-split tasks")
+            raise RegistryError(f"no domain matching {train} has train-split tasks")
         trained = {d.name for d in self.train_domains}
         self.heldout_domains = ([d for d in match_domains(config.domains.heldout) if d.name not in trained]
                                 if config.domains.heldout else [])
@@ -58,6 +62,8 @@ class Job:
         self.checkpoints = RunCheckpoints(self.run_dir / "checkpoints", keep=config.keep_checkpoints)
         self.trainer_config = self._trainer_config()
         self.stopped_early: str | None = None
+        self.tracker: Any = None
+        """the experiment trackers of `[logging]` (open while `run` runs)"""
 
     def _trainer_config(self) -> Any:
         """The trainer's settings, checked before anything runs (errors name the field)."""
@@ -190,8 +196,11 @@ class Job:
                     policy.publish()
                     at_checkpoint = trainer.step_count % cfg.checkpoint_every == 0 or trainer.step_count == steps
                     # per-domain scheduler figures go into metrics.jsonl at checkpoints only
-                    self.metrics.write(step_row(trainer.step_count, metrics, groups,
-                                                sched.metrics(per_domain=at_checkpoint)))
+                    row = step_row(trainer.step_count, metrics, groups, sched.metrics(per_domain=at_checkpoint))
+                    if self.metrics.write(row) and self.tracker is not None:
+                        from posttrain.tracking import flatten
+
+                        self.tracker.log(trainer.step_count, flatten(row))
                     rewards: dict[str, list[float]] = {}
                     for g in groups:
                         rewards.setdefault(g.domain, []).extend(g.rewards)
@@ -239,6 +248,10 @@ class Job:
         checks.check_context(trainer.policy(), self.train_domains, eval_tasks)
         with ExitStack() as stack:
             store = stack.enter_context(Store.for_run_dir(self.run_dir))
+            from posttrain.tracking import eval_scalars, open_tracker
+
+            self.tracker = open_tracker(cfg.logging, self.run_dir, cfg.name, cfg.model_dump(mode="json"))
+            stack.callback(self.tracker.close)
             store.start_run(cfg.name, cfg.model_dump(mode="json"))
             sandbox_factory = None
             if checks.needs_sandbox(self.train_domains + self.heldout_domains):
@@ -253,11 +266,13 @@ class Job:
                 store.put_policy_version(start.name, start.parent, start.weights_hash, cfg.model.path)
             base_policy = TorchPolicy(cfg.model.path, device=cfg.model.device) if trainer.step_count else trainer.policy()
             before = self.evaluate(base_policy, "before", eval_tasks, store, sandbox_factory)
+            self.tracker.log(0, eval_scalars(before.summary, "before"))
             del base_policy
             t_train = time.perf_counter()
             asyncio.run(self.train(trainer, sched_state, store, sandbox_factory))
             train_s = time.perf_counter() - t_train
             after = self.evaluate(trainer.policy(), "after", eval_tasks, store, sandbox_factory)
+            self.tracker.log(trainer.step_count, eval_scalars(after.summary, "after"))
         trained = [d.name for d in self.train_domains]
         forgetting = forgetting_report(before, after, trained)
         write_forgetting(self.run_dir, forgetting, cfg.name)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import NoReturn, Optional
 
 import typer
 
+from posttrain.tasks.sources.cli import apply_sources, source_option
 
-def _fail(message: str) -> None:
+
+def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
 
@@ -24,7 +27,8 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
             max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", min=0.0, max=1.0,
                                                  help="exit 3 when more episodes than this share are "
                                                       "infrastructure errors"),
-            as_json: bool = typer.Option(False, "--json", help="print a JSON summary")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
+            source: Optional[list[str]] = source_option()) -> None:
     """Run episodes with a scripted policy over the matching domains and store them.
     Domains with no tasks in --split (an imported task folder lives in one) are skipped."""
     from posttrain import runlock
@@ -36,18 +40,21 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
     from posttrain.storage.store import Store, StoreError
     from posttrain.tasks.domain import NoTasksInSplit
     from posttrain.tasks.registry import RegistryError, match_domains
+    from posttrain.values.task import Split
 
     if split not in ("train", "eval"):
         _fail(f"--split must be 'train' or 'eval', got {split!r}")
+    apply_sources(source)
     try:
         matched = match_domains(domains)
         scripted = ScriptedPolicy.named(policy)
     except (RegistryError, ValueError) as e:
         _fail(str(e))
+    which: Split = "train" if split == "train" else "eval"
     specs, elsewhere = [], []
     for d in matched:
         try:
-            specs += [EpisodeSpec(d, d.task(seed, split)) for seed in range(n)]
+            specs += [EpisodeSpec(d, d.task(seed, which)) for seed in range(n)]
         except NoTasksInSplit:  # an imported task folder lives in one split only
             elsewhere.append(d.name)
     if elsewhere:
@@ -64,7 +71,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
     except StoreError as e:
         _fail(str(e))
     store.start_run(run_id, {"kind": "rollout", "policy": policy, "domains": domains, "n": n,
-                             "split": split})
+                             "split": split, "sources": source or []})
     tasks = {(s.domain.name, s.task.key): s.task for s in specs}
     with store, SandboxPool(size=workers, preload=sandbox_preload(matched)) as pool:
         def save(ep) -> None:
@@ -107,7 +114,7 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
         store = Store.for_run_dir(run_dir, readonly=not rescore)  # only a re-score writes (its verdicts)
         trajs = list(store.trajectories()) if all_ else [store.get_trajectory(trajectory_id)]
     except (StoreError, KeyError) as e:
-        _fail(str(e).strip("'\""))
+        _fail(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e))
     results = []
     with store, SandboxPool(size=1) as pool:
         for t in trajs:
