@@ -74,7 +74,7 @@ def test_greedy_fast_is_standard_token_for_token_across_families(standard, fast)
         before = fast.spec_stats.accepted
         assert_same(standard.generate(requests), fast.generate(requests))
         assert fast.spec_stats.accepted > before  # drafts were accepted: the fast path ran
-    assert fast.spec_stats.acceptance_len > 1.5
+    assert fast.spec_stats.acceptance_len > 1.3  # 96 rows: verify_tokens allows 1 draft per row per step
 
 
 def test_greedy_with_a_draft_model_is_standard(standard, random_draft):

@@ -33,7 +33,7 @@ the draft, i.e. a deterministic drafter, or a greedy row, whose test needs no q)
 class PromptLookup:
     """n-gram copy drafting over each row's own prompt and history."""
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2) -> None:
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 3) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"PromptLookup needs 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
