@@ -86,6 +86,14 @@ def test_greedy_with_a_draft_model_is_standard(standard, random_draft):
     assert fast.spec_stats.drafted > 0
 
 
+def test_the_shipped_draft_model_drafts_for_tiny_base(standard):
+    fast = TorchPolicy(standard.model, standard.tokenizer, mode="fast", prefix_cache_mb=0,
+                       draft=MODEL.parent / "tiny-base-draft")
+    requests = [req(t, temperature=0.0, max_tokens=24, stop=("\n",)) for t in family_texts(1)]
+    assert_same(standard.generate(requests), fast.generate(requests))
+    assert fast.spec_stats.accepted >= 0.3 * fast.spec_stats.drafted
+
+
 def test_a_batch_mixing_greedy_and_sampled_rows_keeps_greedy_rows_standard(standard, fast):
     texts = family_texts(2)
     greedy = [req(t, temperature=0.0, max_tokens=40) for t in texts]
