@@ -15,6 +15,8 @@ app = typer.Typer(add_completion=False, help="Evaluate a policy on the eval spli
 baseline_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Frozen regression baselines.")
 app.add_typer(baseline_app, name="baseline")
 
+from posttrain.tasks.sources.cli import apply_sources, source_option
+
 DEFAULT_TASKS = "math.*,text.*"
 
 
@@ -180,7 +182,8 @@ def eval_(ctx: typer.Context,
           max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", min=0.0, max=1.0,
                                                help="exit 3 when more than this share of episodes are "
                                                     "infrastructure errors (or a domain has nothing else)"),
-          as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+          as_json: bool = typer.Option(False, "--json", help="print JSON"),
+          source: Optional[list[str]] = source_option()) -> None:
     """Evaluate a policy: per-domain and per-family pass@k with CIs, rework, cost, latency.
 
     Exit codes: 0 done; 2 bad input; 3 not trustworthy (a domain with infrastructure errors on
@@ -189,6 +192,9 @@ def eval_(ctx: typer.Context,
         return
     if policy is None:
         _fail("--policy is required (e.g. --policy oracle); see `posttrain eval --help`")
+    added = apply_sources(source)
+    if added and tasks == DEFAULT_TASKS:  # --source alone: evaluate what it adds
+        tasks = ",".join(added)
     if baseline is not None:
         return _gate(policy, baseline, run_dir, name, as_json)
     from posttrain.errors import EXIT_UNTRUSTWORTHY
@@ -390,6 +396,8 @@ def contamination(train: str = typer.Option(DEFAULT_TASKS, "--train", help="trai
     from posttrain.evaluation.tasksets import TaskSetError, load_task_file, tasks_from_domains
 
     def load(spec: str, n: int, split: str):
+        if not Path(spec).is_file() and (Path(spec).suffix in (".toml", ".json", ".jsonl") or "/" in spec):
+            _fail(f"--{split}: {spec}: no such task file (and not a domain glob)")
         try:
             return load_task_file(spec) if Path(spec).is_file() else tasks_from_domains(spec, n, split)  # type: ignore[arg-type]
         except (TaskSetError, OSError) as e:

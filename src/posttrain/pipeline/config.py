@@ -7,6 +7,7 @@
     [trainer]    the GRPO knobs (`posttrain.training.TrainerConfig`; every field documented there)
     [eval]       the before/after evaluation on the eval split
     [scheduler]  staleness bound and worker counts
+    [logging]    experiment trackers (`posttrain.tracking.LoggingConfig`): TensorBoard by default
 
 Unknown keys are errors (a typo never silently falls back to a default), and every error names
 the file and the dotted field, e.g. ``my.toml: rollout.group_size: Input should be greater than
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 # The default mix: domains the shipped base model knows latently (see models/README.md), and
 # domains it knows but is never trained on here (watched for forgetting).
 from posttrain.training.recipe import DEFAULT_MIX, HELD_OUT, RecipeConfig  # imports no torch
+from posttrain.tracking.config import LoggingConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-base"
@@ -49,6 +51,10 @@ class DomainsSection(_Section):
                                            "after to measure forgetting")
     weights: dict[str, float] = Field(default_factory=dict,
                                       description="domain -> sampling weight (default 1)")
+    sources: list[str] = Field(default_factory=list,
+                               description="task sources whose domains join the registry, e.g. "
+                                           "'data:qa.jsonl' (posttrain.tasks.sources); when `train` is not "
+                                           "given, their domains are what is trained")
 
 
 class RolloutSection(_Section):
@@ -86,6 +92,7 @@ class RunConfig(_Section):
                                                 "the default is the recipe's (models/README.md)")
     eval: EvalSection = EvalSection()
     scheduler: SchedulerSection = SchedulerSection()
+    logging: LoggingConfig = LoggingConfig()
     allow_contamination: bool = Field(False, description="start even if eval tasks leak into training")
 
     @property

@@ -75,15 +75,21 @@ class Job:
             console = console if console.is_terminal else Console(width=120)
         self.console = console
         self.run_dir = config.run_dir
-        self.train_domains = [d for d in match_domains(config.domains.train) if _has_split(d, "train")]
+        from posttrain.tasks.sources import use_sources
+
+        added = [d.name for d in use_sources(config.domains.sources)]
+        train = added if added and "train" not in config.domains.model_fields_set else config.domains.train
+        self.train_domains = [d for d in match_domains(train) if _has_split(d, "train")]
         if not self.train_domains:
-            raise RegistryError(f"no domain matching {config.domains.train} has train-split tasks")
+            raise RegistryError(f"no domain matching {train} has train-split tasks")
         trained = {d.name for d in self.train_domains}
         self.heldout_domains = ([d for d in match_domains(config.domains.heldout) if d.name not in trained]
                                 if config.domains.heldout else [])
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.trainer_config = self._trainer_config()
         self.stopped_early: str | None = None
+        self.tracker: Any = None
+        """the experiment trackers of `[logging]` (open while `run` runs)"""
 
     def _trainer_config(self) -> Any:
         """The trainer's settings, checked before anything runs (errors name the field)."""
@@ -311,6 +317,10 @@ class Job:
                                     for d, v in sched["domains"].items()}
         with open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(row, default=str) + "\n")
+        if self.tracker is not None:
+            from posttrain.tracking import flatten
+
+            self.tracker.log(step, flatten(row))
 
     # -- the whole job ----------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -337,6 +347,10 @@ class Job:
         self.check_context(trainer.policy(), eval_tasks)
         with ExitStack() as stack:
             store = stack.enter_context(Store.for_run_dir(self.run_dir))
+            from posttrain.tracking import eval_scalars, open_tracker
+
+            self.tracker = open_tracker(cfg.logging, self.run_dir, cfg.name, cfg.model_dump(mode="json"))
+            stack.callback(self.tracker.close)
             store.start_run(cfg.name, cfg.model_dump(mode="json"))
             sandbox_factory = None
             if _needs_sandbox(self.train_domains + self.heldout_domains):
@@ -351,11 +365,13 @@ class Job:
                 store.put_policy_version(start.name, start.parent, start.weights_hash, cfg.model.path)
             base_policy = TorchPolicy(cfg.model.path, device=cfg.model.device) if trainer.step_count else trainer.policy()
             before = self.evaluate(base_policy, "before", eval_tasks, store, sandbox_factory)
+            self.tracker.log(0, eval_scalars(before.summary, "before"))
             del base_policy
             t_train = time.perf_counter()
             asyncio.run(self.train(trainer, sched_state, store, sandbox_factory))
             train_s = time.perf_counter() - t_train
             after = self.evaluate(trainer.policy(), "after", eval_tasks, store, sandbox_factory)
+            self.tracker.log(trainer.step_count, eval_scalars(after.summary, "after"))
         trained = [d.name for d in self.train_domains]
         forgetting = forgetting_report(before, after, trained)
         write_forgetting(self.run_dir, forgetting, cfg.name)

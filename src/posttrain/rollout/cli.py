@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import Optional
 
 import typer
+
+from posttrain.tasks.sources.cli import apply_sources, source_option
 
 
 def _fail(message: str) -> None:
@@ -24,7 +27,8 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
             max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", min=0.0, max=1.0,
                                                  help="exit 3 when more episodes than this share are "
                                                       "infrastructure errors"),
-            as_json: bool = typer.Option(False, "--json", help="print a JSON summary")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
+            source: Optional[list[str]] = source_option()) -> None:
     """Run episodes with a scripted policy over the matching domains and store them.
     Domains with no tasks in --split (an imported task folder lives in one) are skipped."""
     from posttrain import runlock
@@ -39,6 +43,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
 
     if split not in ("train", "eval"):
         _fail(f"--split must be 'train' or 'eval', got {split!r}")
+    apply_sources(source)
     try:
         matched = match_domains(domains)
         scripted = ScriptedPolicy.named(policy)
@@ -50,11 +55,9 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
             specs += [EpisodeSpec(d, d.task(seed, split)) for seed in range(n)]
         except NoTasksInSplit:  # an imported task folder lives in one split only
             elsewhere.append(d.name)
-    if elsewhere:
-        typer.echo(f"skipped {len(elsewhere)} domain(s) with no {split}-split tasks: "
-                   f"{', '.join(elsewhere)}", err=True)
+            typer.echo(f"note: {d.name} has no {split} tasks; skipped", err=True)
     if not specs:
-        _fail(f"--domains {domains!r}: no matching domain has {split}-split tasks (try --split "
+        _fail(f"--domains {domains!r}: no matching domain has {split} tasks (try --split "
               f"{'eval' if split == 'train' else 'train'})")
     matched = [d for d in matched if d.name not in elsewhere]
     run_id = f"rollout-{uuid.uuid4().hex[:8]}"
@@ -64,7 +67,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
     except StoreError as e:
         _fail(str(e))
     store.start_run(run_id, {"kind": "rollout", "policy": policy, "domains": domains, "n": n,
-                             "split": split})
+                             "split": split, "sources": source or []})
     tasks = {(s.domain.name, s.task.key): s.task for s in specs}
     with store, SandboxPool(size=workers, preload=sandbox_preload(matched)) as pool:
         def save(ep) -> None:
@@ -107,7 +110,7 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
         store = Store.for_run_dir(run_dir, readonly=not rescore)  # only a re-score writes (its verdicts)
         trajs = list(store.trajectories()) if all_ else [store.get_trajectory(trajectory_id)]
     except (StoreError, KeyError) as e:
-        _fail(str(e).strip("'\""))
+        _fail(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e))
     results = []
     with store, SandboxPool(size=1) as pool:
         for t in trajs:
