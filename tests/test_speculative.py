@@ -234,3 +234,14 @@ def test_bad_settings_are_clear_errors(standard):
     other = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=128, n_embd=16, n_layer=1, n_head=1))
     with pytest.raises(ValueError, match="vocabulary size"):
         TorchPolicy(standard.model, standard.tokenizer, mode="fast", draft=other)
+
+
+def test_eval_resolves_a_model_directory_in_fast_mode_and_refuses_it_elsewhere():
+    from posttrain.evaluation.policy import PolicySpecError, resolve_policy
+
+    assert resolve_policy(str(MODEL), mode="fast").mode == "fast"
+    assert resolve_policy(str(MODEL)).mode == "standard"
+    with pytest.raises(PolicySpecError, match="needs a model directory"):
+        resolve_policy("oracle", mode="fast")
+    with pytest.raises(PolicySpecError, match="expected 'standard' or 'fast'"):
+        resolve_policy(str(MODEL), mode="turbo")
