@@ -245,3 +245,15 @@ def test_eval_resolves_a_model_directory_in_fast_mode_and_refuses_it_elsewhere()
         resolve_policy("oracle", mode="fast")
     with pytest.raises(PolicySpecError, match="expected 'standard' or 'fast'"):
         resolve_policy(str(MODEL), mode="turbo")
+
+
+def test_a_draft_model_never_drafts_past_the_context(standard, random_draft):
+    fast = TorchPolicy(standard.model, standard.tokenizer, mode="fast", draft=random_draft, prefix_cache_mb=0)
+    prompts = ["ab" * 50, "abc" * 40, "x" * 120, "1+1="]  # rows reach the 128-position limit at different steps
+    for temperature in (0.0, 1.0):
+        requests = [req(p, temperature=temperature, max_tokens=100, seed=i) for i, p in enumerate(prompts)]
+        out = fast.generate(requests)
+        for c in out:
+            assert len(c.prompt_token_ids) + len(c.token_ids) <= standard.max_positions
+        if temperature == 0.0:
+            assert_same(standard.generate(requests), out)
