@@ -75,7 +75,7 @@ def accept_sampled(p: torch.Tensor, drafts: Sequence[int], q: torch.Tensor | Non
     p = p / p.sum(dim=-1, keepdim=True)
     for i, d in enumerate(drafts):
         qd = 1.0 if q is None else float(q[i, d])
-        u = float(torch.rand((), generator=generator))
+        u = float(torch.rand((), generator=generator, device=p.device))
         if u * qd < float(p[i, d]):  # u < p/q without dividing by a q(d) of 0
             continue
         if q is None:
