@@ -17,6 +17,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 # "group name" mounts a command inside an earlier group (e.g. "tasks contamination").
 _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("posttrain.sandbox.cli", "app", "sandbox"),
+    ("posttrain.images.cli", "app", "image"),
     ("posttrain.tasks.cli", "app", "tasks"),
     ("posttrain.rollout.cli", "rollout", "rollout"),
     ("posttrain.rollout.cli", "replay", "replay"),

@@ -135,6 +135,15 @@ def _print_report(report) -> None:
                       str(sum(c.flips for c in checks)), str(sum(c.infra_errors for c in checks)),
                       f"{sum(c.seconds for c in checks):.2f}")
     console.print(table)
+    counts = [f"{c.domain} {c.tasks}" for c in report.checks]
+    if len(counts) <= 40:
+        console.print("tasks checked per domain: " + ", ".join(counts), highlight=False)
+    else:
+        by_n: dict[int, int] = {}
+        for c in report.checks:
+            by_n[c.tasks] = by_n.get(c.tasks, 0) + 1
+        console.print("tasks checked per domain: " + ", ".join(
+            f"{n} tasks: {k} domains" for n, k in sorted(by_n.items())), highlight=False)
     for c in report.checks:
         if c.not_checked:
             console.print(f"[yellow]not checked[/yellow] {c.domain}: {escape(c.not_checked)}")

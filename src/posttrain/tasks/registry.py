@@ -131,6 +131,16 @@ def add_domains(domains: Iterable[Domain], source: str) -> None:
     _domains = dict(sorted({**current, **{d.name: d for d in new}}.items()))
 
 
+def add_broken(items: Iterable[BrokenDomain]) -> None:
+    """Record task folders of a run-time source that did not load: reported once on stderr,
+    skipped, and named in the error when asked for by name (as for families)."""
+    all_domains()  # the families first: their load reports its own broken ones
+    for b in items:
+        if b.name not in _broken:
+            log.warning("posttrain: skipped %s: %s", b.name, b.error)
+        _broken[b.name] = b
+
+
 def broken() -> dict[str, BrokenDomain]:
     """Task sources that failed to load (reported and skipped), by name."""
     all_domains()

@@ -10,6 +10,9 @@ like built-in ones. Kinds of source:
 
 * `data:PATH[?QUERY]`: a JSONL/JSON/Parquet file or a `datasets` save_to_disk folder, described
   by a small TOML beside it or the query (`posttrain.tasks.sources.spec`, `posttrain.tasks.sources.data`).
+* `harbor:DIR`: a Harbor / Terminal-Bench task folder, or a folder of them
+  (`posttrain.tasks.families.terminal.harbor_source`); a folder that does not load is reported
+  by name and skipped (asking for its domain by name says why).
 
 A source that cannot be read is a `SourceError` (a `UserError`: one line, exit 2) naming the
 file, the row and the column.
@@ -23,7 +26,7 @@ from typing import Iterable
 from posttrain.errors import UserError
 from posttrain.tasks.domain import Domain
 
-KINDS = ("data",)
+KINDS = ("data", "harbor")
 
 
 class SourceError(UserError):
@@ -45,6 +48,8 @@ def load_source(spec: str, base: Path | None = None) -> list[Domain]:
         raise SourceError(f"unknown task source {spec!r}: expected {' or '.join(k + ':...' for k in KINDS)} "
                           "(e.g. data:qa.jsonl)")
     key = (spec, str(base or Path.cwd()))
+    if kind == "harbor" and key not in _loaded:
+        _loaded[key] = _harbor(rest, base)
     if key not in _loaded:
         try:
             parsed, data, where = parse_data_source(rest, base)
@@ -54,6 +59,21 @@ def load_source(spec: str, base: Path | None = None) -> list[Domain]:
         except ValueError as e:  # a verifier parameter (named.py names it)
             raise SourceError(str(e)) from None
     return _loaded[key]
+
+
+def _harbor(rest: str, base: Path | None) -> list[Domain]:
+    from posttrain.tasks.families.terminal.harbor_source import HarborSourceError, harbor_domains
+    from posttrain.tasks.registry import BrokenDomain, add_broken
+
+    path = Path(rest).expanduser()
+    if not path.is_absolute():
+        path = (base or Path.cwd()) / path
+    try:
+        found = harbor_domains(path)
+    except HarborSourceError as e:
+        raise SourceError(str(e)) from None
+    add_broken(d for d in found if isinstance(d, BrokenDomain))
+    return [d for d in found if isinstance(d, Domain)]
 
 
 def use_sources(specs: Iterable[str] | None, base: Path | None = None) -> list[Domain]:

@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 SOURCE_HELP = ("a task source whose domains to add (repeatable): data:PATH[?QUERY] for a "
-               "JSONL/JSON/Parquet file or a datasets folder (see README, 'Bring your own tasks')")
+               "JSONL/JSON/Parquet file or a datasets folder (see README, 'Bring your own tasks'); "
+               "harbor:DIR for a Harbor/Terminal-Bench task folder or a folder of them")
 
 
 def source_option() -> Optional[list[str]]:
