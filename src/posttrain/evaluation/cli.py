@@ -11,11 +11,11 @@ from typing import NoReturn, Optional
 
 import typer
 
+from posttrain.tasks.sources.cli import apply_sources, source_option
+
 app = typer.Typer(add_completion=False, help="Evaluate a policy on the eval split; compare two; gate on a baseline.")
 baseline_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Frozen regression baselines.")
 app.add_typer(baseline_app, name="baseline")
-
-from posttrain.tasks.sources.cli import apply_sources, source_option
 
 DEFAULT_TASKS = "math.*,text.*"
 
