@@ -22,7 +22,8 @@ What comes back, per request:
 Modes (`mode=`): 'standard' decodes one token per row per step (`posttrain.policies.decode`);
 'fast' decodes speculatively (`posttrain.policies.speculative`): prompt-lookup drafts by default
 (no second model), or a small draft model (`draft=` a directory or module with the same
-tokenizer, e.g. `models/tiny-base-draft`), verified by this model in one forward per step. Greedy
+tokenizer, e.g. `models/tiny-base-draft`), verified by this model in one forward per step (at most `verify_tokens` positions: rows x
+draft length, the CPU's sweet spot; raise it on a GPU). Greedy
 output is standard output token for token, sampled output follows the same distribution,
 log-probs are this model's. Fast mode also keeps a prefix cache (`prefix_cache_mb`, default 256
 in fast mode, 0 = off in standard mode): an episode's next turn reuses the keys/values of its
@@ -120,14 +121,16 @@ class TorchPolicy:
                  version: PolicyVersion | None = None, device: str | torch.device | None = None,
                  dtype: str | torch.dtype | None = None, max_batch_size: int = 256,
                  use_cache: bool = True, mode: str = "standard",
-                 draft: str | os.PathLike | torch.nn.Module | None = None, max_draft: int = 8,
-                 prefix_cache_mb: float | None = None) -> None:
+                 draft: str | os.PathLike | torch.nn.Module | None = None, max_draft: int = 16,
+                 verify_tokens: int = 256, prefix_cache_mb: float | None = None) -> None:
         if max_batch_size < 1:
             raise ValueError(f"TorchPolicy max_batch_size must be >= 1, got {max_batch_size}")
         if mode not in MODES:
             raise ValueError(f"TorchPolicy mode must be one of {MODES}, got {mode!r}")
         if max_draft < 1:
             raise ValueError(f"TorchPolicy max_draft must be >= 1, got {max_draft}")
+        if verify_tokens < 1:
+            raise ValueError(f"TorchPolicy verify_tokens must be >= 1, got {verify_tokens}")
         if draft is not None and mode != "fast":
             raise ValueError(f"TorchPolicy draft= is only used with mode='fast' (got mode={mode!r})")
         if prefix_cache_mb is not None and prefix_cache_mb < 0:
@@ -160,7 +163,7 @@ class TorchPolicy:
         self.pad_id = pad if pad is not None else (min(eos) if eos else 0)
         probe = tokenizer("Hello world, 12 + 3 = 15.\n  (x)", add_special_tokens=False)["input_ids"]
         self._piecewise = self._text(probe) == "".join(self._text([i]) for i in probe)
-        self.mode, self.max_draft = mode, max_draft
+        self.mode, self.max_draft, self.verify_tokens = mode, max_draft, verify_tokens
         self.spec_stats = SpecStats()
         self.draft_model = None if draft is None else self._load_draft(draft)
         mb = prefix_cache_mb if prefix_cache_mb is not None else (FAST_PREFIX_CACHE_MB if mode == "fast" else 0.0)
@@ -277,7 +280,8 @@ class TorchPolicy:
                 results = generate_ragged(self.model, rows, pad_id=self.pad_id, eos_ids=self.eos_ids,
                                           max_positions=self.max_positions, stop_check=stop_check,
                                           drafter=drafter, prefix_cache=self.prefix_cache,
-                                          max_draft=self.max_draft, stats=self.spec_stats)
+                                          max_draft=self.max_draft, verify_tokens=self.verify_tokens,
+                                          stats=self.spec_stats)
             else:
                 results = decode(self.model, rows, pad_id=self.pad_id, eos_ids=self.eos_ids,
                                  max_positions=self.max_positions, stop_check=stop_check,
