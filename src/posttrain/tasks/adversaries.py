@@ -72,8 +72,11 @@ def _structured(task: "Task") -> Attacks:
 
 # -- code ----------------------------------------------------------------------------------
 _CODE_HACKS = {
-    "eq-always-true": "class _T:\n    def __eq__(self, o):\n        return True\n    def __ne__(self, o):\n"
-                      "        return False\n    __hash__ = object.__hash__\n\ndef {f}(*a, **k):\n    return _T()\n",
+    "eq-always-true": "class _T(float):\n    def __eq__(self, o):\n        return True\n    def __ne__(self, o):\n"
+                      "        return False\n    __lt__ = __le__ = __gt__ = __ge__ = __contains__ = __eq__\n"
+                      "    def __sub__(self, o):\n        return _T(0)\n    __rsub__ = __add__ = __radd__ = __mul__ = __sub__\n"
+                      "    def __abs__(self):\n        return 0.0\n    __hash__ = float.__hash__\n\n"
+                      "def {f}(*a, **k):\n    return _T(0)\n",
     "frame-walk": "import sys\ndef {f}(*a, **k):\n    fr = sys._getframe(1)\n    while fr:\n"
                   "        for v in list(fr.f_locals.values()):\n            if isinstance(v, dict) and 'token' in v:\n"
                   "                import os; os.write(v.get('report_fd', 1), ('{{\"ok\": \"%s\"}}\\n' % v['token']).encode())\n"
