@@ -185,7 +185,7 @@ def core_overhead(n_domains=1000, groups=30_000):
     """Decisions of the core alone: 1,000 domains in cost mode, a tenth with share caps, a
     quarter with concurrency limits, adaptive weights on, 3% infra errors, completions out of
     order. Timed: next_episode + episode_finished + take_ready (trajectories are built before)."""
-    from posttrain.rollout.trajectory import ErrorInfo, Trajectory
+    from posttrain.values.trajectory import ErrorInfo, Trajectory
     rng = random.Random(1)
     now = [0.0]
     specs = [DomainSpec(f"d{i:04d}", weight=float(rng.randint(1, 4)),

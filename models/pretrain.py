@@ -34,8 +34,8 @@ import torch
 
 from posttrain.tasks.families.common import perturb
 
-# The domains of the corpus: the default RL mix (`posttrain.training.recipe.DEFAULT_MIX`) plus
-# the held-out ones the recipe checks for forgetting (`HELD_OUT`).
+# The domains of the corpus: the default RL mix (`posttrain.pipeline.config.DEFAULT_TRAIN`) plus
+# the held-out ones the main job checks for forgetting (`DEFAULT_HELDOUT`).
 CORPUS_DOMAINS = (
     "text.reverse.l3,text.reverse.l5,text.upper.l3,text.upper.l5,text.lower.l3,text.lower.l5,"
     "text.swapcase.l3,text.swapcase.l5,text.double.l3,text.sort.l3,text.first.l5,text.last.l5,"
@@ -183,7 +183,7 @@ def main(cfg: PretrainConfig) -> dict:
     tok = build_tokenizer()
 
     # GPT-2 blocks with dropout off and exact GELU: GPT-2's defaults (dropout 0.1, gelu_new)
-    # made training ~2x slower here for nothing (see /work/shared/notes/cpu-rl.md).
+    # made training ~2x slower on CPU for nothing (measured at 2M parameters; models/README.md).
     config = GPT2Config(vocab_size=len(tok), n_positions=cfg.n_positions, n_embd=cfg.n_embd,
                         n_layer=cfg.n_layer, n_head=cfg.n_head, activation_function="gelu",
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
@@ -235,10 +235,10 @@ def main(cfg: PretrainConfig) -> dict:
                     "final_loss": round(loss.item(), 4)}
     if cfg.eval_tasks:
         from posttrain.policies.local import TorchPolicy
-        from posttrain.training.passk import evaluate
+        from posttrain.evaluation.quick import pass_rates
 
         policy = TorchPolicy(out, device="cpu")
-        report["eval"] = evaluate(policy, domains, n_tasks=cfg.eval_tasks, n_samples=cfg.eval_samples)
+        report["eval"] = pass_rates(policy, domains, n_tasks=cfg.eval_tasks, n_samples=cfg.eval_samples)
         for name, r in report["eval"].items():
             print(f"{name:18s} pass@1 {r['pass1']:.3f}  pass@{cfg.eval_samples} "
                   f"{r['passk']:.3f}  greedy {r['greedy']:.3f}")

@@ -1,6 +1,6 @@
 from posttrain.envs import EnvConfig, make_env, play_actions
 from posttrain.envs.budget import truncate_text
-from posttrain.policies.base import Completion, PolicyVersion, SamplingParams
+from posttrain.values.generation import Completion, PolicyVersion, SamplingParams
 from posttrain.policies.scripted import ScriptedPolicy
 from posttrain.rollout.runner import run_episodes
 from tests.toydomains import CrashingVerifier, add_domain
@@ -19,7 +19,7 @@ def test_single_env_oracle_and_negatives():
 
 
 def test_single_env_shows_files_inline_and_counts_cuts():
-    from posttrain.tasks.task import Task
+    from posttrain.values.task import Task
     d = DOMAINS["toy.add"]
     env = make_env(d, EnvConfig(show_files_in_prompt_chars=100))
     obs = env.reset(Task(domain="toy.add", prompt="Q", files={"a.txt": "x" * 500}, reference="1"))

@@ -3,11 +3,11 @@
 import pytest
 
 from posttrain.envs import EnvConfig, make_env, play_actions
-from posttrain.policies.base import Completion, PolicyVersion, SamplingParams
+from posttrain.values.generation import Completion, PolicyVersion, SamplingParams
 from posttrain.policies.scripted import ScriptedPolicy
 from posttrain.rollout.runner import run_episodes
 from posttrain.sandbox import SandboxBroken, SandboxPool
-from posttrain.tasks.task import TaskLimits
+from posttrain.values.task import TaskLimits
 from tests.toydomains import file_domain
 
 D = file_domain()

@@ -11,7 +11,7 @@ from posttrain.cli import app as root_app
 from posttrain.evaluation.contamination import (ContaminationConfig, ContaminationError, _fields, _shingles,
                                                 check_contamination, guard_training)
 from posttrain.evaluation.tasksets import tasks_from_domains
-from posttrain.tasks.task import Task
+from posttrain.values.task import Task
 
 runner = CliRunner()
 _vocab = random.Random(42)

@@ -6,12 +6,11 @@ from __future__ import annotations
 import random
 from typing import Mapping, Sequence
 
-import pytest
 
-from posttrain.policies.base import Completion, GenerationRequest, PolicyVersion
-from posttrain.rollout.trajectory import ErrorInfo, Trajectory, Turn
+from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
+from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
 from posttrain.tasks.domain import Domain
-from posttrain.verifiers.base import Verdict
+from posttrain.values.verdict import Verdict
 
 
 class CoinPolicy:
@@ -46,16 +45,6 @@ class CoinPolicy:
         return out
 
 
-@pytest.fixture
-def toy_registry(monkeypatch):
-    """Returns a function that adds domains to the registry for the duration of a test."""
-    from posttrain.tasks import registry
-
-    def add(*domains: Domain) -> None:
-        current = dict(registry.all_domains())
-        current.update({d.name: d for d in domains})
-        monkeypatch.setattr(registry, "_domains", current)
-    return add
 
 
 def tool_trajectory(passed: bool | None, results: Sequence[Sequence[bool]], *, domain: str = "toy.tools",

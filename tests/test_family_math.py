@@ -8,7 +8,7 @@ import pytest
 
 from posttrain.tasks.families import math as math_family
 from posttrain.tasks.families.common import content_split
-from posttrain.tasks.task import canonical_json
+from posttrain.values.task import canonical_json
 from posttrain.verifiers.base import Outcome
 
 DOMAINS = math_family.domains()

@@ -9,7 +9,8 @@ import pytest
 from posttrain.tasks.check import check_domains
 from posttrain.tasks.families import reasoning_gym as rg
 from posttrain.tasks.families.common import content_split
-from posttrain.verifiers.base import Outcome, VerifierError
+from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import VerifierError
 
 DOMAINS = {d.name: d for d in rg.domains()}
 

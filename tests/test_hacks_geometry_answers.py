@@ -11,7 +11,7 @@ from posttrain.tasks.adversaries import adversaries
 from posttrain.tasks.check import check_domain
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.registry import all_domains
-from posttrain.tasks.task import Task
+from posttrain.values.task import Task
 from posttrain.verifiers.base import Outcome, verdict
 
 DOMAINS = all_domains()

@@ -13,9 +13,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import torch
 
-from posttrain.policies.base import GenerationRequest, Message, PolicyError, SamplingParams
+from posttrain.values.generation import GenerationRequest, Message, SamplingParams
+from posttrain.policies.base import PolicyError
 from posttrain.policies.local import TorchPolicy
 from posttrain.policies.openai_compat import OpenAIConfig, OpenAIPolicy
 
@@ -53,9 +53,8 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def local() -> TorchPolicy:
-    torch.set_num_threads(1)
-    return TorchPolicy(MODEL, device="cpu")
+def local(tiny_policy) -> TorchPolicy:
+    return tiny_policy
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])

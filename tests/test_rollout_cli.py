@@ -90,7 +90,7 @@ def test_unknown_domain_and_policy_are_clear_errors(tmp_path):
 
 
 def test_an_episode_that_outgrew_the_model_context_is_truncated_and_replays(tmp_path):
-    from posttrain.policies.base import Completion, PolicyVersion
+    from posttrain.values.generation import Completion, PolicyVersion
     from posttrain.rollout.replay import replay
     from posttrain.rollout.runner import run_episodes
     from posttrain.storage.store import Store
@@ -114,3 +114,32 @@ def test_an_episode_that_outgrew_the_model_context_is_truncated_and_replays(tmp_
         store.put_trajectory(t, d.task(0))
         result = replay(store, store.get_trajectory(t.id))
     assert result.matched, result.divergence
+
+
+def test_domains_without_tasks_in_the_split_are_skipped_with_a_note(tmp_path, monkeypatch):
+    """An imported single task lives in one split: `--domains '*'` must not die on it."""
+    import shutil
+    from pathlib import Path
+
+    import posttrain.tasks.families.terminal as terminal
+    from posttrain.tasks import registry
+
+    # pinned to the eval split: an unpinned folder's split follows its content
+    folder = tmp_path / "harbor" / "count-errors"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "harbor" / "count-errors", folder)
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text().replace("[metadata]\n", '[metadata]\nsplit = "eval"\n'))
+    monkeypatch.setattr(terminal, "EXAMPLES_DIR", folder.parent)
+    monkeypatch.setattr(registry, "_domains", None)
+    monkeypatch.setattr(registry, "_sources", {})
+    monkeypatch.setattr(registry, "_broken", {})
+    eval_only = "terminal.harbor.count-errors"
+    result = runner.invoke(
+        app, ["rollout", "--domains", f"math.add.d1,{eval_only}", "--n", "1", "--run-dir",
+              str(tmp_path / "run"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert f"with no train-split tasks: {eval_only}" in result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1])["episodes"] == 1
+    result = runner.invoke(
+        app, ["rollout", "--domains", eval_only, "--run-dir", str(tmp_path / "none")])
+    assert result.exit_code == 2 and "has train-split tasks" in result.stderr

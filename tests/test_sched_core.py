@@ -3,10 +3,10 @@ adaptive sampling, accounting (a fake clock, no event loop)."""
 
 import pytest
 
-from posttrain.rollout.trajectory import ErrorInfo, Trajectory
+from posttrain.values.trajectory import ErrorInfo, Trajectory
 from posttrain.scheduling import (AdaptiveConfig, DomainSpec, QuarantineConfig, RetryConfig,
                                   SchedulerConfig, SchedulerCore, Usage)
-from posttrain.verifiers.base import Verdict
+from posttrain.values.verdict import Verdict
 
 
 class Clock:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from posttrain.policies.base import Completion, GenerationRequest, Message, PolicyVersion
+from posttrain.values.generation import Completion, GenerationRequest, Message, PolicyVersion
 from posttrain.policies.scripted import ScriptedPolicy
 from posttrain.scheduling import (AdaptiveConfig, BatchConfig, DomainSpec, EpisodeTimeout,
                                   QuarantineConfig, RetryConfig, Scheduler, SchedulerConfig,

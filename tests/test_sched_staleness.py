@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from posttrain.rollout.trajectory import Trajectory
+from posttrain.values.trajectory import Trajectory
 from posttrain.scheduling import AdaptiveConfig, DomainSpec, SchedulerConfig, SchedulerCore, Usage
 from posttrain.scheduling.staleness import StalenessController
 

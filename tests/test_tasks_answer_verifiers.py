@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from posttrain.tasks.task import Task
+from posttrain.values.task import Task
 from posttrain.verifiers.answer import EXACT, NUMERIC, parse_number
-from posttrain.verifiers.base import Outcome, VerifierError
+from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import VerifierError
 
 
 def _task(reference, **verifier) -> Task:

@@ -11,9 +11,10 @@ from typer.testing import CliRunner
 from posttrain.cli import app as root_app
 from posttrain.tasks.check import check_domains
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.task import Task
+from posttrain.values.task import Task
 from posttrain.verifiers.answer import EXACT
-from posttrain.verifiers.base import Verdict, VerifierError, verdict
+from posttrain.values.verdict import Verdict
+from posttrain.verifiers.base import VerifierError, verdict
 
 runner = CliRunner()
 

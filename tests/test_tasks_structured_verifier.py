@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from posttrain.tasks.task import Task
-from posttrain.verifiers.base import Outcome, VerifierError
+from posttrain.values.task import Task
+from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import VerifierError
 from posttrain.verifiers.structured import STRUCTURED, parse_json_answer
 
 SCHEMA = {"type": "object", "required": ["a", "b", "total"], "additionalProperties": False,

@@ -24,7 +24,7 @@ STEPS = 4
 
 def run(trainer, out: Path, total: int) -> str:
     """Train to `total` steps, checkpointing after each; returns the final weights hash."""
-    from posttrain.policies.base import SamplingParams
+    from posttrain.values.generation import SamplingParams
     from posttrain.rollout.runner import EpisodeSpec, run_episodes
     from posttrain.tasks.registry import get_domain
 

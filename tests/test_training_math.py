@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from posttrain.rollout.trajectory import ErrorInfo, Trajectory, Turn
+from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
 from posttrain.training.advantages import group_advantages, select_groups
 from posttrain.training.config import TrainerConfig
 from posttrain.training.losses import clipped_pg_loss, token_weights
-from posttrain.training.passk import pass_at_k
-from posttrain.verifiers.base import Verdict
+from posttrain.evaluation.metrics import pass_at_k
+from posttrain.values.verdict import Verdict
 
 
 def traj(reward: float | None, status: str = "completed", n_tokens: int = 2,

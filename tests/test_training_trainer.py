@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from posttrain.policies.base import GenerationRequest, Message, SamplingParams
+from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 from posttrain.policies.local import TorchPolicy, weights_hash
-from posttrain.rollout.trajectory import ErrorInfo, Trajectory, Turn
+from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
 from posttrain.training.batch import Sample, sequence_logprobs
 from posttrain.training.config import TrainerConfig
 from posttrain.training.trainer import Trainer
-from posttrain.verifiers.base import Verdict
+from posttrain.values.verdict import Verdict
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-base"
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.task import Task, TaskLimits
-from posttrain.verifiers.base import Outcome, VerifierError, verdict
+from posttrain.values.task import Task, TaskLimits
+from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import VerifierError, verdict
 
 
 class ExactVerifier:

@@ -11,8 +11,8 @@ from posttrain.envs.single import SandboxFactory, SingleAnswerEnv, render_files
 from posttrain.envs.tools import ToolEnv, tools_intro
 from posttrain.sandbox.base import Sandbox
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.task import Task
-from posttrain.verifiers.base import Verdict
+from posttrain.values.task import Task
+from posttrain.values.verdict import Verdict
 
 __all__ = ["EnvConfig", "Environment", "Observation", "SingleAnswerEnv", "StepResult", "ToolEnv",
            "default_sandbox_factory", "initial_observation", "make_env", "play_actions", "sandbox_preload",

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from posttrain.tasks.task import Task
-    from posttrain.verifiers.base import Verdict
+    from posttrain.values.task import Task
+    from posttrain.values.verdict import Verdict
 
 
 @dataclass(frozen=True)

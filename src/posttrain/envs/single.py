@@ -15,7 +15,7 @@ from posttrain.envs.base import Observation, StepResult
 from posttrain.envs.budget import EnvConfig, truncate_text
 from posttrain.sandbox.base import Sandbox
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.task import Task
+from posttrain.values.task import Task
 from posttrain.verifiers.base import Outcome
 
 SandboxFactory = Callable[[], ContextManager[Sandbox]]
@@ -69,7 +69,8 @@ class SingleAnswerEnv:
                     raise RuntimeError(f"domain {self.domain.name} needs a sandbox to verify, "
                                        "but the environment was given no sandbox factory")
                 sandbox = stack.enter_context(self.sandbox_factory())
-                self.sandbox_info = {"backend": sandbox.info.backend, "image": sandbox.info.image}
+                self.sandbox_info = {"backend": sandbox.info.backend, "image": sandbox.info.image,
+                                     "clock": sandbox.info.clock}
                 for path, content in task.files.items():
                     sandbox.write_file(path, content)
             verdict = self.domain.verifier.verify(task, Outcome(answer=answer, sandbox=sandbox))

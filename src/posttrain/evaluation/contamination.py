@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from posttrain.tasks.task import Task, canonical_json
+from posttrain.values.task import Task, canonical_json
 
 CONTAMINATION_FILE = "contamination.json"
 FIELDS = ("prompt", "files", "reference", "tests")

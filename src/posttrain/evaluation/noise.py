@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from posttrain.verifiers.base import Verdict
+from posttrain.values.verdict import Verdict
 
 QUARANTINE_FILE = "quarantine.json"
 QUARANTINE_FORMAT = "posttrain.quarantine/1"

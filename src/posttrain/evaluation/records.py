@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
-from posttrain.rollout.trajectory import Trajectory
+from posttrain.values.trajectory import Trajectory
 
 EXECUTING_TOOLS_EXCLUDED = frozenset({"submit", "read_file", "write_file", "edit_file"})
 """tool calls that do not execute anything (every other tool name counts as a run)"""
@@ -123,10 +123,6 @@ class TaskRecord:
     @property
     def scored(self) -> list[Sample]:
         return [s for s in self.samples if s.scored]
-
-    @property
-    def n_passed(self) -> int:
-        return sum(bool(s.passed) for s in self.samples)
 
     def by_index(self) -> dict[int, Sample]:
         """Sample index -> its last attempt (earlier attempts of an index are infra errors)."""

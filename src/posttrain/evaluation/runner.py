@@ -28,12 +28,13 @@ from posttrain.evaluation.config import EvalConfig
 from posttrain.evaluation.policy import SeededPolicy
 from posttrain.evaluation.records import Sample, TaskRecord
 from posttrain.evaluation.result import EvalResult
-from posttrain.policies.base import Policy, SamplingParams
+from posttrain.policies.base import Policy
+from posttrain.values.generation import SamplingParams
 from posttrain.rollout.episode import Episode
 from posttrain.rollout.runner import EpisodeSpec, run_episodes
-from posttrain.rollout.trajectory import Trajectory
+from posttrain.values.trajectory import Trajectory
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.task import Task
+from posttrain.values.task import Task
 
 
 def _execute(specs: Sequence[EpisodeSpec], policy: Policy, sampling: SamplingParams, *, workers: int,

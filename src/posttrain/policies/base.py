@@ -9,85 +9,9 @@ an episode's history travels in each request's `messages`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Protocol, Sequence, runtime_checkable
 
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 1.0
-    """0 means greedy"""
-    top_p: float = 1.0
-    max_tokens: int = 64
-    """new tokens per completion; a completion cut by it has finish_reason 'length'"""
-    stop: tuple[str, ...] = ()
-    """the completion ends before the first of these strings (which is not included)"""
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
-        if self.max_tokens < 1:
-            raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens}")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["stop"] = list(self.stop)
-        return d
-
-
-@dataclass(frozen=True)
-class Message:
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    """One prompt to complete. `messages` is the episode so far; the policy renders it."""
-
-    messages: tuple[Message, ...]
-    sampling: SamplingParams = SamplingParams()
-    request_id: str = ""
-    meta: Mapping[str, Any] = field(default_factory=dict)
-    """opaque routing data (episode id, domain); backends may use it for sticky routing"""
-
-
-@dataclass
-class Completion:
-    text: str
-    finish_reason: Literal["stop", "length", "error"]
-    prompt_token_ids: list[int] | None = None
-    token_ids: list[int] | None = None
-    """the generated tokens (after stop-string trimming), when the backend exposes them"""
-    logprobs: list[float] | None = None
-    """log-prob of each generated token under the sampling policy, aligned with token_ids"""
-    gen_s: float = 0.0
-    """generation seconds this completion cost. A backend that decodes a batch at once splits the
-    batch's time between its completions (in proportion to the tokens each one decoded), so that
-    summed over episodes it is the generator's time, not the batch time counted once per row"""
-    error: str | None = None
-    """set (with finish_reason 'error') when the backend failed for this request"""
-    context_exceeded: bool = False
-    """set (with finish_reason 'error') when the request's prompt does not fit the model's
-    context, so nothing could be generated: in a multi-turn episode this is the end of its
-    context budget (the episode is truncated), not an infrastructure failure"""
-
-
-@dataclass(frozen=True)
-class PolicyVersion:
-    """Identity of the weights that produced a completion; versions form a lineage."""
-
-    name: str
-    """e.g. 'base', 'run-1/step-40'"""
-    parent: str | None = None
-    weights_hash: str = ""
-    tokenizer_hash: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 
 
 class PolicyError(RuntimeError):
@@ -96,7 +20,21 @@ class PolicyError(RuntimeError):
 
 @runtime_checkable
 class Policy(Protocol):
+    """Everything a caller may use of a policy; a backend that cannot answer one of these says so
+    with None rather than leaving the member out (callers never probe with getattr)."""
+
     version: PolicyVersion
+    """the identity of the weights this policy samples with, recorded in every trajectory. A
+    policy carries it; whoever made the weights owns it (`Trainer.version` for trained ones)."""
+
+    max_positions: int | None
+    """the model's context: prompt and completion positions together. None when the backend does
+    not say (a server checks on its own; scripted policies have no context)."""
+
+    def render(self, request: GenerationRequest) -> list[int] | None:
+        """The prompt's token ids as this policy's model would see them (chat template applied),
+        or None when the policy has no tokenizer. What `max_positions` is measured against."""
+        ...
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Complete every request (batched by the backend); one Completion per request, in order."""

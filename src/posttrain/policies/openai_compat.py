@@ -34,8 +34,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
-from posttrain.policies.base import Completion, GenerationRequest, PolicyError, PolicyVersion
-from posttrain.policies.render import plain_text, render_text
+from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
+from posttrain.policies.base import PolicyError
+from posttrain.policies.render import plain_text, render_ids, render_text
 
 
 _CONTEXT_ERROR = re.compile(r"context length|context window|maximum context|prompt is too long|"
@@ -95,6 +96,8 @@ class OpenAIPolicy:
         self.config = config
         self.tokenizer = tokenizer
         self.version = version or PolicyVersion(name=config.model)
+        self.max_positions: int | None = None
+        """the server checks its own context (and says so per completion)"""
         self._openai = openai
         self.client = openai.OpenAI(base_url=config.base_url, api_key=config.api_key,
                                     timeout=config.timeout_s, max_retries=config.max_retries)
@@ -105,6 +108,9 @@ class OpenAIPolicy:
         workers = min(self.config.max_concurrency, len(requests))
         with ThreadPoolExecutor(max_workers=workers) as pool:
             return list(pool.map(self._one, requests))
+
+    def render(self, request: GenerationRequest) -> list[int] | None:
+        return render_ids(self.tokenizer, request.messages) if self.tokenizer is not None else None
 
     def _prompt(self, request: GenerationRequest) -> str:
         if self.tokenizer is not None:

@@ -10,10 +10,10 @@ as a parse error, until the turn budget truncates the episode).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from posttrain.policies.base import Completion, GenerationRequest, PolicyVersion
-from posttrain.tasks.task import Task
+from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
+from posttrain.values.task import Task
 
 if TYPE_CHECKING:
     from posttrain.tasks.domain import Domain
@@ -26,7 +26,12 @@ class ScriptedPolicy:
     def __init__(self, script: Script, name: str) -> None:
         self.script = script
         self.version = PolicyVersion(name=name)
+        self.max_positions: int | None = None
+        """a script has no context to run out of"""
         self._cache: dict[str, Sequence[str]] = {}
+
+    def render(self, request: GenerationRequest) -> None:
+        return None  # no tokenizer
 
     @classmethod
     def oracle(cls, lookup: DomainLookup | None = None) -> "ScriptedPolicy":
@@ -52,10 +57,6 @@ class ScriptedPolicy:
                                  f"(it has {', '.join(sorted(negatives))})")
             return negatives[which]
         return cls(script, f"scripted:{which}")
-
-    @classmethod
-    def replay(cls, actions_by_task_key: Mapping[str, Sequence[str]]) -> "ScriptedPolicy":
-        return cls(lambda task: actions_by_task_key[task.key], "scripted:replay")
 
     @classmethod
     def named(cls, name: str, lookup: DomainLookup | None = None) -> "ScriptedPolicy":

@@ -31,7 +31,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from posttrain.policies.base import Completion, Message, PolicyError, SamplingParams
+from posttrain.values.generation import Completion, Message, SamplingParams
+from posttrain.policies.base import PolicyError
 from posttrain.policies.local import TorchPolicy
 from posttrain.policies.render import render_ids
 

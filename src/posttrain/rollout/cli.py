@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import NoReturn, Optional
 
 import typer
 
+from posttrain.tasks.sources.cli import apply_sources, source_option
 
-def _fail(message: str) -> None:
+
+def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
 
@@ -21,30 +24,54 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
             run_dir: Path = typer.Option(..., "--run-dir", help="where the store is written"),
             split: str = typer.Option("train", "--split", help="train or eval"),
             workers: int = typer.Option(2, "--workers", min=1, help="environment steps in parallel"),
-            as_json: bool = typer.Option(False, "--json", help="print a JSON summary")) -> None:
-    """Run episodes with a scripted policy over the matching domains and store them."""
+            max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", min=0.0, max=1.0,
+                                                 help="exit 3 when more episodes than this share are "
+                                                      "infrastructure errors"),
+            as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
+            source: Optional[list[str]] = source_option()) -> None:
+    """Run episodes with a scripted policy over the matching domains and store them.
+    Domains with no tasks in --split (an imported task folder lives in one) are skipped."""
+    from posttrain import runlock
+    from posttrain.errors import EXIT_UNTRUSTWORTHY
     from posttrain.envs import EnvConfig, sandbox_preload
     from posttrain.policies.scripted import ScriptedPolicy
     from posttrain.rollout.runner import EpisodeSpec, run_episodes
     from posttrain.sandbox import SandboxPool
     from posttrain.storage.store import Store, StoreError
+    from posttrain.tasks.domain import NoTasksInSplit
     from posttrain.tasks.registry import RegistryError, match_domains
+    from posttrain.values.task import Split
 
     if split not in ("train", "eval"):
         _fail(f"--split must be 'train' or 'eval', got {split!r}")
+    apply_sources(source)
     try:
         matched = match_domains(domains)
-    except RegistryError as e:
+        scripted = ScriptedPolicy.named(policy)
+    except (RegistryError, ValueError) as e:
         _fail(str(e))
-    scripted = ScriptedPolicy.named(policy)
+    which: Split = "train" if split == "train" else "eval"
+    specs, elsewhere = [], []
+    for d in matched:
+        try:
+            specs += [EpisodeSpec(d, d.task(seed, which)) for seed in range(n)]
+        except NoTasksInSplit:  # an imported task folder lives in one split only
+            elsewhere.append(d.name)
+    if elsewhere:
+        typer.echo(f"skipped {len(elsewhere)} domain(s) with no {split}-split tasks: "
+                   f"{', '.join(elsewhere)}", err=True)
+    if not specs:
+        _fail(f"--domains {domains!r}: no matching domain has {split}-split tasks (try --split "
+              f"{'eval' if split == 'train' else 'train'})")
+    matched = [d for d in matched if d.name not in elsewhere]
     run_id = f"rollout-{uuid.uuid4().hex[:8]}"
-    specs = [EpisodeSpec(d, d.task(seed, split)) for d in matched for seed in range(n)]
+    runlock.acquire(run_dir, "posttrain rollout")
     try:
         store = Store.for_run_dir(run_dir)
     except StoreError as e:
         _fail(str(e))
     store.start_run(run_id, {"kind": "rollout", "policy": policy, "domains": domains, "n": n,
-                             "split": split})
+                             "split": split, "sources": source or []})
     tasks = {(s.domain.name, s.task.key): s.task for s in specs}
     with store, SandboxPool(size=workers, preload=sandbox_preload(matched)) as pool:
         def save(ep) -> None:
@@ -57,6 +84,11 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
         typer.echo(json.dumps(counts))
     else:
         typer.echo(f"run {run_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    infra, episodes = counts.get("infra_error", 0), counts.get("episodes", 0)
+    if episodes and infra / episodes > max_infra_rate:
+        typer.echo(f"not trustworthy: {infra} of {episodes} episodes were infrastructure errors "
+                   f"(threshold {100 * max_infra_rate:g}%, --max-infra-rate)", err=True)
+        raise typer.Exit(EXIT_UNTRUSTWORTHY)
 
 
 def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
@@ -68,15 +100,21 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
     """Re-run stored trajectories in fresh sandboxes (or re-score them) and compare."""
     from posttrain.rollout import replay as rp
     from posttrain.sandbox import SandboxPool
-    from posttrain.storage.store import Store, StoreError
+    from posttrain.storage.store import STORE_FILE, Store, StoreError
 
     if bool(trajectory_id) == all_:
         _fail("give exactly one of TRAJECTORY_ID or --all")
+    # replay reads a run; it must never create one (a mistyped directory would become a run)
+    if run_dir.is_file():
+        _fail(f"{run_dir}: is a file; give the run directory that holds {STORE_FILE}")
+    if not (run_dir / STORE_FILE).is_file():
+        _fail(f"{run_dir}: not a run directory (no {STORE_FILE}"
+              + (")" if run_dir.is_dir() else "; no such directory)"))
     try:
-        store = Store.for_run_dir(run_dir)
+        store = Store.for_run_dir(run_dir, readonly=not rescore)  # only a re-score writes (its verdicts)
         trajs = list(store.trajectories()) if all_ else [store.get_trajectory(trajectory_id)]
     except (StoreError, KeyError) as e:
-        _fail(str(e).strip("'\""))
+        _fail(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e))
     results = []
     with store, SandboxPool(size=1) as pool:
         for t in trajs:

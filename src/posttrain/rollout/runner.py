@@ -14,11 +14,12 @@ from typing import Callable, Sequence
 
 from posttrain.envs import EnvConfig
 from posttrain.envs.single import SandboxFactory
-from posttrain.policies.base import Completion, GenerationRequest, Policy, PolicyError, SamplingParams
+from posttrain.values.generation import Completion, GenerationRequest, SamplingParams
+from posttrain.policies.base import Policy, PolicyError
 from posttrain.rollout.episode import Episode
-from posttrain.rollout.trajectory import Trajectory
+from posttrain.values.trajectory import Trajectory
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.task import Task
+from posttrain.values.task import Task
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from posttrain.sandbox.base import LimitReason, Limits  # noqa: E402
 from posttrain.sandbox.execute import pump  # noqa: E402
 from posttrain.sandbox.protocol import (DONE, READY, read_started, recv_obj,  # noqa: E402
                                         recv_report, send_job, send_obj)
+from posttrain.sandbox.reset import ResetReport, judge  # noqa: E402
 
 SERVER_BOOT_TIMEOUT_S = 120.0
 """how long the job server may take to import its preloads before the sandbox is broken"""
@@ -157,11 +158,23 @@ class Supervisor:
         if op == "restore":
             if req["id"] not in self.runner.snapshots:
                 raise ValueError(f"unknown snapshot id {req['id']!r}")
+            if getattr(self.runner, "service_sids", None):
+                self.runner.service_sids.clear()  # a restore kills everything
             self.kill_processes()  # nothing keeps writing into the workspace being replaced
             self.runner.restore(req["id"])
             return {}
         if op == "kill_processes":
             return {"killed": self.kill_processes()}
+        if op == "reset":
+            return {"report": self.reset().to_dict()}
+        if op == "service":  # an image's service runs in this session: spare it before grading
+            self.runner.service_sids.add(int(req["sid"]))
+            return {}
+        if op == "commit":
+            self.server.kill()  # nothing may write into the layer being copied
+            self.runner.kill_processes(None)
+            self.runner.commit(req["dest"])
+            return {}
         if op == "ping":
             return {}
         raise ValueError(f"unknown request {op!r}")
@@ -174,6 +187,33 @@ class Supervisor:
             self.server.kill()
             return 0
         return killed
+
+    def reset(self) -> ResetReport:
+        """Back to pristine for the next episode (see `reset.py`); the report says whether the
+        sandbox may serve again."""
+        t0 = time.monotonic()
+        if getattr(self.runner, "image", None):
+            self.server.kill()
+
+            def start():  # a job server in the new tree, ready (it has pivoted into it)
+                self.server.start()
+                self.server.ensure()
+                return self.server.handle
+
+            facts = self.runner.reset_image(start)
+            ok, why = judge(facts)
+            return ResetReport(ok, why, facts.killed or 0, time.monotonic() - t0,
+                               {"places": [p.path for p in facts.places]})
+        alive = self.server.handle is not None and self.server.alive()
+        if alive and not self.server.ready:  # booted, but no job ran yet: wait for it
+            try:
+                self.server.ensure()
+            except RuntimeError:
+                alive = False
+        facts = self.runner.reset(self.server.handle if alive else None)
+        ok, why = judge(facts)
+        return ResetReport(ok, why, facts.killed or 0, time.monotonic() - t0,
+                           {"places": [p.path for p in facts.places]})
 
     def kill_job(self) -> None:
         """Stop the running job and everything it started, keeping the server if we can."""

@@ -20,8 +20,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from posttrain.policies.base import Completion, GenerationRequest
-from posttrain.rollout.trajectory import Trajectory
+from posttrain.values.generation import Completion, GenerationRequest
+from posttrain.values.trajectory import Trajectory
 from posttrain.scheduling.work import EpisodeDriver, EpisodeFactory, EpisodeSpec
 
 Step = tuple[GenerationRequest | None, Trajectory | None, float]

@@ -31,7 +31,8 @@ import time
 from collections import deque
 from typing import Any
 
-from posttrain.policies.base import Completion, GenerationRequest, Policy, PolicyError
+from posttrain.values.generation import Completion, GenerationRequest
+from posttrain.policies.base import Policy, PolicyError
 from posttrain.scheduling.config import BatchConfig
 
 _Entry = tuple[Any, int, GenerationRequest, asyncio.Future, float]

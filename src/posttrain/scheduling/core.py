@@ -19,21 +19,19 @@ import heapq
 import itertools
 import random
 import time
-from collections import OrderedDict, deque
-from typing import Any, Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from posttrain.rollout.trajectory import Trajectory
 from posttrain.scheduling.config import DomainSpec, SchedulerConfig
-from posttrain.scheduling.health import PolicyOutage, Quarantine, SignalTracker
-from posttrain.scheduling.quotas import FairQueue
-from posttrain.scheduling.staleness import StalenessController
-from posttrain.scheduling.state import DomainState, GroupState, core_metrics, dump_state, load_state
+from posttrain.scheduling.health import PolicyOutage
+from posttrain.scheduling.state import Completed, CoreState, DomainState, GroupState
 from posttrain.scheduling.work import EpisodeSpec, Group, Usage, derive_seed, mix_seed
+from posttrain.values.trajectory import Trajectory
 
-Completed = Callable[[str], bool] | Collection[str]
+__all__ = ["Completed", "SchedulerCore"]
 
 
-class SchedulerCore:
+class SchedulerCore(CoreState):
     def __init__(self, config: SchedulerConfig, domains: Sequence[DomainSpec], *,
                  clock: Callable[[], float] = time.monotonic,
                  on_group: Callable[[Group], None] | None = None,
@@ -46,63 +44,16 @@ class SchedulerCore:
         group is not run again but handed to the trainer as it is in the store, through
         `load_group(group_id) -> trajectories` (without it: `Group.recovered` is set and its
         trajectories are left for the caller to load)."""
-        self.config, self.clock = config, clock
+        super().__init__(config, domains, clock=clock, completed=completed)
         self.on_group, self.on_failure = on_group, on_failure
-        self.specs: dict[str, DomainSpec] = {}
-        self.fair: dict[str, FairQueue] = {t: FairQueue(window_s=config.window_s,
-                                                        starvation_s=config.starvation_s, clock=clock)
-                                           for t in config.tiers}
-        for spec in domains:
-            if spec.name in self.specs:
-                raise ValueError(f"domain {spec.name!r} is listed twice")
-            if spec.tier not in self.fair:
-                raise ValueError(f"DomainSpec {spec.name!r}.tier: {spec.tier!r} is not one of "
-                                 f"SchedulerConfig.tiers {config.tiers}")
-            self.specs[spec.name] = spec
-            self.fair[spec.tier].add(spec.name, spec.weight, sample_cap=spec.max_sample_share,
-                                     cost_cap=spec.max_cost_share)
-            if not spec.continuous:
-                self.fair[spec.tier].block(spec.name)
-        if not self.specs:
-            raise ValueError("the scheduler needs at least one domain")
-        self._has_trainer_domains = any(s.tier == config.trainer_tier and s.continuous for s in domains)
-        self.staleness = StalenessController(config.max_staleness, config.groups_per_step)
-        self.version_name = "v0"
-        self.quarantine = Quarantine(config.quarantine)
-        self.signal = SignalTracker(config.adaptive)
-        self._completed = completed
         self._load_group = load_group
+        self._has_trainer_domains = any(s.tier == config.trainer_tier and s.continuous for s in domains)
         self._rng = random.Random(derive_seed(config.seed, "retry-jitter"))
         self.worker_slots, self.generator_slots = config.max_running, config.batch.max_inflight
-
-        self.dom = {name: DomainState(spec) for name, spec in self.specs.items()}
-        """per-domain counters, one object each (one look-up per event)"""
-        self._est_sum = 0.0
-        self._est_n = 0
-
-        # groups
-        self.groups: dict[str, GroupState] = {}
-        """every group admitted and not yet taken or dropped"""
-        self.open: dict[str, OrderedDict[str, GroupState]] = {t: OrderedDict() for t in config.tiers}
-        """per tier, in admission order: the same groups (oldest first is the trainer's order)"""
-        self.launchable: dict[str, OrderedDict[str, GroupState]] = {t: OrderedDict() for t in config.tiers}
-        self.submitted: dict[str, deque[str]] = {t: deque() for t in config.tiers}
-        self.backoff: list[tuple[float, int, str, int]] = []
-        self._seq = itertools.count()
-        self.ready: dict[str, OrderedDict[str, GroupState]] = {t: OrderedDict() for t in config.tiers}
-        """per tier, ready groups not yet taken, in completion order"""
-        self.admitted_trainer = 0
-        self.running_total = 0
-        self.recovered: list[str] = []
-        """group ids found already complete in the store (after a restart): not run again"""
-        self.dropped: deque[tuple[str, str]] = deque(maxlen=1000)
-        """(group id, reason) of the latest dropped groups"""
-        self.counters: dict[str, int] = {k: 0 for k in (
-            "groups_admitted", "groups_ready", "groups_taken", "groups_dropped", "groups_recovered",
-            "episodes_launched", "episodes_kept", "episodes_infra_error", "episodes_discarded",
-            "episodes_abandoned", "retries", "submitted_dropped")}
-        self.staleness_hist: dict[int, int] = {}
         self.outage = PolicyOutage(config.retry.policy_outage_s)
+        self._unlearned: list[Group] = []
+        """groups recovered from the store whose learning signal the adaptive weights have not
+        seen yet (see `_recover`)"""
 
     # == what runs next ===============================================================
     def next_episode(self) -> EpisodeSpec | None:
@@ -152,7 +103,7 @@ class SchedulerCore:
         st.gen_s += usage.gen_s
         st.tokens += usage.tokens
         g = self.groups.get(spec.group_id)
-        traj.group_id, traj.attempt = spec.group_id, spec.attempt
+        traj.group_id, traj.attempt, traj.member = spec.group_id, spec.attempt, spec.member
         if traj.status == "infra_error":
             self.counters["episodes_infra_error"] += 1
             st.infra_errors += 1
@@ -202,6 +153,13 @@ class SchedulerCore:
         they are ready); then the oldest ready ones. Each trajectory's `policy_staleness` is set.
         More than `n` only if the trainer took fewer than `groups_per_step` before."""
         tier = self.config.trainer_tier
+        while self._unlearned:  # recovered groups, in the order they were admitted
+            group = self._unlearned.pop(0)
+            mult, retire = self.signal.record(group.domain, group.has_signal, group.all_passed)
+            self.dom[group.domain].signal_groups += group.has_signal
+            self.fair[tier].set_weight(group.domain, self.specs[group.domain].weight * mult)
+            if retire:
+                self._update_block(group.domain)
         if len(self.ready[tier]) < n:
             return None
         open_groups = list(self.open[tier].values())  # admission order
@@ -356,9 +314,6 @@ class SchedulerCore:
         """Dominant-resource seconds (DRF): the larger share of the two resources it used."""
         return max(usage.sandbox_s / self.worker_slots, usage.gen_s / self.generator_slots)
 
-    def _allowed(self, d: str) -> bool:
-        return d not in self.quarantine.quarantined and d not in self.signal.retired
-
     def _at_limit(self, d: str) -> bool:
         ds = self.dom[d]
         limit = ds.spec.max_concurrency
@@ -462,6 +417,12 @@ class SchedulerCore:
         self.ready[g.tier][g.gid] = g
         if g.tier == self.config.trainer_tier and running:
             self.staleness.accept()
+        if g.tier == self.config.trainer_tier and running and self._load_group is not None:
+            # It completed after the save: the adaptive weights learn from it as they did in the
+            # run that was interrupted, so the resumed run draws the same domains. Not now but
+            # when the trainer takes groups: the interrupted run's groups completed after the
+            # admission of their step's other groups, which were charged at the old weights.
+            self._unlearned.append(g.group)
 
     def _forget(self, g: GroupState) -> None:
         self.groups.pop(g.gid, None)
@@ -483,28 +444,23 @@ class SchedulerCore:
             t.policy_staleness = staleness
         return group
 
-    def _is_completed(self, gid: str) -> bool:
-        c = self._completed
-        if c is None:
-            return False
-        return c(gid) if callable(c) else gid in c
-
-    # == state and metrics ============================================================
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: JSON-able (ages instead of clock readings)."""
-        return dump_state(self)
-
+    # == state ========================================================================
     @classmethod
     def from_state(cls, state: dict[str, Any], config: SchedulerConfig, domains: Sequence[DomainSpec],
                    *, completed: Completed, **kwargs: Any) -> "SchedulerCore":
         """Resume: groups open at save time are re-issued exactly once (members re-run from
-        scratch with `attempt + 1` if they had been launched), unless `completed` (the store's
-        group ids) says they finished after the save: those are handed over from the store
-        (see `recovered`, `load_group`)."""
+        scratch at the attempt they were at: seeded by identity, they sample the same), unless
+        `completed` (the store's group ids) says they finished after the save: those are handed
+        over from the store (see `recovered`, `load_group`)."""
         core = cls(config, domains, completed=completed, **kwargs)
-        load_state(core, state)
+        core._load_state(state, recover=lambda g, running: core._recover(g, running=running))
+        for d, spec in core.specs.items():
+            # the adaptive weights as they were at the save (the fair queue's state holds tags,
+            # not weights): without this a resumed run charges its next groups at weight 1
+            core.fair[spec.tier].set_weight(d, spec.weight * core.signal.multiplier(d))
+            core._update_block(d)
+        for d in list(core.quarantine.quarantined):
+            if d in core.specs:
+                core._quarantine(d)
         return core
 
-    def metrics(self, per_domain: bool = True) -> dict[str, Any]:
-        """A JSON-able snapshot (see `Scheduler.metrics`)."""
-        return core_metrics(self, per_domain)

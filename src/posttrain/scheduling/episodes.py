@@ -14,7 +14,7 @@ from typing import Callable, Mapping
 
 from posttrain.envs import EnvConfig
 from posttrain.envs.single import SandboxFactory
-from posttrain.policies.base import SamplingParams
+from posttrain.values.generation import SamplingParams
 from posttrain.rollout.episode import Episode
 from posttrain.scheduling.work import EpisodeSpec
 from posttrain.tasks.domain import Domain

@@ -22,7 +22,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from posttrain.policies.base import Policy
-from posttrain.rollout.trajectory import ErrorInfo, Trajectory
+from posttrain.values.trajectory import ErrorInfo, Trajectory
 from posttrain.scheduling.backends import LocalBackend, WorkerBackend
 from posttrain.scheduling.batcher import GenerationBatcher
 from posttrain.scheduling.config import DomainSpec, SchedulerConfig

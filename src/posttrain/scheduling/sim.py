@@ -15,10 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from posttrain.policies.base import Completion, GenerationRequest, Message, PolicyVersion, SamplingParams
-from posttrain.rollout.trajectory import ErrorInfo, Trajectory
+from posttrain.values.generation import (
+    Completion, GenerationRequest, Message, PolicyVersion, SamplingParams,
+)
+from posttrain.values.trajectory import ErrorInfo, Trajectory
 from posttrain.scheduling.work import EpisodeSpec
-from posttrain.verifiers.base import Verdict
+from posttrain.values.verdict import Verdict
 
 
 class SimInfraError(RuntimeError):
@@ -159,8 +161,12 @@ class SimGenerator:
                  name: str = "sim") -> None:
         self.tokens_per_s, self.call_s, self.time_scale = tokens_per_s, call_s, time_scale
         self.version = PolicyVersion(name=name)
+        self.max_positions: int | None = None
         self.busy_s = 0.0
         self.calls = 0
+
+    def render(self, request: GenerationRequest) -> None:
+        return None  # simulated: no tokenizer
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         counts = [int(r.meta.get("sim_tokens", r.sampling.max_tokens)) for r in requests]

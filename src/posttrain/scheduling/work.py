@@ -13,8 +13,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 
-from posttrain.policies.base import Completion, GenerationRequest
-from posttrain.rollout.trajectory import Trajectory
+from posttrain.values.generation import Completion, GenerationRequest
+from posttrain.values.trajectory import Trajectory
 
 
 @runtime_checkable

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Iterable
 
-from posttrain.rollout.trajectory import Trajectory
+from posttrain.values.trajectory import Trajectory
 from posttrain.storage.store import Store
 
 

@@ -1,6 +1,6 @@
 """Tasks and task domains: `Task`, `Domain`, the family registry and task files."""
 
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.task import Task, TaskLimits
+from posttrain.values.task import Task, TaskLimits
 
 __all__ = ["Domain", "Task", "TaskLimits"]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 if TYPE_CHECKING:
     from posttrain.tasks.domain import Actions, Domain
-    from posttrain.tasks.task import Task
+    from posttrain.values.task import Task
 
 Attacks = dict[str, list[str]]
 

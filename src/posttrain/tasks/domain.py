@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from posttrain.tasks.task import EnvKind, Split, Task
+from posttrain.values.task import EnvKind, Split, Task
 from posttrain.verifiers.base import Verifier
 
 if TYPE_CHECKING:

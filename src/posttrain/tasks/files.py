@@ -19,7 +19,7 @@ or many, as an array of tables; other top-level keys are defaults every task inh
 JSONL: one `Task` as a JSON object per line (blank lines and lines starting with `#` are
 skipped). A `.json` file holds one task object or a list of them.
 
-Fields are those of `posttrain.tasks.task.Task`. A task without a `key` gets
+Fields are those of `posttrain.values.task.Task`. A task without a `key` gets
 `<domain>/<split>/<first 12 hex digits of its content hash>`, stable when the file is
 reordered. Every error names the file, the line (or the TOML table) and the field:
 `tasks.jsonl:3: field 'prompt': Field required`. All errors of a file are reported at once.
@@ -35,7 +35,7 @@ from typing import Any, Iterable
 
 from pydantic import ValidationError
 
-from posttrain.tasks.task import Task
+from posttrain.values.task import Task
 
 MAX_REPORTED_ERRORS = 20
 """a file with more errors reports the first ones and a count of the rest"""

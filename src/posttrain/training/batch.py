@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 
 from posttrain.policies.decode import cache_kwarg, keep_last, left_pad, output_cache, positions_of
-from posttrain.rollout.trajectory import Trajectory
+from posttrain.values.trajectory import Trajectory
 
 
 @dataclass

@@ -34,9 +34,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from posttrain.policies.base import PolicyVersion
+from posttrain.values.generation import PolicyVersion
 from posttrain.policies.local import VERSION_FILE, TorchPolicy, weights_hash
-from posttrain.rollout.trajectory import Trajectory
+from posttrain.values.trajectory import Trajectory
 from posttrain.training import checkpoints
 from posttrain.training.advantages import select_groups
 from posttrain.training.batch import Sample, samples_from, sequence_logprobs

@@ -17,7 +17,9 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from posttrain.verifiers.base import Outcome, Verdict, VerifierError, verdict
+from posttrain.values.verdict import Verdict
+from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import VerifierError, verdict
 
 MAX_NUMBER_CHARS = 64
 """longer numeric answers are refused as malformed (no big-int parsing, no OverflowError)"""

@@ -23,33 +23,14 @@ and a result file in the workspace is never read as the reward.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from posttrain.values.verdict import Verdict
 
 if TYPE_CHECKING:
     from posttrain.sandbox.base import Sandbox
-    from posttrain.tasks.task import Task
-
-
-@dataclass(frozen=True)
-class Verdict:
-    passed: bool
-    score: float
-    """in [0, 1]; 1.0 when passed for binary verifiers"""
-    details: Mapping[str, Any] = field(default_factory=dict)
-    """why: parse errors, which check failed, measured values (JSON-serialisable)"""
-    verifier_version: str = ""
-    """'<verifier name>@<version>': changes whenever grading could change"""
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["details"] = dict(self.details)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Verdict":
-        return cls(passed=bool(d["passed"]), score=float(d["score"]),
-                   details=dict(d.get("details") or {}), verifier_version=d.get("verifier_version", ""))
+    from posttrain.values.task import Task
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,12 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from posttrain.verifiers.base import GradingFailed, Outcome, Verdict, VerifierError, failed_grading, verdict
+from posttrain.values.verdict import Verdict
+from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError, failed_grading, verdict
 from posttrain.verifiers.grading import candidate_sandbox
 
 if TYPE_CHECKING:
-    from posttrain.tasks.task import Task
+    from posttrain.values.task import Task
 
 MAX_CODE_CHARS = 100_000
 """longer candidate code is refused (a failed verdict), before anything runs"""

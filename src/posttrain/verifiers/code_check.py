@@ -32,7 +32,7 @@ from posttrain.verifiers.code import DECODE_SOURCE, encode_value, run_candidate
 from posttrain.verifiers.grading import GRADER_MARGIN_S, _fresh, run_grader
 
 if TYPE_CHECKING:
-    from posttrain.tasks.task import Task
+    from posttrain.values.task import Task
     from posttrain.verifiers.base import Outcome, Verifier
 
 MAX_ROUNDS = 4

@@ -45,12 +45,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from posttrain.verifiers.base import GradingFailed, Outcome, Verdict, VerifierError, failed_grading, verdict
+from posttrain.values.verdict import Verdict
+from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError, failed_grading, verdict
 from posttrain.verifiers.code import extract_code
 from posttrain.verifiers.grading import GRADER_MARGIN_S, candidate_sandbox, grading_context, run_grader
 
 if TYPE_CHECKING:
-    from posttrain.tasks.task import Task
+    from posttrain.values.task import Task
 
 MAX_MODEL_BYTES = 16 << 20
 MAX_TRIANGLES = 200_000

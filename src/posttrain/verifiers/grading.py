@@ -160,6 +160,18 @@ def inside(path):
     return parent == ws or parent.startswith(ws + "/")
 
 
+for rel, text in p["pristine"].items():  # the task's inputs first: they win over the episode's
+    target = os.path.join(ws, rel)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if inside(target) and not os.path.lexists(target):
+        with open(target, "w") as f:
+            f.write(text)
+
+
+def writable(name):
+    return any(fnmatch.fnmatchcase(name, g) for g in p["writable"])
+
+
 dirs, copied = [], 0
 tf = tarfile.open(fileobj=io.BytesIO(base64.b64decode(p["tar"])), mode="r:")
 for m in tf:
@@ -168,8 +180,14 @@ for m in tf:
         continue
     target = os.path.join(ws, name)
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    if not inside(target) or os.path.lexists(target) and not os.path.isdir(target):
+    if not inside(target):
         continue
+    if os.path.lexists(target) and not (os.path.isdir(target) and not os.path.islink(target)):
+        # a task input (written above, or in the grading sandbox's image): kept pristine unless
+        # the task declares it as the agent's to change
+        if not (p["protect"] is False or writable(name)):
+            continue
+        os.unlink(target)
     if m.isdir():
         os.makedirs(target, exist_ok=True)
         dirs.append((target, m.mode & 0o777))
@@ -181,17 +199,6 @@ for m in tf:
         copied += 1
     elif m.issym():
         os.symlink(m.linkname, target)
-for rel, text in p["pristine"].items():
-    target = os.path.join(ws, rel)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    if not inside(target):
-        continue
-    if os.path.isdir(target) and not os.path.islink(target):
-        shutil.rmtree(target)
-    elif os.path.lexists(target):
-        os.unlink(target)
-    with open(target, "w") as f:
-        f.write(text)
 for d, mode in reversed(dirs):  # last: a read-only directory must not block its own contents
     os.chmod(d, mode)
 emit({"copied": copied})
@@ -210,16 +217,19 @@ def candidate_sandbox(outcome: Outcome) -> Iterator["Sandbox"]:
 
 
 @contextmanager
-def _fresh(like: "Sandbox | None", preload: Sequence[str]) -> Iterator["Sandbox"]:
+def _fresh(like: "Sandbox | None", preload: Sequence[str], image: dict | None = None,
+           limits: Any = None) -> Iterator["Sandbox"]:
     """A new sandbox with the backend and limits of `like` (the episode's): an episode that was
-    allowed the unisolated process backend is graded with it too."""
+    allowed the unisolated process backend is graded with it too. `image`: the task's image
+    (`posttrain.images`), when its tests must run over it. This is the one place a pool of
+    reset sandboxes can serve grading from."""
     from posttrain.sandbox import Limits, open_sandbox
 
-    limits = getattr(like, "limits", None) or Limits()
+    limits = limits or (like.limits if like is not None else Limits())
     backend = like.info.backend if like is not None and like.info.backend in ("bwrap", "process") else "auto"
     try:
         sandbox = open_sandbox(limits, backend=backend, allow_unsandboxed=backend == "process",
-                               preload=tuple(preload))
+                               preload=tuple(preload), **({"image": image} if image else {}))
     except Exception as e:  # SandboxError and backend start-up failures are infrastructure
         raise VerifierError(f"could not open a fresh sandbox to grade in: {e}") from e
     with sandbox:
@@ -229,26 +239,27 @@ def _fresh(like: "Sandbox | None", preload: Sequence[str]) -> Iterator["Sandbox"
 @contextmanager
 def grading_context(outcome: Outcome, *, include: Sequence[str] | None = None,
                     pristine: Mapping[str, str] | None = None, writable: Sequence[str] = (),
-                    preload: Sequence[str] = (), label: str = "grader") -> Iterator["Sandbox"]:
+                    preload: Sequence[str] = (), image: dict | None = None, limits: Any = None,
+                    label: str = "grader") -> Iterator["Sandbox"]:
     """A fresh sandbox holding copies of the episode's artifacts (see the module docstring).
 
-    `include`: workspace globs to copy (None: everything); `pristine`: the task's input files,
-    written over the copies except paths matching a `writable` glob (the task's outputs);
-    `preload`: modules the grading sandbox's warm interpreter imports.
+    `include`: workspace globs to copy (None: everything); `pristine`: the task's input files.
+    When `pristine` is given (or an `image`), every path the fresh workspace already holds (the
+    task's inputs, the image's files) keeps its pristine content unless it matches a `writable`
+    glob (the task's outputs): edited or deleted input data is restored. `preload`: modules the
+    grading sandbox's warm interpreter imports; `image`, `limits`: as for `open_sandbox`.
 
     Raises `GradingFailed` when the workspace is too large to copy (the policy filled it)."""
-    import fnmatch
-
-    restore = {k: v for k, v in (pristine or {}).items()
-               if not any(fnmatch.fnmatchcase(k, g) for g in writable)}
+    protect = pristine is not None or image is not None
     blob = outcome.sandbox.archive() if outcome.sandbox is not None else b""
     if len(blob) > MAX_ARTIFACT_BYTES:
         raise GradingFailed(f"the workspace is larger than {MAX_ARTIFACT_BYTES >> 20} MiB "
                             f"({len(blob) >> 20} MiB as a tar)")
-    with _fresh(outcome.sandbox, preload) as sandbox:
-        if blob or restore:
+    with _fresh(outcome.sandbox, preload, image, limits) as sandbox:
+        if blob or pristine:
             payload = {"tar": base64.b64encode(blob or _EMPTY_TAR).decode(), "include":
-                       None if include is None else list(include), "pristine": restore}
+                       None if include is None else list(include), "pristine": dict(pristine or {}),
+                       "writable": list(writable), "protect": protect}
             run_grader(sandbox, EXTRACT, payload, timeout=60.0, label=f"{label}: copying artifacts")
         yield sandbox
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from posttrain.verifiers.base import (GradingFailed, Outcome, Verdict, VerifierError, failed_grading,
-                                      verdict)
+from posttrain.values.verdict import Verdict
+from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError, failed_grading, verdict
 from posttrain.verifiers.grading import GRADER_MARGIN_S, grading_context, run_grader  # noqa: F401
 
 if TYPE_CHECKING:
-    from posttrain.tasks.task import Task
+    from posttrain.values.task import Task
 
 # --- check scripts ----------------------------------------------------------------------------
 

@@ -37,7 +37,9 @@ from typing import Any, Mapping
 
 import jsonschema
 
-from posttrain.verifiers.base import Outcome, Verdict, VerifierError, verdict
+from posttrain.values.verdict import Verdict
+from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import VerifierError, verdict
 
 MAX_ANSWER_CHARS = 100_000
 """longer answers are refused before parsing"""

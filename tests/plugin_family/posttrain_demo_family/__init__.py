@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.task import Task
+from posttrain.values.task import Task
 from posttrain.verifiers.answer import EXACT
 
 

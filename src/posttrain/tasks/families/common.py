@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, TypeVar
 
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.task import Split, Task, TaskLimits, canonical_json
+from posttrain.values.task import Split, Task, TaskLimits, canonical_json
 from posttrain.verifiers.base import Verifier
 
 T = TypeVar("T")

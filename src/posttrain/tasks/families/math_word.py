@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import Problem, single_domain
-from posttrain.tasks.task import canonical_json
+from posttrain.values.task import canonical_json
 from posttrain.verifiers.answer import NUMERIC
 
 NAMES = ("Ann", "Ben", "Cleo", "Dev", "Eva", "Finn", "Gus", "Hana", "Ivo", "Jade", "Kai", "Lena")

@@ -47,8 +47,10 @@ from typing import Any, Callable
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import content_split, draw_in_split, perturb
-from posttrain.tasks.task import Split, Task, TaskLimits
-from posttrain.verifiers.base import Outcome, Verdict, VerifierError, verdict
+from posttrain.values.task import Split, Task, TaskLimits
+from posttrain.values.verdict import Verdict
+from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import VerifierError, verdict
 
 RG_VERSION = "0.1.25"
 """the reasoning-gym version the generator list and the fixes below were checked against"""

@@ -17,7 +17,7 @@ from typing import Any
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.code.write import fenced
-from posttrain.tasks.task import Split, Task, TaskLimits
+from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.verifiers.code import UNIT_TESTS
 
 NAME = "code.humaneval"

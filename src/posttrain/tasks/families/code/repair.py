@@ -13,7 +13,7 @@ import copy
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.code.template import (FunctionTemplate, compile_reference, call_text,
                                                     draw_params, make_cases, run_reference)
-from posttrain.tasks.task import Split, Task, TaskLimits
+from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.verifiers.code import UNIT_TESTS
 
 REPAIRABLE = ("list.rotate", "list.window", "list.kth", "list.best-window", "str.caesar", "str.rle",

@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 from posttrain.tasks.families.common import content_split, draw_in_split
-from posttrain.tasks.task import Split, canonical_json
+from posttrain.values.task import Split, canonical_json
 from posttrain.verifiers.code import encode_value
 
 Params = Mapping[str, Any]

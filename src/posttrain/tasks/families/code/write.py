@@ -5,7 +5,7 @@ from __future__ import annotations
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.code.template import (FunctionTemplate, draw_params, example_lines,
                                                     make_cases)
-from posttrain.tasks.task import Split, Task, TaskLimits
+from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.verifiers.code import UNIT_TESTS
 
 WRITE_LIMITS = TaskLimits(max_turns=1, max_tokens=384, context_tokens=1024, time_s=60.0)

@@ -30,7 +30,7 @@ from posttrain.tasks.families.common import Problem, draw_problem
 from posttrain.tasks.families.documents.questions import KINDS, Kind, decoy
 from posttrain.tasks.families.documents.render import FORMATS, filename, render
 from posttrain.tasks.families.documents.statements import company_name, make_company
-from posttrain.tasks.task import Split, Task, TaskLimits
+from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.verifiers.structured import STRUCTURED
 
 FORMAT_NAMES = {"md": "Markdown", "html": "HTML", "csv": "CSV"}

@@ -17,7 +17,7 @@ from posttrain.tasks.domain import Domain, ToolSpec
 from posttrain.tasks.families.common import draw_problem
 from posttrain.tasks.families.documents.questions import KINDS, Kind
 from posttrain.tasks.families.documents.render import FORMATS
-from posttrain.tasks.task import Split, Task, TaskLimits
+from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.verifiers.structured import STRUCTURED
 
 TOOL_KINDS = ("cash-reconciliation", "retained-earnings", "ppe-rollforward", "compare-net-income")

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from posttrain.tasks.domain import Domain, ToolSpec
 from posttrain.tasks.families.common import content_split, draw_in_split
-from posttrain.tasks.task import Split, Task, TaskLimits
+from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.verifiers.geometry import GEOMETRY
 
 TOOL_LIMITS = TaskLimits(max_turns=8, max_tokens=512, context_tokens=4096, time_s=180.0,

@@ -16,6 +16,8 @@ from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.terminal import config, find, git, system, transform
 from posttrain.tasks.families.terminal.common import terminal_domain
 from posttrain.tasks.families.terminal.harbor import HarborTaskError, load_harbor_task
+from posttrain.tasks.families.terminal.harbor_source import harbor_domains
+from posttrain.tasks.registry import BrokenDomain
 
 GROUPS = (find.DOMAINS, transform.DOMAINS, config.DOMAINS, git.DOMAINS, system.DOMAINS)
 
@@ -23,16 +25,17 @@ EXAMPLES_DIR = Path(__file__).resolve().parents[5] / "examples" / "harbor"
 """the repository's example Harbor tasks (present in a source checkout, not in a wheel)"""
 
 
-def harbor_examples() -> list[Domain]:
+def harbor_examples() -> list[Domain | BrokenDomain]:
+    """The example folders as domains; a malformed one is a `BrokenDomain` (reported, skipped)."""
     if not EXAMPLES_DIR.is_dir():
         return []
-    return [load_harbor_task(p) for p in sorted(EXAMPLES_DIR.iterdir()) if (p / "task.toml").is_file()]
+    return harbor_domains(EXAMPLES_DIR)
 
 
-def domains() -> list[Domain]:
+def domains() -> list[Domain | BrokenDomain]:
     out = [terminal_domain(f"terminal.{suffix}", draw, description, tags=(suffix.split(".")[0],))
            for group in GROUPS for suffix, draw, description in group]
     return out + harbor_examples()
 
 
-__all__ = ["HarborTaskError", "domains", "load_harbor_task"]
+__all__ = ["HarborTaskError", "domains", "harbor_domains", "load_harbor_task"]

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import content_split, draw_in_split
 from posttrain.tasks.families.terminal.checks import STATE_CHECK
-from posttrain.tasks.task import Split, Task, TaskLimits
+from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.verifiers.script import SCRIPT
 
 LIMITS = TaskLimits(max_turns=10, max_tokens=384, context_tokens=4096, time_s=120.0,

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping
 
-from posttrain.verifiers.base import Verdict
+from posttrain.values.verdict import Verdict
 
 Status = Literal["completed", "truncated", "infra_error"]
 STATUSES: tuple[Status, ...] = ("completed", "truncated", "infra_error")
@@ -82,6 +82,9 @@ class Trajectory:
     """trajectories sampled together for one task (a GRPO group) share this id"""
     attempt: int = 0
     """0 for the first try; retries of an infra_error increment it"""
+    member: int = 0
+    """this sample's place in its group (0..G-1); (run_id, group_id, member, attempt) is the
+    trajectory's identity, under which the store keeps it exactly once"""
     run_id: str = ""
     sandbox: Mapping[str, Any] = field(default_factory=dict)
     """backend, image hash and active isolation layers"""
