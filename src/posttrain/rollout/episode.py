@@ -119,8 +119,8 @@ class Episode:
             return self._finish(step.verdict, truncated=step.truncated)
         self.messages += [Message("assistant", completion.text), Message("user", step.observation.text)]
         # token-in/token-out: the next prompt extends the ids sampled so far (no re-tokenizing)
-        ids = completion.prompt_token_ids, completion.token_ids
-        self._prefix = None if None in ids else tuple(ids[0]) + tuple(ids[1])  # type: ignore[operator]
+        sent, got = completion.prompt_token_ids, completion.token_ids
+        self._prefix = None if sent is None or got is None else tuple(sent) + tuple(got)
         self._observation, self._observation_cut = step.observation.text, step.observation.truncated_chars
         return self._request()
 
