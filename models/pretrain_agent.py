@@ -65,7 +65,7 @@ class AgentPretrainConfig:
     n_positions: int = 1024
     seed: int = 0
     threads: int = 2
-    eval_tasks: int = 0
+    eval_tasks: int = 10
     """eval-split tasks per trained / held-out agentic domain for the closing report (0 = skip)"""
     eval_samples: int = 8
 
@@ -256,7 +256,7 @@ def evaluate_agent(path: Path, n_tasks: int, n_samples: int) -> dict:
 
     policy = TorchPolicy(path, device="cpu")
     result = evaluate(policy, [get_domain(n) for n in TRAINED + HELD_OUT], n_tasks=n_tasks,
-                      n_samples=n_samples, max_tokens=200)
+                      n_samples=n_samples, max_tokens=160)
     for name, r in result.items():
         print(f"{name:32s} pass@1 {r['pass1']:.3f}  pass@{n_samples} {r['passk']:.3f}  greedy {r['greedy']:.3f}")
     return result
