@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from typing import Any, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from posttrain.sandbox.base import DEFAULT_CLOCK, Limits, Sandbox
 from posttrain.sandbox.pool import MAX_EPISODES
