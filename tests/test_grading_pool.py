@@ -101,6 +101,9 @@ def test_a_bad_mode_is_refused_naming_the_variable(mode, monkeypatch):
     monkeypatch.setenv(grading.GRADING_SANDBOXES_ENV, "reuse")
     with pytest.raises(ValueError, match="POSTTRAIN_GRADING_SANDBOXES='reuse'"):
         grading.grading_mode()
+    with pytest.raises(ValueError, match="POSTTRAIN_GRADING_SANDBOXES='reuse'"):
+        with grading.grading_sandbox(None, ()):  # not an infrastructure error (retried forever)
+            pass
     with pytest.raises(ValueError, match="grading mode must be one of"):
         grading.set_grading_mode("pooled")
 

@@ -294,9 +294,10 @@ def grading_sandbox(like: "Sandbox | None", preload: Sequence[str], image: dict 
     backend = like.info.backend if like is not None and like.info.backend in ("bwrap", "process") else "auto"
     options = dict(backend=backend, allow_unsandboxed=backend == "process", preload=tuple(preload),
                    **({"image": image} if image else {}))
+    fresh = grading_mode() == "fresh"  # a bad setting is the user's error, not infrastructure
     stack = ExitStack()
     try:
-        if grading_mode() == "fresh":
+        if fresh:
             sandbox = stack.enter_context(open_sandbox(limits, **options))
         else:
             sandbox = stack.enter_context(grading_pool().sandbox(limits, **options))
