@@ -23,10 +23,8 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
             workers: int = typer.Option(2, "--workers", min=1, help="environment steps in parallel"),
             as_json: bool = typer.Option(False, "--json", help="print a JSON summary")) -> None:
     """Run episodes with a scripted policy over the matching domains and store them."""
-    from posttrain.envs import EnvConfig, sandbox_preload
     from posttrain.policies.scripted import ScriptedPolicy
-    from posttrain.rollout.runner import EpisodeSpec, run_episodes
-    from posttrain.sandbox import SandboxPool
+    from posttrain.scheduling.engine import WorkItem, run_workload
     from posttrain.storage.store import Store, StoreError
     from posttrain.tasks.registry import RegistryError, match_domains
 
@@ -38,20 +36,16 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
         _fail(str(e))
     scripted = ScriptedPolicy.named(policy)
     run_id = f"rollout-{uuid.uuid4().hex[:8]}"
-    specs = [EpisodeSpec(d, d.task(seed, split)) for d in matched for seed in range(n)]
+    items = [WorkItem(d, d.task(seed, split)) for d in matched for seed in range(n)]
     try:
         store = Store.for_run_dir(run_dir)
     except StoreError as e:
         _fail(str(e))
     store.start_run(run_id, {"kind": "rollout", "policy": policy, "domains": domains, "n": n,
                              "split": split})
-    tasks = {(s.domain.name, s.task.key): s.task for s in specs}
-    with store, SandboxPool(size=workers, preload=sandbox_preload(matched)) as pool:
-        def save(ep) -> None:
-            store.put_trajectory(ep.result(), tasks[(ep.domain.name, ep.task.key)], ep.workspace_archive)
-
-        run_episodes(specs, scripted, env_config=EnvConfig(), sandbox_factory=pool.sandbox,
-                     workers=workers, run_id=run_id, on_done=save)
+    with store:
+        run_workload(items, scripted, workers=workers, run_id=run_id,
+                     on_result=lambda r: store.put_trajectory(r.trajectory, r.task, r.workspace_archive))
         counts = store.counts(run_id)
     if as_json:
         typer.echo(json.dumps(counts))

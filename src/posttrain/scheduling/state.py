@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from posttrain.values.trajectory import Trajectory
+from posttrain.values.episode import EpisodeResult
 from posttrain.scheduling.work import Group, Usage
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class GroupState:
     """admission order (restored groups get new numbers, ahead of new groups)"""
     status: str = "open"
     """open -> ready -> taken, or dropped"""
-    members: list[Trajectory | None] = field(default_factory=list)
+    members: list[EpisodeResult | None] = field(default_factory=list)
     attempts: list[int] = field(default_factory=list)
     retries: list[int] = field(default_factory=list)
     unlaunched: deque[int] = field(default_factory=deque)
@@ -85,10 +85,14 @@ class GroupState:
             self.attempts = [0] * self.size
             self.retries = [0] * self.size
 
-    def to_group(self, trajectories: list[Trajectory]) -> Group:
+    task: Any = None
+    """the group's `Task`, resolved by the engine at its first launch (not saved: a resumed
+    group's task is resolved again from its seed)"""
+
+    def to_group(self, results: list[EpisodeResult]) -> Group:
         return Group(group_id=self.gid, domain=self.domain, tier=self.tier, task_seed=self.task_seed,
                      policy_version=self.policy_version, version=self.version,
-                     trajectories=trajectories, usage=self.usage, admitted_at=self.admitted_at,
+                     results=results, usage=self.usage, admitted_at=self.admitted_at,
                      completed_at=self.completed_at)
 
     def launched(self, m: int) -> bool:
@@ -154,7 +158,10 @@ def load_state(core: "SchedulerCore", state: dict[str, Any]) -> None:
     core.staleness_hist = {int(k): int(v) for k, v in state["staleness_hist"].items()}
     core.admitted_trainer = int(state["admitted_trainer"])
     for tier, q in state["submitted"].items():
-        core.submitted[tier].extend(d for d in q if d in known)
+        for entry in q:  # [domain, group id or None]; a bare domain name before named groups
+            d, gid = (entry, None) if isinstance(entry, str) else entry
+            if d in known:
+                core.submitted[tier].append((d, gid))
     core.recovered = list(state["recovered"])
     core.dropped.extend((str(a), str(b)) for a, b in state["dropped"])
     trainer = core.config.trainer_tier

@@ -21,7 +21,7 @@ import torch
 
 from posttrain.policies.base import Policy
 from posttrain.values.generation import SamplingParams
-from posttrain.rollout.runner import EpisodeSpec, run_episodes
+from posttrain.scheduling.engine import WorkItem, run_episodes
 from posttrain.tasks.domain import Domain
 
 
@@ -41,12 +41,12 @@ def evaluate(policy: Policy, domains: Sequence[Domain], *, n_tasks: int = 50, n_
     if n_tasks < 1 or n_samples < 1:
         raise ValueError(f"evaluate needs n_tasks >= 1 and n_samples >= 1, got {n_tasks}, {n_samples}")
     tasks = [(d, d.task(i, split)) for d in domains for i in range(n_tasks)]  # type: ignore[arg-type]
-    specs = [EpisodeSpec(d, t) for d, t in tasks for _ in range(n_samples)]
+    specs = [WorkItem(d, t) for d, t in tasks for _ in range(n_samples)]
     with torch.random.fork_rng():
         if seed is not None:
             torch.manual_seed(seed)
         sampled = run_episodes(specs, policy, SamplingParams(temperature=temperature, max_tokens=max_tokens))
-    greedy_runs = (run_episodes([EpisodeSpec(d, t) for d, t in tasks], policy,
+    greedy_runs = (run_episodes([WorkItem(d, t) for d, t in tasks], policy,
                                 SamplingParams(temperature=0.0, max_tokens=max_tokens))
                    if greedy else [])
     out: dict[str, dict[str, float]] = {}

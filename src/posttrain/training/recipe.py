@@ -88,7 +88,7 @@ def _domains(names: str) -> list:
 def train_round(cfg: RecipeConfig, start: str, round_index: int, mix: list) -> tuple[str, list[dict]]:
     """One GRPO round from `start`; returns (checkpoint dir, per-step metrics)."""
     from posttrain.values.generation import SamplingParams
-    from posttrain.rollout.runner import EpisodeSpec, run_episodes
+    from posttrain.scheduling.engine import WorkItem, run_episodes
     from posttrain.training.config import TrainerConfig
     from posttrain.training.trainer import Trainer
 
@@ -107,7 +107,7 @@ def train_round(cfg: RecipeConfig, start: str, round_index: int, mix: list) -> t
         specs = []
         for i, domain in enumerate(picked):
             task = domain.task(rng.randrange(2**31), "train")
-            specs += [EpisodeSpec(domain, task, group_id=f"r{round_index}-s{step}-{i}")] * cfg.group_size
+            specs += [WorkItem(domain, task, group_id=f"r{round_index}-s{step}-{i}")] * cfg.group_size
         trajectories = run_episodes(specs, trainer.policy(), sampling)
         groups: dict[str, list] = {}
         for t in trajectories:
