@@ -1,10 +1,18 @@
-"""Rollout machinery throughput: oracle episodes per second per family, runner + store overhead
-per turn (tool and verifier time excluded), and store writes per second.
+"""Rollout machinery throughput: oracle episodes per second per family, with sandboxes fresh per
+episode and reset between episodes, side by side; runner + store overhead per turn (tool and
+verifier time excluded), and store writes per second.
 
     .venv/bin/python benchmarks/rollout.py [--domains-per-family 6] [--tasks 3] [--workers 2]
 
 Every family runs its domains' oracles through the full path (environment, sandbox from a warm
-pool, verifier, store) with 2 workers. Prints a table, then one JSON line.
+pool, verifier, store) with 2 workers, twice in a row: `fresh` (`SandboxPool(reuse=False)`: a
+new sandbox per episode, booted in the background) and `reset` (`SandboxPool(reuse=True)`, the
+default: one sandbox per worker, reset to pristine between episodes). Each pool preloads what
+the family's domains declare and is warm (`size` sandboxes booted) before the clock starts.
+Families without sandboxed domains run the same path in both modes (a ratio near 1). Episodes
+are run `workers` at a time: `run_episodes` starts every episode it is given at once, each
+holding a sandbox (issue 13, "unbounded sandboxes"), so handing it all of them would measure
+boots in both modes. Prints a table, then one JSON line.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from posttrain.envs import EnvConfig
+from posttrain.envs import EnvConfig, sandbox_preload
 from posttrain.policies.scripted import ScriptedPolicy
 from posttrain.scheduling.engine import WorkItem, run_episodes
 from posttrain.sandbox import SandboxPool
@@ -42,17 +50,28 @@ def main() -> None:
 
     rows, per_turn_overheads = [], []
     store_writes, store_s = 0, 0.0
-    with tempfile.TemporaryDirectory() as tmp, SandboxPool(size=args.workers) as pool:
+    load_start = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "store.sqlite")
         for family, domains in sorted(families().items()):
             chosen = spread(sorted(domains, key=lambda d: d.name), args.domains_per_family)
             specs = [WorkItem(d, d.task(seed)) for d in chosen for seed in range(args.tasks)]
-            done = []
-            t0 = time.perf_counter()
-            trajs = run_episodes(specs, ScriptedPolicy.oracle(), env_config=EnvConfig(),
-                                 sandbox_factory=pool.sandbox, workers=args.workers,
-                                 on_result=lambda r: done.append((r.trajectory, r.task, r.workspace_archive)))
-            wall = time.perf_counter() - t0
+            rates = {}
+            for mode in ("fresh", "reset"):
+                with SandboxPool(size=args.workers, preload=sandbox_preload(chosen),
+                                 reuse=mode == "reset") as pool:
+                    pool.wait_ready()
+                    done, trajs = [], []
+                    t0 = time.perf_counter()
+                    for i in range(0, len(specs), args.workers):
+                        trajs += run_episodes(specs[i:i + args.workers], ScriptedPolicy.oracle(),
+                                              env_config=EnvConfig(), sandbox_factory=pool.sandbox,
+                                              workers=args.workers,
+                                              on_result=lambda r: done.append(
+                                                  (r.trajectory, r.task, r.workspace_archive)))
+                    wall = time.perf_counter() - t0
+                    rates[mode] = (len(trajs) / wall, dict(pool.stats))
+            # from here on, `trajs` and `done` are the reset run's (the default mode)
             t1 = time.perf_counter()
             for traj, task, ws in done:
                 store.put_trajectory(traj, task, ws)
@@ -65,9 +84,13 @@ def main() -> None:
                 per_turn_overheads.append(max(0.0, tm.get("total_s", 0) - inner) / max(1, len(t.turns)))
             passed = sum(bool(t.passed) for t in trajs)
             infra = sum(t.status == "infra_error" for t in trajs)
+            fresh, (reset, stats) = rates["fresh"][0], rates["reset"]
             rows.append({"family": family, "domains": len(chosen), "episodes": len(trajs), "turns": turns,
                          "passed": passed, "infra_error": infra, "wall_s": round(wall, 3),
-                         "episodes_per_s": round(len(trajs) / wall, 2)})
+                         "episodes_per_s": round(reset, 2), "eps_per_s_fresh": round(fresh, 2),
+                         "eps_per_s_reset": round(reset, 2), "reset_vs_fresh": round(reset / fresh, 2),
+                         "resets": stats["resets"], "discards": stats["discards"],
+                         "boots": stats["booted"]})
         store.close()
 
     # Pure runner overhead: single-answer episodes with an exact-match verifier, no sandbox.
@@ -78,19 +101,27 @@ def main() -> None:
     runner_us = (time.perf_counter() - t0) / sum(len(t.turns) for t in trajs) * 1e6
 
     print(f"{'family':10} {'domains':>7} {'episodes':>8} {'turns':>6} {'passed':>6} {'infra':>5} "
-          f"{'wall_s':>7} {'eps/s':>7}")
+          f"{'eps/s fresh':>11} {'eps/s reset':>11} {'ratio':>6} {'resets':>6} {'discards':>8} {'boots':>5}")
     for r in rows:
         print(f"{r['family']:10} {r['domains']:>7} {r['episodes']:>8} {r['turns']:>6} {r['passed']:>6} "
-              f"{r['infra_error']:>5} {r['wall_s']:>7} {r['episodes_per_s']:>7}")
+              f"{r['infra_error']:>5} {r['eps_per_s_fresh']:>11} {r['eps_per_s_reset']:>11} "
+              f"{r['reset_vs_fresh']:>6} {r['resets']:>6} {r['discards']:>8} {r['boots']:>5}")
     overhead_ms = statistics.median(per_turn_overheads) * 1e3
     writes_per_s = store_writes / store_s
     print(f"\nsandboxed episode overhead per turn (total - tool - verify - generation), median: "
           f"{overhead_ms:.2f} ms (includes taking a sandbox from the pool and archiving the workspace)")
     print(f"runner overhead per turn, single-answer episodes without sandbox: {runner_us:.0f} us")
     print(f"store writes: {writes_per_s:.0f} trajectories/s ({store_writes} written)")
-    print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    load_end = os.getloadavg()[0]
+    print(f"load average (1 min): {load_start:.2f} at the start, {load_end:.2f} at the end, "
+          f"on {os.cpu_count()} cores")
     print(json.dumps({
         "episodes_per_s": {r["family"]: r["episodes_per_s"] for r in rows},
+        "eps_per_s_fresh": {r["family"]: r["eps_per_s_fresh"] for r in rows},
+        "eps_per_s_reset": {r["family"]: r["eps_per_s_reset"] for r in rows},
+        "reset_vs_fresh": {r["family"]: r["reset_vs_fresh"] for r in rows},
+        "discards": sum(r["discards"] for r in rows),
+        "load_avg_1m_start": round(load_start, 2), "load_avg_1m_end": round(load_end, 2),
         "oracle_pass_rate": round(sum(r["passed"] for r in rows) / max(1, sum(r["episodes"] for r in rows)), 4),
         "infra_errors": sum(r["infra_error"] for r in rows),
         "episode_overhead_ms_per_turn_p50": round(overhead_ms, 3),

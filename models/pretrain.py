@@ -183,7 +183,7 @@ def main(cfg: PretrainConfig) -> dict:
     tok = build_tokenizer()
 
     # GPT-2 blocks with dropout off and exact GELU: GPT-2's defaults (dropout 0.1, gelu_new)
-    # made training ~2x slower here for nothing (see /work/shared/notes/cpu-rl.md).
+    # made training ~2x slower on CPU for nothing (measured at 2M parameters; models/README.md).
     config = GPT2Config(vocab_size=len(tok), n_positions=cfg.n_positions, n_embd=cfg.n_embd,
                         n_layer=cfg.n_layer, n_head=cfg.n_head, activation_function="gelu",
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,

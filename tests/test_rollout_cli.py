@@ -114,3 +114,17 @@ def test_an_episode_that_outgrew_the_model_context_is_truncated_and_replays(tmp_
         store.put_trajectory(t, d.task(0))
         result = replay(store, store.get_trajectory(t.id))
     assert result.matched, result.divergence
+
+
+def test_domains_without_tasks_in_the_split_are_skipped_with_a_note(tmp_path):
+    """An imported single task lives in one split: `--domains '*'` must not die on it."""
+    eval_only = "terminal.harbor.sales-report"
+    result = runner.invoke(
+        app, ["rollout", "--domains", f"math.add.d1,{eval_only}", "--n", "1", "--run-dir",
+              str(tmp_path / "run"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert f"with no train-split tasks: {eval_only}" in result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1])["episodes"] == 1
+    result = runner.invoke(
+        app, ["rollout", "--domains", eval_only, "--run-dir", str(tmp_path / "none")])
+    assert result.exit_code == 2 and "has train-split tasks" in result.stderr

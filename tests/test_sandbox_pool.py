@@ -1,4 +1,5 @@
-"""SandboxPool: warm sandboxes, never reused across episodes, broken ones replaced."""
+"""SandboxPool: warm sandboxes, reset to pristine between episodes (or fresh each), broken ones
+and ones whose reset is not clean replaced."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ PROBLEM = bwrap_problem()
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"bubblewrap unavailable: {PROBLEM}")
 
 
-def test_each_episode_gets_a_fresh_sandbox():
-    with SandboxPool(size=2, limits=Limits(wall_s=5), backend="bwrap") as pool:
+def test_fresh_mode_gives_each_episode_a_new_sandbox():
+    with SandboxPool(size=2, limits=Limits(wall_s=5), backend="bwrap", reuse=False) as pool:
         seen = []
         for i in range(4):
             with pool.sandbox() as sb:
@@ -27,7 +28,78 @@ def test_each_episode_gets_a_fresh_sandbox():
                 seen.append(sb.id)
             assert sb.closed
         assert len(set(seen)) == 4
-        assert pool.stats["handed_out"] == 4
+        assert pool.stats["handed_out"] == 4 and pool.stats["resets"] == 0
+
+
+def test_reuse_mode_resets_and_reuses_the_same_sandbox():
+    with SandboxPool(size=1, limits=Limits(wall_s=5), backend="bwrap") as pool:
+        seen = []
+        for i in range(4):
+            with pool.sandbox() as sb:
+                assert sb.list_files() == []  # nothing of the previous episode
+                assert sb.run("ls -A /tmp /dev/shm; pgrep -c sleep || true").stdout == \
+                    "/dev/shm:\n\n/tmp:\n0\n"
+                sb.write_file("episode.txt", str(i))
+                sb.run("echo x > /tmp/t; echo y > /dev/shm/s; sleep 60 >/dev/null 2>&1 &")
+                seen.append(sb.id)
+            assert not sb.closed
+        assert len(set(seen)) == 1
+        assert pool.stats["resets"] == 4 and pool.stats["discards"] == 0
+        assert pool.stats["booted"] == 1
+
+
+def test_unclean_reset_discards_and_boots_another():
+    with SandboxPool(size=1, limits=Limits(wall_s=5), backend="bwrap") as pool:
+        with pool.sandbox() as sb:
+            sb.run("kill -9 $PPID")  # kills the job server: the reset must refuse the sandbox
+        assert sb.closed
+        assert pool.stats["discards"] == 1
+        assert list(pool.stats["discard_reasons"]) == ["job server"]
+        with pool.sandbox() as other:
+            assert other.id != sb.id and other.run("echo ok").stdout == "ok\n"
+        assert pool.stats["booted"] == 2
+
+
+def test_reuse_mode_boots_no_more_than_size_for_size_workers():
+    import threading
+
+    with SandboxPool(size=2, limits=Limits(wall_s=5), backend="bwrap") as pool:
+        ids, lock = set(), threading.Lock()
+
+        def episodes():
+            for _ in range(4):
+                with pool.sandbox() as sb:
+                    sb.run("true")
+                    with lock:
+                        ids.add(sb.id)
+
+        threads = [threading.Thread(target=episodes) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(ids) == 2 and pool.stats["booted"] == 2
+        assert pool.stats["resets"] == 8
+
+
+def test_reuse_mode_serves_a_caller_that_holds_more_than_size():
+    import contextlib
+
+    with SandboxPool(size=1, limits=Limits(wall_s=5), backend="bwrap") as pool:
+        with contextlib.ExitStack() as stack:  # a driver that opens every episode at once
+            held = [stack.enter_context(pool.sandbox()) for _ in range(3)]
+            assert len({sb.id for sb in held}) == 3
+        assert pool._ready.qsize() == 1  # at most `size` idle ones are kept
+        assert pool.stats["closed_idle"] == 2
+
+
+def test_a_sandbox_serves_at_most_max_episodes():
+    with SandboxPool(size=1, limits=Limits(wall_s=5), backend="bwrap", max_episodes=2) as pool:
+        seen = []
+        for _ in range(3):
+            with pool.sandbox() as sb:
+                seen.append(sb.id)
+        assert seen[0] == seen[1] != seen[2]
 
 
 def test_warm_pool_hands_out_without_waiting():
@@ -60,6 +132,10 @@ def test_broken_sandbox_is_replaced_and_caller_carries_on():
         assert pool.stats["replaced"] >= 1
 
 
-def test_pool_rejects_bad_size():
+def test_pool_rejects_bad_settings():
     with pytest.raises(ValueError, match="size"):
         SandboxPool(size=0)
+    with pytest.raises(ValueError, match="reuse"):
+        SandboxPool(size=1, reuse="yes")
+    with pytest.raises(ValueError, match="max_episodes"):
+        SandboxPool(size=1, max_episodes=0)

@@ -7,7 +7,6 @@ Sub-command modules must import nothing heavy (torch, transformers, ray) at modu
 from __future__ import annotations
 
 import importlib
-import importlib.util
 
 import typer
 
@@ -19,7 +18,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("posttrain.sandbox.cli", "app", "sandbox"),
     ("posttrain.tasks.cli", "app", "tasks"),
-    ("posttrain.rollout.cli", "rollout", "rollout"),
+    ("posttrain.scheduling.cli", "rollout", "rollout"),
     ("posttrain.rollout.cli", "replay", "replay"),
     ("posttrain.storage.cli", "export", "export"),
     ("posttrain.pipeline.cli", "run", "run"),
@@ -30,16 +29,17 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
 ]
 
 
-def _mount() -> None:
+def _mount(root: typer.Typer, subcommands: list[tuple[str, str, str]]) -> None:
+    """Mount every sub-command; a mistyped module, attribute or group is an error here, at import
+    time, rather than a sub-command that silently goes missing."""
     groups: dict[str, typer.Typer] = {}
-    for module_name, attr, name in _SUBCOMMANDS:
-        if importlib.util.find_spec(module_name) is None:
-            continue  # that part of posttrain is not built yet
+    for module_name, attr, name in subcommands:
         obj = getattr(importlib.import_module(module_name), attr)
         parent, _, leaf = name.rpartition(" ")
-        target = groups.get(parent, app) if parent else app
         if parent and parent not in groups:
-            continue  # its group is not built yet
+            raise ValueError(f"sub-command {name!r} ({module_name}.{attr}): no group {parent!r} "
+                             "is mounted before it")
+        target = groups[parent] if parent else root
         if isinstance(obj, typer.Typer):
             target.add_typer(obj, name=leaf)
             groups[name] = obj
@@ -55,11 +55,13 @@ def version() -> None:
     typer.echo(__version__)
 
 
-_mount()
+_mount(app, _SUBCOMMANDS)
 
 
 def main() -> None:
-    app()
+    from posttrain.errors import run_cli
+
+    run_cli(app)  # bad input and a full disk are one line on stderr, not a traceback
 
 
 if __name__ == "__main__":

@@ -80,7 +80,8 @@ class SingleAnswerEnv:
                     raise RuntimeError(f"domain {self.domain.name} needs a sandbox to verify, "
                                        "but the environment was given no sandbox factory")
                 sandbox = stack.enter_context(self.sandbox_factory())
-                self.sandbox_info = {"backend": sandbox.info.backend, "image": sandbox.info.image}
+                self.sandbox_info = {"backend": sandbox.info.backend, "image": sandbox.info.image,
+                                     "clock": sandbox.info.clock}
                 for path, content in task.files.items():
                     sandbox.write_file(path, content)
             verdict = self.domain.verifier.verify(task, Outcome(answer=answer, sandbox=sandbox))

@@ -88,7 +88,7 @@ class ToolEnv:
         self._stack = ExitStack()
         self.sandbox = self._stack.enter_context(self.sandbox_factory())
         self.sandbox_info = {"backend": self.sandbox.info.backend, "image": self.sandbox.info.image,
-                             "layers": dict(self.sandbox.info.layers)}
+                             "layers": dict(self.sandbox.info.layers), "clock": self.sandbox.info.clock}
         for path, content in task.files.items():
             self.sandbox.write_file(path, content)
         return Observation(tools_intro(self.domain, task))

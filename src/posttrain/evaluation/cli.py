@@ -54,12 +54,38 @@ def _tasks(spec: str, per_domain: int):
 def _store(run_dir: Optional[Path]):
     if run_dir is None:
         return None
+    from posttrain import runlock
     from posttrain.storage.store import Store, StoreError
 
+    runlock.acquire(run_dir, "posttrain eval")  # one writer per run directory (UserError if taken)
     try:
         return Store.for_run_dir(run_dir)
     except StoreError as e:
         _fail(str(e))
+
+
+def _eval_name(name: str, run_dir: Optional[Path], store, policy: str) -> str:
+    """The eval's name in `run_dir`: a given `--name` that is taken is refused (its rows and
+    `evals/NAME.json` are another eval's); the default name gets a free suffix."""
+    import time
+
+    from posttrain.evaluation.result import EVALS_DIR, safe_name
+
+    if run_dir is None:
+        return name
+    taken = {r["id"].removeprefix("eval:") for r in store.runs() if r["id"].startswith("eval:")}
+    taken |= {p.stem for p in (run_dir / EVALS_DIR).glob("*.json")}
+    if name:
+        if name in taken or safe_name(name) in taken:
+            _fail(f"--name: an eval named {name!r} already exists in {run_dir} "
+                  f"({EVALS_DIR}/{safe_name(name)}.json or its stored rows); choose another name")
+        return name
+    base = f"{policy}-{time.strftime('%Y%m%d-%H%M%S')}"
+    fresh, n = base, 1
+    while fresh in taken or safe_name(fresh) in taken:
+        n += 1
+        fresh = f"{base}-{n}"
+    return fresh
 
 
 def _console():
@@ -151,30 +177,43 @@ def eval_(ctx: typer.Context,
           ci: str = typer.Option("wilson", "--ci", help="confidence intervals: wilson or bootstrap"),
           baseline: Optional[Path] = typer.Option(None, "--baseline", help="exit 1 on a significant regression "
                                                   "against this baseline file"),
+          max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", min=0.0, max=1.0,
+                                               help="exit 3 when more than this share of episodes are "
+                                                    "infrastructure errors (or a domain has nothing else)"),
           as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """Evaluate a policy: per-domain and per-family pass@k with CIs, rework, cost, latency."""
+    """Evaluate a policy: per-domain and per-family pass@k with CIs, rework, cost, latency.
+
+    Exit codes: 0 done; 2 bad input; 3 not trustworthy (a domain with infrastructure errors on
+    every episode, or more than --max-infra-rate of them overall; the reasons are printed)."""
     if ctx.invoked_subcommand is not None:
         return
     if policy is None:
         _fail("--policy is required (e.g. --policy oracle); see `posttrain eval --help`")
     if baseline is not None:
         return _gate(policy, baseline, run_dir, name, as_json)
+    from posttrain.errors import EXIT_UNTRUSTWORTHY
     from posttrain.evaluation.runner import run_eval
+    from posttrain.evaluation.trust import untrustworthy
 
     config = _config(k, per_domain, temperature, seed, workers, ci)
-    pol = _policy(policy, run_dir)
     task_list = _tasks(tasks, per_domain)
+    pol = _policy(policy, run_dir)
     store = _store(run_dir)
+    name = _eval_name(name, run_dir, store, pol.version.name)
     result = run_eval(pol, task_list, config, name=name, policy_spec=policy, task_source=tasks, store=store)
     if run_dir is not None:
         path = result.save_to_run(run_dir)
         store.close()
         if not as_json:
             typer.echo(f"wrote {path}")
+    reasons = untrustworthy(result.summary, max_infra_rate)
     if as_json:
-        typer.echo(json.dumps(result.brief()))
+        typer.echo(json.dumps({**result.brief(), "untrustworthy": reasons}))
     else:
         _print_result(result)
+    if reasons:
+        typer.echo("not trustworthy:\n  " + "\n  ".join(reasons), err=True)
+        raise typer.Exit(EXIT_UNTRUSTWORTHY)
 
 
 def _gate(policy: str, baseline_path: Path, run_dir: Optional[Path], name: str, as_json: bool) -> None:

@@ -113,11 +113,15 @@ class SeededPolicy:
         self.base_seed = base_seed
         self.version = policy.version
 
+    @property
+    def max_positions(self) -> int | None:
+        return self.inner.max_positions
+
+    def render(self, request: GenerationRequest) -> list[int] | None:
+        return self.inner.render(request)
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         seeded = [replace(r, sampling=replace(r.sampling, seed=sample_seed(
             self.base_seed, str(r.meta.get("group_id", r.request_id)), int(r.meta.get("turn", 0)))))
             for r in requests]
         return self.inner.generate(seeded)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)

@@ -124,10 +124,6 @@ class TaskRecord:
     def scored(self) -> list[Sample]:
         return [s for s in self.samples if s.scored]
 
-    @property
-    def n_passed(self) -> int:
-        return sum(bool(s.passed) for s in self.samples)
-
     def by_index(self) -> dict[int, Sample]:
         """Sample index -> its last attempt (earlier attempts of an index are infra errors)."""
         return {s.index: s for s in self.samples}

@@ -70,9 +70,6 @@ class EvalResult:
                 "policy": self.policy, "name": self.name, "k": list(self.config.k),
                 "episodes": s["episodes"], "tasks": s["tasks"], "wall_s": round(self.wall_s, 3)}
 
-    def domain_pass1(self) -> dict[str, float | None]:
-        return {d: v["pass@1"]["value"] for d, v in self.summary["domains"].items()}
-
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "name": self.name, "policy": self.policy, "policy_spec": self.policy_spec,
                 "created_at": self.created_at, "wall_s": round(self.wall_s, 6),

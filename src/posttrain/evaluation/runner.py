@@ -27,7 +27,7 @@ from posttrain.evaluation.config import EvalConfig
 from posttrain.evaluation.policy import SeededPolicy
 from posttrain.evaluation.records import Sample, TaskRecord
 from posttrain.evaluation.result import EvalResult
-from posttrain.policies.base import Policy
+from posttrain.policies.base import Policy, ScriptedPlayer
 from posttrain.scheduling.engine import WorkItem, run_workload
 from posttrain.tasks.domain import Domain
 from posttrain.values.episode import EpisodeResult
@@ -61,6 +61,7 @@ def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalC
     items = [WorkItem(d, t, group_id=f"eval:{h[:16]}:{j}") for (h, j), (d, t) in index.items()]
     results = run_workload(items, seeded, sampling, workers=config.workers, run_id=run_id,
                            retries=config.retries, sandbox_factory=sandbox_factory,
+                           player=policy if isinstance(policy, ScriptedPlayer) else None,
                            on_result=save if store is not None else None)
     attempts = {key: [r.trajectory for r in rs] for key, rs in zip(index, results)}
     records = _records(tasks, config.n_samples, attempts)

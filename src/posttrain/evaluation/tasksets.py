@@ -7,7 +7,7 @@
   once (tasks are identified by content hash);
 * a frozen task-set file (`{"format": "posttrain.taskset/1", "name", "tasks": [Task, ...]}`), as
   written by `save_task_set` -- a baseline file (`posttrain.baseline/1`) works too;
-* a task file: one Task as a JSON object, or JSON Lines with one Task per line.
+* a task file (`.toml`, `.jsonl` or `.json`, see `posttrain.tasks.files`): one Task or many.
 
 Tasks from files are used exactly as written (their hash is checked against nothing: the file is
 the definition); their domain must be registered, since the domain supplies the environment and
@@ -76,36 +76,31 @@ def parse_task(obj: Any, where: str) -> tuple[Domain, Task]:
 
 
 def load_task_file(path: str | Path) -> TaskList:
-    """Tasks from a task-set file, a baseline file, a single-Task JSON file or a JSONL file."""
+    """Tasks from a frozen task-set or baseline file, else from a task file (`.toml`, `.jsonl`,
+    `.json`) read by the one task-file loader, `posttrain.tasks.files` (errors name the file,
+    the line or table, and the field)."""
+    from posttrain.tasks.files import TaskFileError
+    from posttrain.tasks.files import load_task_file as load_tasks
+
     path = Path(path)
-    text = path.read_text()
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            data = None  # the task-file loader reports it, naming the line
+        if isinstance(data, dict) and "format" in data:
+            if data["format"] not in (TASKSET_FORMAT, "posttrain.baseline/1"):
+                raise TaskSetError(f"{path}: field 'format' is {data['format']!r}; expected "
+                                   f"{TASKSET_FORMAT!r} or 'posttrain.baseline/1'")
+            items = data.get("tasks")
+            if not isinstance(items, list) or not items:
+                raise TaskSetError(f"{path}: field 'tasks' must be a non-empty list of tasks")
+            return _dedupe([parse_task(obj, f"{path}: tasks[{i}]") for i, obj in enumerate(items)])
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        data = None
-        tasks = []
-        for i, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TaskSetError(f"{path}:{i}: not JSON ({e.msg})") from None
-            tasks.append(parse_task(obj, f"{path}:{i}"))
-        if not tasks:
-            raise TaskSetError(f"{path}: no tasks in the file") from None
-        return _dedupe(tasks)
-    if isinstance(data, dict) and "format" in data:
-        if data["format"] not in (TASKSET_FORMAT, "posttrain.baseline/1"):
-            raise TaskSetError(f"{path}: field 'format' is {data['format']!r}; expected "
-                               f"{TASKSET_FORMAT!r} or 'posttrain.baseline/1'")
-        items = data.get("tasks")
-        if not isinstance(items, list) or not items:
-            raise TaskSetError(f"{path}: field 'tasks' must be a non-empty list of tasks")
-        return _dedupe([parse_task(obj, f"{path}: tasks[{i}]") for i, obj in enumerate(items)])
-    if isinstance(data, list):
-        return _dedupe([parse_task(obj, f"{path}: [{i}]") for i, obj in enumerate(data)])
-    return [parse_task(data, str(path))]
+        tasks = load_tasks(path, require_known_domain=True)
+    except TaskFileError as e:
+        raise TaskSetError(str(e)) from None
+    return _dedupe([(get_domain(t.domain), t) for t in tasks])
 
 
 def resolve_tasks(spec: str, per_domain: int = 20) -> TaskList:
@@ -115,7 +110,7 @@ def resolve_tasks(spec: str, per_domain: int = 20) -> TaskList:
     path = Path(spec)
     if path.is_file():
         return load_task_file(path)
-    if path.suffix in (".json", ".jsonl") or "/" in spec:
+    if path.suffix in (".json", ".jsonl", ".toml") or "/" in spec:
         raise TaskSetError(f"{spec}: no such task-set file (and not a domain glob)")
     return tasks_from_domains(spec, per_domain)
 

@@ -22,24 +22,108 @@ def _interrupted(run_dir) -> None:
                f"{' '.join(map(shlex.quote, args))}", err=True)
 
 
+def _check_model(cfg, field: str) -> None:
+    """The starting model exists and its device is there, before anything is written."""
+    from posttrain.errors import UserError
+
+    path = Path(cfg.model.path)
+    if not path.is_dir():
+        raise UserError("no such model directory" if not path.exists() else "not a directory",
+                        field=field, path=path)
+    if not (path / "config.json").is_file():
+        raise UserError("not a Hugging Face model directory or posttrain checkpoint (no config.json)",
+                        field=field, path=path)
+    device = cfg.model.device
+    if device.split(":")[0] == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError(f"{device!r} asked for, but this torch build ({torch.__version__}) has no "
+                            "CUDA device; use device = \"cpu\"", field="model.device")
+        index = int(device.split(":")[1]) if ":" in device and device.split(":")[1].isdigit() else 0
+        if index >= torch.cuda.device_count():
+            raise UserError(f"{device!r}: there are {torch.cuda.device_count()} CUDA device(s)",
+                            field="model.device")
+    elif device not in ("cpu", "mps"):
+        raise UserError(f"unknown device {device!r} (cpu, cuda or cuda:N)", field="model.device")
+
+
+def _check_trainer(cfg) -> None:
+    """[trainer] values have the type and range of their `TrainerConfig` field (the message
+    names the field; the section is a plain table until it is that class)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from posttrain.pipeline.config import ConfigError
+    from posttrain.training.config import TrainerConfig
+
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(TrainerConfig)}
+    for key in cfg.trainer:
+        if key not in known:
+            raise ConfigError(f"trainer.{key}: unknown field (check the spelling; known: "
+                              f"{', '.join(sorted(known))})")
+    try:
+        TypeAdapter(TrainerConfig).validate_python(dict(cfg.trainer))
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(["trainer", *map(str, err["loc"])])
+        got = "" if not err["loc"] else f" (got {err['input']!r})"
+        raise ConfigError(f"{field}: {err['msg'].removeprefix('Value error, ')}{got}") from None
+
+
+def _refuse_untrustworthy(run_dir: Path, max_infra_rate: float) -> list[str]:
+    from posttrain.evaluation.result import EvalResult
+    from posttrain.evaluation.trust import untrustworthy
+
+    reasons = []
+    for name in ("before", "after"):
+        path = run_dir / "evals" / f"{name}.json"
+        if path.is_file():
+            reasons += untrustworthy(EvalResult.load(path).summary, max_infra_rate, label=f"evals/{name}")
+    return reasons
+
+
 def run(config: Path = typer.Argument(None, help="a TOML config (default: the embedded default job)"),
         name: str = typer.Option(None, "--name", help="run name (directory runs/NAME)"),
         steps: int = typer.Option(None, "--steps", min=0, help="trainer steps (overrides the config)"),
         model: str = typer.Option(None, "--model", help="starting model dir or checkpoint (e.g. a "
                                                         "previous round's runs/X/checkpoints/step-N)"),
         resume: bool = typer.Option(False, "--resume", help="continue a killed run from its last checkpoint"),
+        max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", min=0.0, max=1.0,
+                                             help="exit 3 when the before/after evaluation has more "
+                                                  "infrastructure errors than this share (or a domain "
+                                                  "has nothing else)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON line at the end")) -> None:
-    """Post-train a model with GRPO: evaluate, train on the scheduler, evaluate again."""
+    """Post-train a model with GRPO: evaluate, train on the scheduler, evaluate again.
+
+    Exit codes: 0 done; 2 bad config or input; 3 the evaluation is not trustworthy
+    (infrastructure errors, see --max-infra-rate); 130 interrupted."""
+    from posttrain import runlock
+    from posttrain.errors import EXIT_BAD_INPUT, EXIT_UNTRUSTWORTHY, UserError
     from posttrain.evaluation.contamination import ContaminationError
     from posttrain.pipeline.config import ConfigError, load_config
     from posttrain.pipeline.main import Job
+    from posttrain.policies.base import PolicyError
+    from posttrain.storage.store import StoreError
     from posttrain.tasks.registry import RegistryError
 
     overrides = {k: v for k, v in (("name", name), ("steps", steps), ("model.path", model)) if v is not None}
+    source = str(config) if config is not None else "<default config>"
     cfg = None
+    created = False
     try:
         cfg = load_config(config, overrides)
         run_dir = cfg.run_dir
+        try:
+            _check_model(cfg, "--model" if model is not None else "model.path")
+            _check_trainer(cfg)
+        except UserError as e:
+            raise ConfigError(e.line() if e.field == "--model" else f"{source}: {e.line()}") from None
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+        created = not run_dir.exists()
+        runlock.acquire(run_dir, "posttrain run")  # before the check: two runs cannot both pass it
         # a run exists once it has recorded something (its store); a run refused before its
         # first episode (contamination, a config the model cannot serve) may be started again
         started = (run_dir / "store.sqlite").exists() or (run_dir / "checkpoints").exists()
@@ -50,9 +134,14 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
             raise ConfigError(f"--resume: {run_dir} holds no run to resume")
         job = Job(cfg)
         summary = job.run()
-    except (ConfigError, RegistryError, ContaminationError) as e:
+    except (ConfigError, RegistryError, ContaminationError, PolicyError, UserError) as e:
+        if created and cfg is not None and not isinstance(e, ContaminationError):
+            _forget(cfg.run_dir)
         typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    except StoreError as e:  # a full disk, a store another process holds, a corrupt file
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1)
     except KeyboardInterrupt:
         if cfg is not None:
             _interrupted(cfg.run_dir)
@@ -63,5 +152,21 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(130)
+    reasons = _refuse_untrustworthy(cfg.run_dir, max_infra_rate)
     if as_json:
-        typer.echo(json.dumps(summary))
+        typer.echo(json.dumps({**summary, "untrustworthy": reasons}))
+    if reasons:
+        typer.echo("not trustworthy:\n  " + "\n  ".join(reasons), err=True)
+        raise typer.Exit(EXIT_UNTRUSTWORTHY)
+
+
+def _forget(run_dir: Path) -> None:
+    """Remove a run directory this invocation created and that holds no recorded run (a model
+    that would not load leaves no `config.json` behind to confuse the next attempt)."""
+    import shutil
+
+    from posttrain import runlock
+
+    if not (run_dir / "store.sqlite").exists() and not (run_dir / "checkpoints").exists():
+        runlock.release(run_dir)
+        shutil.rmtree(run_dir, ignore_errors=True)

@@ -33,6 +33,7 @@ from rich.table import Table
 from posttrain.pipeline.config import RunConfig
 from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.tasks.registry import RegistryError, match_domains
+from posttrain.policies.base import Policy
 
 LATEST = "latest.json"
 
@@ -118,7 +119,7 @@ class Job:
             self.console.print(f"[yellow]contamination: {len(report.matches)} eval tasks overlap the "
                                "training sample; allowed by the config (recorded in contamination.json)")
 
-    def check_context(self, policy: Any, eval_tasks: list, per_domain: int = 4) -> None:
+    def check_context(self, policy: Policy, eval_tasks: list, per_domain: int = 4) -> None:
         """Refuse to start when a domain's prompts do not fit the model's context: such an
         episode can never run (it is not an infrastructure failure that a retry would cure).
         Looks at the first `per_domain` train tasks of each trained domain and at the eval tasks."""
@@ -126,14 +127,17 @@ class Job:
         from posttrain.pipeline.config import ConfigError
         from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 
-        limit = getattr(policy, "max_positions", None)
-        if not limit or not hasattr(policy, "render"):
+        limit = policy.max_positions
+        if limit is None:
             return  # the backend does not say (a server checks on its own)
         tasks = [(d, d.task(seed, "train")) for d in self.train_domains for seed in range(per_domain)]
         worst: dict[str, tuple[int, str]] = {}
         for d, task in tasks + list(eval_tasks):
             text = initial_observation(d, task)
-            n = len(policy.render(GenerationRequest((Message("user", text),), SamplingParams())))
+            ids = policy.render(GenerationRequest((Message("user", text),), SamplingParams()))
+            if ids is None:
+                return  # no tokenizer to measure with
+            n = len(ids)
             if n >= limit and n > worst.get(d.name, (0, ""))[0]:
                 worst[d.name] = (n, task.key)
         if worst:

@@ -34,6 +34,13 @@ class SyncedPolicy:
     def version(self) -> PolicyVersion:
         return self._policy.version
 
+    @property
+    def max_positions(self) -> int | None:
+        return self._policy.max_positions
+
+    def render(self, request: GenerationRequest) -> list[int] | None:
+        return self._policy.render(request)
+
     def sync(self) -> None:
         """Take the trainer's current weights (call after each trainer step)."""
         with self._lock:

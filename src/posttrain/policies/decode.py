@@ -43,6 +43,8 @@ class RowResult:
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str = ""
     """'stop' (EOS or a stop string), 'length' (max_tokens or the model's context)"""
+    reused_tokens: int = 0
+    """prompt tokens whose keys/values came from a prefix cache instead of the prefill"""
 
 
 def cache_kwarg(model: torch.nn.Module) -> str:
@@ -58,9 +60,10 @@ def output_cache(out: Any) -> Any:
     return cache if cache is not None else out.get("past_key_values")
 
 
-def sample_next(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor,
-                generators: list[torch.Generator | None]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pick one token per row; returns (tokens [B], log-probs [B]) as documented above."""
+def sampling_dist(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probs as documented above, the unnormalised probabilities sampled from: top-p
+    applied), one row per logits row. Speculative decoding verifies drafts against exactly this."""
     logits = logits.float()
     greedy = temps <= 0
     scaled = logits / torch.where(greedy, torch.ones_like(temps), temps)[:, None]
@@ -72,6 +75,14 @@ def sample_next(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor,
         drop = (sorted_p.cumsum(-1) - sorted_p) >= top_ps[:, None]
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return logp, probs
+
+
+def sample_next(logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor,
+                generators: list[torch.Generator | None]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row; returns (tokens [B], log-probs [B]) as documented above."""
+    greedy = temps <= 0
+    logp, probs = sampling_dist(logits, temps, top_ps)
     tokens = probs.argmax(dim=-1)
     sampled_rows = (~greedy).nonzero().flatten().tolist()
     shared = [i for i in sampled_rows if generators[i] is None]

@@ -19,6 +19,15 @@ What comes back, per request:
 * `finish_reason` -- 'stop' (EOS or a stop string), 'length' (`max_tokens`, or the model's
   context is full), 'error' (the prompt alone does not fit the context; `error` says so).
 
+Modes (`mode=`): 'standard' decodes one token per row per step (`posttrain.policies.decode`);
+'fast' decodes speculatively (`posttrain.policies.speculative`): prompt-lookup drafts by default
+(no second model), or a small draft model (`draft=` a directory or module with the same
+tokenizer, e.g. `models/tiny-base-draft`), verified by this model in one forward per step. Greedy
+output is standard output token for token, sampled output follows the same distribution,
+log-probs are this model's. Fast mode also keeps a prefix cache (`prefix_cache_mb`, default 256
+in fast mode, 0 = off in standard mode): an episode's next turn reuses the keys/values of its
+earlier turns, and completions report `prefill_tokens` / `reused_tokens`.
+
 Seeds: a request with `sampling.seed` samples from its own generator (same seed, same prompt,
 same batch -> same completion); requests without one draw from torch's global RNG, which a
 trainer checkpoint saves and restores.
@@ -43,7 +52,15 @@ from posttrain.values.generation import (
 )
 from posttrain.policies.base import PolicyError
 from posttrain.policies.decode import RowSpec, decode
+from posttrain.policies.drafters import DraftModel, PromptLookup
+from posttrain.policies.prefix_cache import PrefixCache, weights_fingerprint
+from posttrain.policies.ragged import supports_ragged
+from posttrain.policies.speculative import SpecStats, generate as generate_ragged
 from posttrain.policies.render import render_ids
+
+MODES = ("standard", "fast")
+FAST_PREFIX_CACHE_MB = 256.0
+"""the prefix cache's default budget in fast mode (tiny-base: ~4 KB of keys/values per token)"""
 
 VERSION_FILE = "policy_version.json"
 """written beside the weights (by `models/pretrain.py` and trainer checkpoints): name and parent"""
@@ -102,9 +119,17 @@ class TorchPolicy:
     def __init__(self, model: str | os.PathLike | torch.nn.Module, tokenizer: Any = None, *,
                  version: PolicyVersion | None = None, device: str | torch.device | None = None,
                  dtype: str | torch.dtype | None = None, max_batch_size: int = 256,
-                 use_cache: bool = True) -> None:
+                 use_cache: bool = True, mode: str = "standard",
+                 draft: str | os.PathLike | torch.nn.Module | None = None, max_draft: int = 8,
+                 prefix_cache_mb: float | None = None) -> None:
         if max_batch_size < 1:
             raise ValueError(f"TorchPolicy max_batch_size must be >= 1, got {max_batch_size}")
+        if mode not in MODES:
+            raise ValueError(f"TorchPolicy mode must be one of {MODES}, got {mode!r}")
+        if max_draft < 1:
+            raise ValueError(f"TorchPolicy max_draft must be >= 1, got {max_draft}")
+        if prefix_cache_mb is not None and prefix_cache_mb < 0:
+            raise ValueError(f"TorchPolicy prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
         self.path: Path | None = None
         if isinstance(model, torch.nn.Module):
             if tokenizer is None:
@@ -133,6 +158,38 @@ class TorchPolicy:
         self.pad_id = pad if pad is not None else (min(eos) if eos else 0)
         probe = tokenizer("Hello world, 12 + 3 = 15.\n  (x)", add_special_tokens=False)["input_ids"]
         self._piecewise = self._text(probe) == "".join(self._text([i]) for i in probe)
+        self.mode, self.max_draft = mode, max_draft
+        self.spec_stats = SpecStats()
+        self.draft_model = None if draft is None else self._load_draft(draft)
+        mb = prefix_cache_mb if prefix_cache_mb is not None else (FAST_PREFIX_CACHE_MB if mode == "fast" else 0.0)
+        self.prefix_cache = PrefixCache(int(mb * 2**20)) if mb > 0 else None
+        if mode == "fast" or self.prefix_cache is not None:
+            if not use_cache:
+                raise ValueError("TorchPolicy mode='fast' and the prefix cache need use_cache=True")
+            why = supports_ragged(self.model)
+            if why is not None:
+                raise ValueError(f"TorchPolicy mode='fast' / prefix cache: model "
+                                 f"{self.path or type(self.model).__name__} is not supported: {why}")
+
+    def _load_draft(self, draft: str | os.PathLike | torch.nn.Module) -> torch.nn.Module:
+        """The draft model, on this model's device, checked to share its vocabulary."""
+        if isinstance(draft, torch.nn.Module):
+            model = draft
+        else:
+            model, tok = load_model_and_tokenizer(draft, str(self.device), None)
+            if tok.get_vocab() != self.tokenizer.get_vocab():
+                raise ValueError(f"TorchPolicy draft {draft}: its tokenizer's vocabulary differs from the model's")
+        if model.get_output_embeddings().weight.shape[0] != self.model.get_output_embeddings().weight.shape[0]:
+            raise ValueError(f"TorchPolicy draft {draft}: vocabulary size "
+                             f"{model.get_output_embeddings().weight.shape[0]} != the model's")
+        positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+        if self.max_positions is not None and positions is not None and positions < self.max_positions:
+            raise ValueError(f"TorchPolicy draft {draft}: context of {positions} positions is shorter "
+                             f"than the model's {self.max_positions}")
+        why = supports_ragged(model)
+        if why is not None:
+            raise ValueError(f"TorchPolicy draft {draft} is not supported: {why}")
+        return model.eval()
 
     def _version_from_path(self) -> PolicyVersion:
         name, parent = (self.path.name if self.path else "model"), None
@@ -201,9 +258,21 @@ class TorchPolicy:
         was_training = self.model.training
         self.model.eval()
         try:
-            results = decode(self.model, rows, pad_id=self.pad_id, eos_ids=self.eos_ids,
-                             max_positions=self.max_positions, stop_check=stop_check,
-                             use_cache=self.use_cache)
+            if self.mode == "fast" or self.prefix_cache is not None:
+                if self.prefix_cache is not None:
+                    self.prefix_cache.check_weights(weights_fingerprint(self.model))
+                drafter = None
+                if self.mode == "fast":
+                    drafter = (PromptLookup() if self.draft_model is None
+                               else DraftModel(self.draft_model, self.pad_id))
+                results = generate_ragged(self.model, rows, pad_id=self.pad_id, eos_ids=self.eos_ids,
+                                          max_positions=self.max_positions, stop_check=stop_check,
+                                          drafter=drafter, prefix_cache=self.prefix_cache,
+                                          max_draft=self.max_draft, stats=self.spec_stats)
+            else:
+                results = decode(self.model, rows, pad_id=self.pad_id, eos_ids=self.eos_ids,
+                                 max_positions=self.max_positions, stop_check=stop_check,
+                                 use_cache=self.use_cache)
         except (RuntimeError, ValueError) as e:  # OOM, device errors, a model that cannot run
             raise PolicyError(f"policy {self.version.name}: generation failed: "
                               f"{type(e).__name__}: {e}") from e
@@ -232,5 +301,6 @@ class TorchPolicy:
                 ids, logprobs = ids[:n], logprobs[:n]
             out.append(Completion(text=text, finish_reason=res.finish_reason,  # type: ignore[arg-type]
                                   prompt_token_ids=prompt, token_ids=ids, logprobs=logprobs,
-                                  gen_s=gen_s))
+                                  gen_s=gen_s, prefill_tokens=len(prompt) - res.reused_tokens,
+                                  reused_tokens=res.reused_tokens))
         return out

@@ -38,7 +38,7 @@ from typing import Any, Literal, Sequence
 
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 from posttrain.policies.base import PolicyError
-from posttrain.policies.render import plain_text, render_text
+from posttrain.policies.render import plain_text, render_ids, render_text
 
 
 _CONTEXT_ERROR = re.compile(r"context length|context window|maximum context|prompt is too long|"
@@ -107,6 +107,8 @@ class OpenAIPolicy:
                 thash = tokenizer_hash(tokenizer)
             version = PolicyVersion(name=config.model, tokenizer_hash=thash)
         self.version = version
+        self.max_positions: int | None = None
+        """the server checks its own context (and says so per completion)"""
         self._openai = openai
         self.client = openai.OpenAI(base_url=config.base_url, api_key=config.api_key,
                                     timeout=config.timeout_s, max_retries=config.max_retries)
@@ -128,6 +130,9 @@ class OpenAIPolicy:
             return self._one(request)
         except PolicyError as e:
             return e
+
+    def render(self, request: GenerationRequest) -> list[int] | None:
+        return render_ids(self.tokenizer, request.messages) if self.tokenizer is not None else None
 
     def _prompt(self, request: GenerationRequest) -> str:
         if self.tokenizer is not None:

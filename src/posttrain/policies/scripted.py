@@ -34,9 +34,14 @@ class ScriptedPolicy:
         self.roles: tuple[str, ...] = (role,) if fixed is None else ()
         self._fixed = tuple(fixed) if fixed is not None else None
         self.version = PolicyVersion(name=name or f"scripted:{role}")
+        self.max_positions: int | None = None
+        """a script has no context to run out of"""
         self._scripts: OrderedDict[str, tuple[str, ...] | str] = OrderedDict()
         """group id -> its turns, or why it has none"""
         self._lock = threading.Lock()
+
+    def render(self, request: GenerationRequest) -> None:
+        return None  # no tokenizer
 
     @classmethod
     def oracle(cls) -> "ScriptedPolicy":

@@ -1,9 +1,8 @@
-"""`posttrain rollout` (scripted episodes into a store) and `posttrain replay`."""
+"""`posttrain replay`: re-run stored episodes (`posttrain rollout` is in `posttrain.scheduling.cli`)."""
 
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import typer
@@ -12,45 +11,6 @@ import typer
 def _fail(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
-
-
-def rollout(policy: str = typer.Option("oracle", "--policy",
-                                       help="scripted policy: oracle, empty, or wrong"),
-            domains: str = typer.Option(..., "--domains", help="glob(s), comma-separated, e.g. 'math.add.*'"),
-            n: int = typer.Option(2, "--n", min=1, help="tasks per domain (seeds 0..N-1)"),
-            run_dir: Path = typer.Option(..., "--run-dir", help="where the store is written"),
-            split: str = typer.Option("train", "--split", help="train or eval"),
-            workers: int = typer.Option(2, "--workers", min=1, help="environment steps in parallel"),
-            as_json: bool = typer.Option(False, "--json", help="print a JSON summary")) -> None:
-    """Run episodes with a scripted policy over the matching domains and store them."""
-    from posttrain.policies.scripted import ScriptedPolicy
-    from posttrain.scheduling.engine import WorkItem, run_workload
-    from posttrain.storage.store import Store, StoreError
-    from posttrain.tasks.registry import RegistryError, match_domains
-
-    if split not in ("train", "eval"):
-        _fail(f"--split must be 'train' or 'eval', got {split!r}")
-    try:
-        matched = match_domains(domains)
-    except RegistryError as e:
-        _fail(str(e))
-    scripted = ScriptedPolicy.named(policy)
-    run_id = f"rollout-{uuid.uuid4().hex[:8]}"
-    items = [WorkItem(d, d.task(seed, split)) for d in matched for seed in range(n)]
-    try:
-        store = Store.for_run_dir(run_dir)
-    except StoreError as e:
-        _fail(str(e))
-    store.start_run(run_id, {"kind": "rollout", "policy": policy, "domains": domains, "n": n,
-                             "split": split})
-    with store:
-        run_workload(items, scripted, workers=workers, run_id=run_id,
-                     on_result=lambda r: store.put_trajectory(r.trajectory, r.task, r.workspace_archive))
-        counts = store.counts(run_id)
-    if as_json:
-        typer.echo(json.dumps(counts))
-    else:
-        typer.echo(f"run {run_id}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
 
 
 def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
@@ -62,12 +22,18 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
     """Re-run stored trajectories in fresh sandboxes (or re-score them) and compare."""
     from posttrain.rollout import replay as rp
     from posttrain.sandbox import SandboxPool
-    from posttrain.storage.store import Store, StoreError
+    from posttrain.storage.store import STORE_FILE, Store, StoreError
 
     if bool(trajectory_id) == all_:
         _fail("give exactly one of TRAJECTORY_ID or --all")
+    # replay reads a run; it must never create one (a mistyped directory would become a run)
+    if run_dir.is_file():
+        _fail(f"{run_dir}: is a file; give the run directory that holds {STORE_FILE}")
+    if not (run_dir / STORE_FILE).is_file():
+        _fail(f"{run_dir}: not a run directory (no {STORE_FILE}"
+              + (")" if run_dir.is_dir() else "; no such directory)"))
     try:
-        store = Store.for_run_dir(run_dir)
+        store = Store.for_run_dir(run_dir, readonly=not rescore)  # only a re-score writes (its verdicts)
         trajs = list(store.trajectories()) if all_ else [store.get_trajectory(trajectory_id)]
     except (StoreError, KeyError) as e:
         _fail(str(e).strip("'\""))

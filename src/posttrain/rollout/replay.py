@@ -48,8 +48,13 @@ class _ReplayPolicy:
     def __init__(self, turns: Sequence[Turn], name: str, out_of_context: bool = False) -> None:
         self.turns = turns
         self.version = PolicyVersion(name=name)
+        self.max_positions: int | None = None
+        """the recorded completions already carry the context's verdict (`out_of_context`)"""
         self.out_of_context = out_of_context
         """the episode ended because its next prompt did not fit the model's context"""
+
+    def render(self, request: GenerationRequest) -> None:
+        return None  # replays stored token ids; it has no tokenizer
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         out = []

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
-from typing import Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:
+    from posttrain.sandbox.reset import ResetReport
 
 
 class LimitReason(str, enum.Enum):
@@ -108,6 +111,27 @@ class RunResult:
         return cls(**d)
 
 
+DEFAULT_CLOCK = 1_704_067_200
+"""the sandbox's recorded clock by default: 2024-01-01T00:00:00Z, as seconds since the epoch"""
+
+
+def clock_env(clock: int | None) -> dict[str, str]:
+    """The variables that pin clock-dependent tools to `clock` (epoch seconds): git's author
+    and committer dates (so commit hashes reproduce), `SOURCE_DATE_EPOCH` (honoured by many
+    build and archive tools) and a fixed time zone. None: the tools read the real clock.
+
+    Not covered: the kernel's clock itself (`date`, file mtimes, `time.time()`) is the host's;
+    Linux has no namespace for the real-time clock."""
+    if clock is None:
+        return {}
+    if isinstance(clock, bool) or not isinstance(clock, int) or clock < 0:
+        raise ValueError(f"clock must be a non-negative integer (epoch seconds) or None, "
+                         f"got {clock!r}")
+    stamp = f"{clock} +0000"
+    return {"SOURCE_DATE_EPOCH": str(clock), "GIT_AUTHOR_DATE": stamp,
+            "GIT_COMMITTER_DATE": stamp, "TZ": "UTC"}
+
+
 class SandboxError(RuntimeError):
     """The sandbox itself failed (infrastructure), as opposed to the command in it."""
 
@@ -133,6 +157,8 @@ class SandboxInfo:
     """a hash of what the sandbox sees (root binds, interpreter, package set)"""
     layers: Mapping[str, bool] = field(default_factory=dict)
     """isolation layer name -> active here"""
+    clock: int | None = None
+    """the fixed clock that clock-dependent tools see (`clock_env`), recorded for replay"""
 
 
 @runtime_checkable
@@ -192,6 +218,13 @@ class Sandbox(Protocol):
 
     def archive(self) -> bytes:
         """The whole workspace as a deterministic tar archive (for trajectories and replay)."""
+        ...
+
+    def reset(self) -> "ResetReport":
+        """Make the sandbox what it was when it booted, for the next episode: every process
+        killed (the job server stays), the workspace, /tmp, /dev/shm and $HOME back to pristine,
+        snapshots dropped; then check it from the outside. `ResetReport.reusable` False: the
+        sandbox must not serve another episode (the caller closes it)."""
         ...
 
     def close(self) -> None: ...

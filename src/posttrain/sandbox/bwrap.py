@@ -11,16 +11,23 @@ namespaces. What each layer protects against, and what it does not:
   sandbox, not even to the host's 127.0.0.1 or its abstract Unix sockets; the hostname is the
   sandbox's own. `--disable-userns` closes nested user namespaces (a large kernel attack
   surface). Not covered: the kernel itself is shared; a kernel exploit escapes every layer here.
-* **Filesystem**: a tmpfs root remounted read-only; `/usr` (and the `/bin`, `/lib` links)
-  read-only; generated `/etc/passwd`, `/etc/group`, `/etc/hosts`, the loader cache and the
-  `/etc/alternatives` links into `/usr` (awk, which, ...), no other
-  host `/etc` (no `/etc/shadow`); a private `/proc`; a minimal, read-only `/dev` (no disks, no
-  `kvm`, no `mem`) with a capped `/dev/shm`; the project's Python at
-  neutral paths (`/opt/python`, `/opt/venv`, read-only) and `src/posttrain/sandbox/inside` at
-  `/opt/posttrain/inside`; the repository, `/root` and `/home` are not there at all. The
-  workspace (`/ws`) and `/tmp` are size-capped tmpfs: a disk fill ends in ENOSPC. Not covered:
-  what *is* bound (the interpreter, site-packages, `/usr`) is readable, and `/proc/cpuinfo`,
-  `/proc/meminfo` and mount device names describe the host.
+* **Filesystem** (assembled by the supervisor, `rootfs.py`, and bound as the sandbox's `/`): a
+  read-only tmpfs root; `/usr` (and the `/bin`, `/lib` links) read-only; generated
+  `/etc/passwd`, `/etc/group`, `/etc/hosts`, the loader cache and the `/etc/alternatives` links
+  into `/usr` (awk, which, ...), no other host `/etc` (no `/etc/shadow`); a private `/proc`; a
+  minimal, read-only `/dev` (no disks, no `kvm`, no `mem`) with a capped `/dev/shm`; the
+  project's Python at neutral paths (`/opt/python`, `/opt/venv`, read-only) and
+  `src/posttrain/sandbox/inside` at `/opt/posttrain/inside`; the repository, `/root` and `/home`
+  are not there at all. The workspace (`/ws`), `/tmp` and `/dev/shm` are size-capped and reset
+  to empty between episodes (`overlay.py`): a disk fill ends in ENOSPC. Not covered: what *is*
+  bound (the interpreter, site-packages, `/usr`) is readable, and `/proc/cpuinfo`,
+  `/proc/meminfo` and the device names of `/usr` and `/dev` describe the host.
+* **What `/proc` shows of the host**: nothing of its paths, uids or pids. Mounts are made by
+  root outside the sandbox and host directories are overlays with relative layer names, so
+  `/proc/self/mountinfo` holds no host path and no host uid; bubblewrap reads its options from a
+  pipe (`--args`), so `/proc/1/cmdline` is `bwrap --args N -- <the job server>`; bubblewrap
+  starts inside the sandbox's cgroup (named by a random id), so `/proc/self/cgroup` reads `/`;
+  the environment is the sandbox's own; uids are 1000 (and 65534 for what root owns).
 * **Identity**: run as root, posttrain launches each sandbox as its own unused host uid (see
   `slots.py`) mapped to uid 1000 inside, with no capabilities (`--cap-drop ALL` and an empty
   bounding set) and `no_new_privs`: setuid binaries, `chown` and writes to `/proc/sys` fail.
@@ -36,7 +43,7 @@ namespaces. What each layer protects against, and what it does not:
   caps. On a timeout the supervisor kills the command's session through the cgroup (or, where
   there is none, the whole sandbox, job server included). What a command leaves running in the
   background (`server &`) keeps running, as in a shell, until `kill_processes()`, a `restore()`
-  or the sandbox's end, when everything in it is killed. The sandbox's pid 1 reaps inside; the
+  or the sandbox's end (or its reset between episodes), when everything in it is killed. The sandbox's pid 1 reaps inside; the
   supervisor is a subreaper and reaps outside: no zombie or orphan outlives the sandbox.
   Not covered: processes of one sandbox share its uid, so a command can kill the job server
   (the supervisor then starts a new one and says so in the result).

@@ -3,27 +3,44 @@ layers). Runs as root in the supervisor's private mount namespace."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import resource
 import select
-import shutil
 import signal
+import stat
 import time
 
-from posttrain.sandbox import mounts
-from posttrain.sandbox.base import Limits
+from posttrain.sandbox import ipc, mounts, rootfs
+from posttrain.sandbox.base import Limits, clock_env
 from posttrain.sandbox.bwrap import INSIDE_UID, PR_SET_CHILD_SUBREAPER, RUN_DIR, WS
 from posttrain.sandbox.cgroups import SandboxCgroup, collect_stale, detect
-from posttrain.sandbox.overlay import OverlayWorkspace
+from posttrain.sandbox.overlay import OverlayWorkspace, TmpfsStack
+from posttrain.sandbox.reset import WRITABLE, PlaceState, ResetFacts, count_mounts
 from posttrain.sandbox.rlimits import rlimit_table
 
-PASSWD = ("root:x:0:0:root:/root:/usr/sbin/nologin\n"
-          f"sandbox:x:{INSIDE_UID}:{INSIDE_UID}:sandbox:/tmp:/bin/sh\n"
-          "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
-GROUP = f"root:x:0:\nsandbox:x:{INSIDE_UID}:\nnogroup:x:65534:\n"
-HOSTS = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost\n"
+def _pipe_with(data: bytes) -> int:
+    """The read end of a pipe that holds `data` and then EOF (bubblewrap reads it to the end)."""
+    r, w = os.pipe2(os.O_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:  # the arguments are a few KiB: within the pipe buffer, this never blocks
+            view = view[os.write(w, view):]
+    finally:
+        os.close(w)
+    return r
+
+
+def _server_state(pid: int | None) -> str:
+    """"ok" if the job server is running or waiting (not stopped, traced or dying)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError, TypeError):
+        return "gone"
+    return "ok" if state in ("R", "S") else f"in state {state!r}"
 
 
 class SpawnError(RuntimeError):
@@ -107,6 +124,9 @@ class BwrapRunner:
         self.cg: SandboxCgroup | None = None
         self.infra: set[int] = set()
         """host pids of the server's bubblewrap and the server: not the job's to lose"""
+        self.server_pid: int | None = None
+        self.init_pid: int | None = None
+        """bubblewrap's pid 1 of the running job server: the sandbox's namespaces"""
         # the job server sets RLIMIT_CPU for each job itself (its own idle life is not a job's)
         self.rlimits = rlimit_table(self.limits, memory_cgroup="memory" in detect(), cpu=False)
 
@@ -123,51 +143,23 @@ class BwrapRunner:
         mounts.unshare_mount_namespace()
         mounts.mount("tmpfs", self.mnt, "tmpfs", mounts.MS_NOSUID | mounts.MS_NODEV,
                      f"size={self.limits.workspace_mb}m,mode=0755")
-        os.chdir(self.mnt)  # every path below is relative to it (short overlay options)
-        for d in ("etc", "opt", "opt/posttrain", "opt/posttrain/inside"):
-            os.mkdir(d, 0o755)
-        for name, text in (("passwd", PASSWD), ("group", GROUP), ("hosts", HOSTS)):
-            with open(f"etc/{name}", "w") as f:
-                f.write(text)
-        if os.path.exists("/etc/ld.so.cache"):
-            shutil.copyfile("/etc/ld.so.cache", "etc/ld.so.cache")
-        # Debian reaches many commands (awk, which, vi, pager) through /etc/alternatives links
-        # into /usr: copy the links (not any file content) so those commands exist inside.
-        if os.path.isdir("/etc/alternatives"):
-            os.mkdir("etc/alternatives", 0o755)
-            for entry in os.scandir("/etc/alternatives"):
-                if entry.is_symlink():
-                    target = os.readlink(entry.path)
-                    if target.startswith(("/usr/", "/bin/", "/sbin/", "/lib")):
-                        os.symlink(target, f"etc/alternatives/{entry.name}")
-        # Everything under /opt (interpreter, venv layout, helper libraries) is assembled here
-        # and bound with ONE read-only bind: bubblewrap's cost grows with the number of binds.
-        lay = self.layout
-        if lay["inside_base"] != lay["base"]:
-            os.mkdir("opt/python", 0o755)
-            mounts.bind(lay["base"], "opt/python", readonly=True)
-        if lay["venv"]:
-            site = f"opt/venv/lib/{lay['version']}/site-packages"
-            os.makedirs(site, 0o755)
-            os.mkdir("opt/venv/bin", 0o755)
-            mounts.bind(lay["site"], site, readonly=True)
-            with open("opt/venv/pyvenv.cfg", "w") as f:
-                f.write(f"home = {os.path.dirname(self._python())}\n"
-                        "include-system-site-packages = false\n"
-                        f"version = {lay['full_version']}\n")
-            for name in ("python", "python3", lay["version"]):
-                os.symlink(self._python(), f"opt/venv/bin/{name}")
-        mounts.bind(self.cfg["inside_dir"], "opt/posttrain/inside", readonly=True)
+        os.chdir(self.mnt)  # every path below is relative to it (short, neutral mount options)
+        rootfs.build(self.layout, self.cfg["inside_dir"], self.cfg["root_links"])
         self.overlay.boot()
+        size = self.limits.workspace_mb << 20
+        self.tmp = TmpfsStack("root/tmp", size, self.uid)
+        self.shm = TmpfsStack("root/dev/shm", size, self.uid)
+        self.tmp.push()
+        self.shm.push()
         if detect():
-            self.cg = SandboxCgroup(f"{os.getpid()}-{self.cfg['id']}", self.limits)
-        self.argv = self._static_argv()
+            self.cg = SandboxCgroup.create(self.limits)
+        self.args = self._static_args()
         mounts.drop_bounding_set()
         self.enter_sandbox_uid()
         layers = {"cgroup-" + c: c in (self.cg.dirs if self.cg else {}) for c in
                   ("memory", "pids", "cpu")}
         layers["seccomp"] = self.seccomp is not None
-        return {"workspace": f"{self.mnt}/h", "inside_path": WS, "layers": layers}
+        return {"workspace": f"{self.mnt}/root{WS}", "inside_path": WS, "layers": layers}
 
     def enter_sandbox_uid(self) -> None:
         """Real uid/gid := the sandbox's, effective and saved stay 0. The supervisor keeps its
@@ -183,24 +175,21 @@ class BwrapRunner:
         lay = self.layout
         return os.path.join(lay["inside_base"], lay["exe"])
 
-    def _static_argv(self) -> list[str]:
-        lay, m = self.layout, self.mnt
+    def _static_args(self) -> list[str]:
+        """bubblewrap's options, passed on a pipe (`--args FD`) rather than its command line:
+        bubblewrap is the sandbox's pid 1, and `/proc/1/cmdline` is readable inside."""
+        lay = self.layout
         path = "/usr/local/bin:/usr/bin:/bin"
         path = ("/opt/venv/bin:" if lay["venv"] else os.path.dirname(self._python()) + ":") + path
-        a = [self.cfg["bwrap"], "--unshare-all", "--unshare-user", "--disable-userns",
+        a = ["--unshare-all", "--unshare-user", "--disable-userns",
              "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox",
              "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
-             "--ro-bind", "/usr", "/usr", *self.cfg["root_links"],
-             "--ro-bind", f"{m}/etc", "/etc", "--ro-bind", f"{m}/opt", "/opt",
-             "--proc", "/proc", "--dev", "/dev",
-             # /dev read-only but for a capped /dev/shm (POSIX semaphores, multiprocessing)
-             "--size", str(self.limits.workspace_mb << 20), "--tmpfs", "/dev/shm",
-             "--remount-ro", "/dev",
-             "--size", str(self.limits.workspace_mb << 20), "--tmpfs", "/tmp",
-             "--bind", f"{m}/h", WS, "--chdir", WS]
+             # the tree `rootfs.py` built; --dev-bind because its /dev holds device nodes
+             # (every mount in it is nosuid already, and nodev where nothing needs devices)
+             "--dev-bind", f"{self.mnt}/root", "/", "--proc", "/proc", "--chdir", WS]
         env = {"PATH": path, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                "USER": "sandbox", "PYTHONPATH": "/opt/posttrain/inside",
-               "PYTHONDONTWRITEBYTECODE": "1"}
+               "PYTHONDONTWRITEBYTECODE": "1", **clock_env(self.cfg.get("clock"))}
         if lay["libdir"] and lay["libdir"].startswith(lay["base"]) and lay["base"] != "/usr":
             env["LD_LIBRARY_PATH"] = lay["inside_base"] + lay["libdir"][len(lay["base"]):]
         for k, v in env.items():
@@ -219,28 +208,30 @@ class BwrapRunner:
         the supervisor puts that pid into the cgroup and `prlimit`s it (allowed: same real uid)
         first. Nothing of the command runs outside the cgroup or without its rlimits.
         """
-        full = list(self.argv)
+        opts = list(self.args)
         ours: list[int] = []  # descriptors of the child's to close here once it has them
         info_r, info_w = os.pipe2(os.O_CLOEXEC)
         block_r, block_w = os.pipe2(os.O_CLOEXEC)
         ours += [info_w, block_r]
-        full += ["--info-fd", str(info_w), "--block-fd", str(block_r)]
+        opts += ["--info-fd", str(info_w), "--block-fd", str(block_r)]
         if self.seccomp is not None:
-            sec_r, sec_w = os.pipe2(os.O_CLOEXEC)
-            os.write(sec_w, self.seccomp)  # a few hundred bytes: fits in the pipe buffer
-            os.close(sec_w)
-            ours.append(sec_r)
-            full += ["--seccomp", str(sec_r)]
-        full += ["--remount-ro", "/", "--", *argv]
+            ours.append(_pipe_with(self.seccomp))  # a few hundred bytes: fit in a pipe buffer
+            opts += ["--seccomp", str(ours[-1])]
+        ours.append(_pipe_with(b"".join(a.encode() + b"\0" for a in opts)))
+        full = [self.cfg["bwrap"], "--args", str(ours[-1]), "--", *argv]
         try:
             for fd in ours + list(pass_fds):
                 os.set_inheritable(fd, True)  # posix_spawn passes exactly the inheritable fds
-            pid = os.posix_spawn(
-                self.cfg["bwrap"], full, {},
-                file_actions=[(os.POSIX_SPAWN_DUP2, stdin, 0), (os.POSIX_SPAWN_DUP2, stdout, 1),
-                              (os.POSIX_SPAWN_DUP2, stderr, 2)],
-                resetids=os.getuid() != os.geteuid(), setsigmask=(),
-                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM))
+            # bubblewrap starts inside the sandbox's cgroup, so that its cgroup namespace is
+            # rooted there: /proc/self/cgroup then reads "/" inside, not the host's hierarchy
+            with (self.cg.joined() if self.cg else contextlib.nullcontext()):
+                pid = os.posix_spawn(
+                    self.cfg["bwrap"], full, {},
+                    file_actions=[(os.POSIX_SPAWN_DUP2, stdin, 0),
+                                  (os.POSIX_SPAWN_DUP2, stdout, 1),
+                                  (os.POSIX_SPAWN_DUP2, stderr, 2)],
+                    resetids=os.getuid() != os.geteuid(), setsigmask=(),
+                    setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM))
         finally:
             for fd in pass_fds:
                 os.set_inheritable(fd, False)
@@ -252,6 +243,7 @@ class BwrapRunner:
             if init_pid is None:
                 raise SpawnError("bubblewrap exited before it created the sandbox")
             handle.init_pid = init_pid
+            self.init_pid = init_pid
             if self.cg is not None:
                 self.cg.add(init_pid)
             for res, value in self.rlimits.items():
@@ -282,6 +274,7 @@ class BwrapRunner:
             return
         if len(children) == 1:
             self.infra = {handle.pid, handle.init_pid, children[0]}
+            self.server_pid = children[0]
 
     # -- the sandbox's processes, seen from the host -----------------------------------------
     def _processes(self) -> set[int]:
@@ -367,6 +360,41 @@ class BwrapRunner:
 
     def restore(self, sid: str) -> None:
         self.overlay.restore(sid)
+
+    # -- reset between episodes (`reset.py` decides from what this finds) -------------------
+    def reset(self, server: BwrapHandle | None) -> ResetFacts:
+        if server is None or not self.infra or self.init_pid is None:
+            return ResetFacts(killed=0, server="not running (killed during the episode?)")
+        killed = self._kill_until_gone(self._processes)
+        left = tuple(sorted(self._processes()))
+        server = _server_state(self.server_pid)
+        if killed is None or left or server != "ok":
+            return ResetFacts(killed=killed, server=server, processes_left=left)
+        try:
+            self.overlay.reset()
+            self.tmp.reset()
+            self.shm.reset()
+        except OSError as e:
+            return ResetFacts(killed=killed, restore_error=str(e))
+        try:
+            ipc_left = ipc.clear(self.init_pid)
+            places = self._probe(self.init_pid)
+        except OSError as e:
+            return ResetFacts(killed=killed, restore_error=f"probe: {e}")
+        return ResetFacts(killed=killed, places=places, ipc_left=ipc_left)
+
+    def _probe(self, init_pid: int) -> tuple[PlaceState, ...]:
+        """The writable places as the next episode will see them: through the sandbox's own
+        root and mount table (`/proc/PID/root`, `/proc/PID/mountinfo`), not through ours."""
+        with open(f"/proc/{init_pid}/mountinfo") as f:
+            table = f.read()
+        out = []
+        for path in WRITABLE:
+            where = f"/proc/{init_pid}/root{path}"
+            st = os.stat(where)
+            out.append(PlaceState(path, tuple(os.listdir(where)), st.st_uid == self.uid,
+                                  stat.S_IMODE(st.st_mode), count_mounts(table, path)))
+        return tuple(out)
 
     def idle(self) -> None:
         """Work done after a reply was sent: free discarded layers, reap orphans."""

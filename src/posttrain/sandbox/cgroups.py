@@ -14,8 +14,11 @@ wall time (the supervisor's timeout does).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import os
+import secrets
 import signal
 import time
 
@@ -23,10 +26,14 @@ from posttrain.sandbox.base import Limits
 
 CONTROLLERS = ("memory", "pids", "cpu")
 PREFIX = "posttrain-sandbox-"
-"""each sandbox's cgroup is a top-level `posttrain-sandbox-<supervisor pid>-<id>`. Top level on
-purpose: under a shared parent, all sandboxes of the machine would share one CPU weight against
-every ordinary process (a sandboxed command would run slower than the same command outside on a
-busy machine); at the top level a sandbox weighs what one process weighs."""
+"""each sandbox's cgroup is a top-level `posttrain-sandbox-<random id>`. Top level on purpose:
+under a shared parent, all sandboxes of the machine would share one CPU weight against every
+ordinary process (a sandboxed command would run slower than the same command outside on a busy
+machine); at the top level a sandbox weighs what one process weighs. A random id rather than the
+supervisor's pid: nothing about the host is derived from the name."""
+LOCK_DIR = "/run/posttrain/sandbox-cgroups"
+"""one lock file per live sandbox cgroup, flocked by its supervisor for its life: a cgroup whose
+lock can be taken belongs to a supervisor that died (see `collect_stale`)"""
 CPU_PERIOD_US = 100_000
 
 
@@ -88,6 +95,7 @@ class SandboxCgroup:
         """the directory name, unique on the machine (also found in /proc/<pid>/cgroup)"""
         self.dirs: dict[str, str] = {}
         self._peak_fd: int | None = None
+        self._lock_fd: int | None = None
         v2 = {c for c, (ver, _) in self.controllers.items() if ver == "v2"}
         try:
             if v2:
@@ -110,6 +118,44 @@ class SandboxCgroup:
         except BaseException:
             self.destroy()
             raise
+
+    @classmethod
+    def create(cls, limits: Limits) -> "SandboxCgroup":
+        """A cgroup with a fresh random name, locked as ours until this process exits."""
+        os.makedirs(LOCK_DIR, mode=0o700, exist_ok=True)
+        name = secrets.token_hex(8)
+        fd = os.open(os.path.join(LOCK_DIR, PREFIX + name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                     0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held (never released) until this process exits
+        try:
+            cg = cls(name, limits)
+        except BaseException:
+            os.unlink(os.path.join(LOCK_DIR, PREFIX + name))
+            os.close(fd)
+            raise
+        cg._lock_fd = fd
+        return cg
+
+    @contextlib.contextmanager
+    def joined(self):
+        """Run the block (a spawn) with this process inside the cgroup, so that the child
+        starts there; then move back. If where we came from is unknown, the block runs where we
+        are (the caller adds the child afterwards)."""
+        home = _own_cgroups(self.controllers)
+        if home is None or not self.dirs:
+            yield
+            return
+        me = str(os.getpid())
+        try:
+            for d in sorted(set(self.dirs.values())):
+                _write(f"{d}/cgroup.procs", me)
+            yield
+        finally:
+            for d in sorted(set(home.values())):
+                try:
+                    _write(f"{d}/cgroup.procs", me)
+                except OSError:
+                    pass
 
     def _v(self, c: str) -> str:
         return self.controllers[c][0]
@@ -225,22 +271,75 @@ class SandboxCgroup:
                 except OSError:
                     time.sleep(0.01)  # processes still exiting
         self.dirs.clear()
+        if self._lock_fd is not None:
+            try:
+                os.unlink(os.path.join(LOCK_DIR, self.name))
+            except OSError:
+                pass
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _own_cgroups(controllers: dict) -> dict[str, str] | None:
+    """controller -> the directory of this process's cgroup, or None if one cannot be named
+    (e.g. a path outside our cgroup namespace, shown as `/..`)."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return None
+    out = {}
+    for c, (ver, mnt) in controllers.items():
+        for _, names, path in lines:
+            if (ver == "v2" and names == "") or (ver == "v1" and c in names.split(",")):
+                if "/.." in path + "/":
+                    return None
+                out[c] = os.path.join(mnt, path.lstrip("/"))
+                break
+        else:
+            return None
+    return out
+
+
+def _stale(name: str) -> bool:
+    """True if the supervisor that made cgroup `name` is gone."""
+    rest = name[len(PREFIX):]
+    pid = rest.split("-")[0]
+    if "-" in rest and pid.isdigit():  # the older `<pid>-<id>` names
+        return not os.path.exists(f"/proc/{pid}")
+    try:
+        fd = os.open(os.path.join(LOCK_DIR, name), os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False  # being created right now (the lock comes first) or already collected
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def collect_stale() -> int:
     """Remove sandbox cgroups left by supervisors that were killed (empty ones only)."""
     n = 0
+    gone: set[str] = set()
     for c, (ver, mnt) in detect().items():
         try:
             names = [x for x in os.listdir(mnt) if x.startswith(PREFIX)]
         except OSError:
             continue
         for name in names:
-            pid = name[len(PREFIX):].split("-")[0]
-            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            if _stale(name):
                 try:
                     os.rmdir(os.path.join(mnt, name))
                     n += 1
+                    gone.add(name)
                 except OSError:
                     pass
+    for name in gone:
+        try:
+            os.unlink(os.path.join(LOCK_DIR, name))
+        except OSError:
+            pass
     return n

@@ -23,9 +23,10 @@ import uuid
 import weakref
 from typing import Mapping, Sequence
 
-from posttrain.sandbox.base import (Limits, RunResult, SandboxBroken, SandboxError,
-                                    SandboxInfo, SandboxUnavailable)
+from posttrain.sandbox.base import (DEFAULT_CLOCK, Limits, RunResult, SandboxBroken,
+                                    SandboxError, SandboxInfo, SandboxUnavailable, clock_env)
 from posttrain.sandbox.protocol import recv_obj, send_obj
+from posttrain.sandbox.reset import ResetReport
 from posttrain.sandbox.workspace import Workspace
 
 SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervisor.py")
@@ -97,9 +98,10 @@ class SupervisedSandbox:
 
     def __init__(self, limits: Limits, *, mode: str, preload: Sequence[str] = (),
                  image: str = "", layers: Mapping[str, bool] | None = None,
-                 extra_config: Mapping | None = None) -> None:
+                 extra_config: Mapping | None = None, clock: int | None = DEFAULT_CLOCK) -> None:
         if not isinstance(limits, Limits):
             raise TypeError(f"limits must be a posttrain.sandbox.Limits, got {limits!r}")
+        clock_env(clock)  # refuses a bad clock before anything starts
         self.id = uuid.uuid4().hex[:12]
         self.limits = limits
         self._lock = threading.Lock()
@@ -109,7 +111,7 @@ class SupervisedSandbox:
         if mode == "bwrap" and os.geteuid() == 0:
             from posttrain.sandbox.slots import acquire_slot
             self._slot = acquire_slot()
-        cfg = {"mode": mode, "id": self.id, "limits": dataclasses.asdict(limits),
+        cfg = {"mode": mode, "id": self.id, "limits": dataclasses.asdict(limits), "clock": clock,
                "preload": list(preload), "python": sys.executable, "inside_dir": INSIDE_DIR,
                "uid": self._slot.uid if self._slot else None, **(extra_config or {})}
         host, theirs = socket.socketpair()
@@ -154,7 +156,7 @@ class SupervisedSandbox:
         self.workspace_path = reply["inside_path"]
         """where the workspace is, as seen by commands in the sandbox"""
         self.info = SandboxInfo(backend=mode, image=image,
-                                layers=dict(layers or {}, **reply.get("layers", {})))
+                                layers=dict(layers or {}, **reply.get("layers", {})), clock=clock)
 
     # -- plumbing ------------------------------------------------------------------------
     def _stderr_tail(self) -> str:
@@ -269,6 +271,14 @@ class SupervisedSandbox:
         """Kill every process earlier commands left running (background jobs, daemons); the
         sandbox stays usable. Returns how many were killed."""
         return int(self._call({"op": "kill_processes"}, 60.0)["killed"])
+
+    def reset(self) -> ResetReport:
+        """Back to pristine for the next episode (see `Sandbox.reset`). Never raises for a
+        sandbox that cannot be reset: the report says so (and why), and the caller closes it."""
+        try:
+            return ResetReport.from_dict(self._call({"op": "reset"}, 60.0)["report"])
+        except SandboxError as e:
+            return ResetReport(False, f"{type(e).__name__}: {e}")
 
     def alive(self) -> bool:
         """True if the supervisor answers (used by the pool before handing a sandbox out)."""

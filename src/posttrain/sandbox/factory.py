@@ -9,7 +9,7 @@ import re
 import warnings
 from typing import Sequence
 
-from posttrain.sandbox.base import Limits, Sandbox, SandboxUnavailable
+from posttrain.sandbox.base import DEFAULT_CLOCK, Limits, Sandbox, SandboxUnavailable
 
 log = logging.getLogger("posttrain.sandbox")
 
@@ -43,14 +43,17 @@ def warn_unsandboxed(reason: str) -> None:
 
 
 def open_sandbox(limits: Limits = Limits(), *, backend: str = "auto",
-                 allow_unsandboxed: bool = False, preload: Sequence[str] = ()) -> Sandbox:
+                 allow_unsandboxed: bool = False, preload: Sequence[str] = (),
+                 clock: int | None = DEFAULT_CLOCK) -> Sandbox:
     """Start a fresh sandbox and return it (a context manager: `with open_sandbox() as sb:`).
 
     backend: "bwrap" (bubblewrap; what "auto" means), or "process" (no isolation, opt-in).
     With "auto" and no usable bubblewrap, this raises `SandboxUnavailable` naming the install
     command, unless `allow_unsandboxed=True` or `POSTTRAIN_ALLOW_UNSANDBOXED=1`: then it falls
     back to "process" with a loud warning. `preload`: modules the warm path imports once
-    (e.g. ("numpy", "trimesh")), so that `run_python` jobs do not pay for them.
+    (e.g. ("numpy", "trimesh")), so that `run_python` jobs do not pay for them. `clock`: the
+    fixed time clock-dependent tools see (git dates, SOURCE_DATE_EPOCH; see `base.clock_env`),
+    recorded in `info.clock`; None lets them read the real clock.
     """
     from posttrain.sandbox.client import SupervisedSandbox
 
@@ -66,7 +69,7 @@ def open_sandbox(limits: Limits = Limits(), *, backend: str = "auto",
                 "the 'process' backend does not isolate anything; pass allow_unsandboxed=True "
                 f"(or set {ALLOW_ENV}=1) to run trusted code with it")
         warn_unsandboxed("backend='process' was requested")
-        return SupervisedSandbox(limits, mode="process", preload=preload,
+        return SupervisedSandbox(limits, mode="process", preload=preload, clock=clock,
                                  image=_process_image(), layers={"process": True})
     from posttrain.sandbox.bwrap import bwrap_problem, host_config, image_digest
 
@@ -74,11 +77,11 @@ def open_sandbox(limits: Limits = Limits(), *, backend: str = "auto",
     if problem is not None:
         if backend == "auto" and allow:
             warn_unsandboxed(problem)
-            return SupervisedSandbox(limits, mode="process", preload=preload,
+            return SupervisedSandbox(limits, mode="process", preload=preload, clock=clock,
                                      image=_process_image(), layers={"process": True})
         raise SandboxUnavailable(problem)
     return SupervisedSandbox(limits, mode="bwrap", preload=preload, image=image_digest(),
-                             extra_config=host_config())
+                             extra_config=host_config(), clock=clock)
 
 
 def _process_image() -> str:

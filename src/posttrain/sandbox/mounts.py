@@ -1,5 +1,5 @@
 """Thin ctypes wrappers for the few Linux calls the supervisor needs (Python 3.11 has no
-`os.unshare`, and calling `mount(8)` would cost an exec per snapshot)."""
+`os.unshare` or `os.setns`, and calling `mount(8)` would cost an exec per snapshot)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import ctypes.util
 import os
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -24,6 +25,7 @@ _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctype
                         ctypes.c_char_p]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _libc.unshare.argtypes = [ctypes.c_int]
+_libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
                         ctypes.c_ulong]
 
@@ -59,6 +61,15 @@ def bind(source: str, target: str, *, readonly: bool = False) -> None:
     mount(source, target, None, MS_BIND | MS_REC)
     if readonly:
         mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def make_shared(target: str) -> None:
+    """Mounts made on `target` from now on propagate to its copies (the sandbox's)."""
+    mount(None, target, None, MS_SHARED)
+
+
+def setns(fd: int, nstype: int) -> None:
+    _check(_libc.setns(fd, nstype), f"setns({nstype:#x})")
 
 
 def drop_bounding_set() -> None:

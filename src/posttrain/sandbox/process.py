@@ -21,11 +21,13 @@ import ctypes
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
 
-from posttrain.sandbox.base import Limits
+from posttrain.sandbox.base import Limits, clock_env
+from posttrain.sandbox.reset import PlaceState, ResetFacts
 from posttrain.sandbox.rlimits import apply_self, rlimit_table
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -41,6 +43,16 @@ def _count_own_processes() -> int:
             except OSError:
                 pass
     return n
+
+
+def _special(directory: str, names: list[str]) -> list[str]:
+    """FIFOs, sockets and device nodes: not workspace content (copying a FIFO would block)."""
+    out = []
+    for name in names:
+        mode = os.lstat(os.path.join(directory, name)).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            out.append(name)
+    return out
 
 
 class ProcessHandle:
@@ -80,14 +92,18 @@ class ProcessRunner:
         # the job server sets RLIMIT_CPU for each job itself
         self.rlimits = rlimit_table(self.limits, memory_cgroup=False, nproc_slack=slack,
                                     cpu=False)
+        self.tmp = os.path.join(self.base, "tmp")
         self.env = {
             "PATH": f"{os.path.dirname(cfg['python'])}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": os.path.join(self.base, "tmp"),
-            "TMPDIR": os.path.join(self.base, "tmp"),
+            "HOME": self.tmp,
+            "TMPDIR": self.tmp,
             "LANG": "C.UTF-8",
             "PYTHONPATH": cfg["inside_dir"],
             "PYTHONDONTWRITEBYTECODE": "1",
+            **clock_env(cfg.get("clock")),
         }
+        self.next_id = 1
+        self.trash: list[str] = []
 
     def boot(self) -> dict:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -159,6 +175,8 @@ class ProcessRunner:
         return None
 
     def idle(self) -> None:
+        while self.trash:
+            shutil.rmtree(self.trash.pop(), ignore_errors=True)
         while True:  # reap the orphans we inherited as a subreaper
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -178,9 +196,10 @@ class ProcessRunner:
 
     # -- snapshots: full copies (O(files)); never changed by later writes --------------------
     def snapshot(self) -> str:
-        sid = f"snap-{len(self.snapshots) + 1}"
+        sid = f"snap-{self.next_id}"
+        self.next_id += 1
         dst = os.path.join(self.base, "snaps", sid)
-        shutil.copytree(self.ws, dst, symlinks=True)
+        shutil.copytree(self.ws, dst, symlinks=True, ignore=_special)
         self.snapshots[sid] = dst
         return sid
 
@@ -188,8 +207,35 @@ class ProcessRunner:
         src = self.snapshots[sid]
         trash = tempfile.mkdtemp(dir=self.base, prefix="trash-")
         os.rename(self.ws, os.path.join(trash, "ws"))
-        shutil.copytree(src, self.ws, symlinks=True)
+        shutil.copytree(src, self.ws, symlinks=True, ignore=_special)
         shutil.rmtree(trash, ignore_errors=True)
+
+    # -- reset between episodes (`reset.py` decides) --------------------------------------
+    def reset(self, server: ProcessHandle | None) -> ResetFacts:
+        """Kill the leftovers, replace the workspace and the temporary directory ($HOME) with
+        empty ones, drop the snapshots. The host's /dev/shm is not the sandbox's to reset (this
+        backend isolates nothing), nor is System V IPC."""
+        if server is None:
+            return ResetFacts(killed=0, server="not running (killed during the episode?)")
+        killed = self.kill_processes(server)
+        if killed is None:
+            return ResetFacts(killed=None)
+        try:
+            for d in (self.ws, self.tmp):
+                gone = tempfile.mkdtemp(dir=self.base, prefix="trash-")
+                os.rename(d, os.path.join(gone, "x"))
+                self.trash.append(gone)
+                os.mkdir(d, 0o755 if d == self.ws else 0o700)
+            self.trash += list(self.snapshots.values())
+            self.snapshots.clear()
+        except OSError as e:
+            return ResetFacts(killed=killed, restore_error=str(e))
+        places = []
+        for d, name, mode in ((self.ws, "/ws", 0o755), (self.tmp, "/tmp", 0o700)):
+            st = os.stat(d)
+            places.append(PlaceState(name, tuple(os.listdir(d)), st.st_uid == os.getuid(),
+                                     stat.S_IMODE(st.st_mode), 0, expected_mode=mode))
+        return ResetFacts(killed=killed, places=tuple(places), expected_mounts=0)
 
     def shutdown(self) -> bool:
         self.kill_processes(None)

@@ -44,7 +44,3 @@ def apply_self(table: dict[int, tuple[int, int]]) -> None:
     for res, value in table.items():
         resource.setrlimit(res, value)
 
-
-def apply_to(pid: int, table: dict[int, tuple[int, int]]) -> None:
-    for res, value in table.items():
-        resource.prlimit(pid, res, value)

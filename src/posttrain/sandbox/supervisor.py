@@ -26,6 +26,7 @@ from posttrain.sandbox.base import LimitReason, Limits  # noqa: E402
 from posttrain.sandbox.execute import pump  # noqa: E402
 from posttrain.sandbox.protocol import (DONE, READY, read_started, recv_obj,  # noqa: E402
                                         recv_report, send_job, send_obj)
+from posttrain.sandbox.reset import ResetReport, judge  # noqa: E402
 
 SERVER_BOOT_TIMEOUT_S = 120.0
 """how long the job server may take to import its preloads before the sandbox is broken"""
@@ -162,6 +163,8 @@ class Supervisor:
             return {}
         if op == "kill_processes":
             return {"killed": self.kill_processes()}
+        if op == "reset":
+            return {"report": self.reset().to_dict()}
         if op == "ping":
             return {}
         raise ValueError(f"unknown request {op!r}")
@@ -174,6 +177,21 @@ class Supervisor:
             self.server.kill()
             return 0
         return killed
+
+    def reset(self) -> ResetReport:
+        """Back to pristine for the next episode (see `reset.py`); the report says whether the
+        sandbox may serve again."""
+        t0 = time.monotonic()
+        alive = self.server.handle is not None and self.server.alive()
+        if alive and not self.server.ready:  # booted, but no job ran yet: wait for it
+            try:
+                self.server.ensure()
+            except RuntimeError:
+                alive = False
+        facts = self.runner.reset(self.server.handle if alive else None)
+        ok, why = judge(facts)
+        return ResetReport(ok, why, facts.killed or 0, time.monotonic() - t0,
+                           {"places": [p.path for p in facts.places]})
 
     def kill_job(self) -> None:
         """Stop the running job and everything it started, keeping the server if we can."""

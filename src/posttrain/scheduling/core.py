@@ -19,22 +19,20 @@ import heapq
 import itertools
 import random
 import time
-from collections import OrderedDict, deque
-from typing import Any, Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from posttrain.scheduling.config import DomainSpec, SchedulerConfig
+from posttrain.scheduling.health import PolicyOutage
+from posttrain.scheduling.state import Completed, CoreState, DomainState, GroupState
+from posttrain.scheduling.work import EpisodeSpec, Group, Usage, derive_seed, mix_seed
 from posttrain.values.episode import EpisodeResult
 from posttrain.values.trajectory import Trajectory
-from posttrain.scheduling.config import DomainSpec, SchedulerConfig
-from posttrain.scheduling.health import PolicyOutage, Quarantine, SignalTracker
-from posttrain.scheduling.quotas import FairQueue
-from posttrain.scheduling.staleness import StalenessController
-from posttrain.scheduling.state import DomainState, GroupState, core_metrics, dump_state, load_state
-from posttrain.scheduling.work import EpisodeSpec, Group, Usage, derive_seed, mix_seed
 
-Completed = Callable[[str], bool] | Collection[str]
+__all__ = ["Completed", "SchedulerCore"]
 
 
-class SchedulerCore:
+class SchedulerCore(CoreState):
     def __init__(self, config: SchedulerConfig, domains: Sequence[DomainSpec], *,
                  clock: Callable[[], float] = time.monotonic,
                  on_group: Callable[[Group], None] | None = None,
@@ -47,63 +45,12 @@ class SchedulerCore:
         group is not run again but handed to the trainer as it is in the store, through
         `load_group(group_id) -> trajectories` (without it: `Group.recovered` is set and its
         trajectories are left for the caller to load)."""
-        self.config, self.clock = config, clock
+        super().__init__(config, domains, clock=clock, completed=completed)
         self.on_group, self.on_failure = on_group, on_failure
-        self.specs: dict[str, DomainSpec] = {}
-        self.fair: dict[str, FairQueue] = {t: FairQueue(window_s=config.window_s,
-                                                        starvation_s=config.starvation_s, clock=clock)
-                                           for t in config.tiers}
-        for spec in domains:
-            if spec.name in self.specs:
-                raise ValueError(f"domain {spec.name!r} is listed twice")
-            if spec.tier not in self.fair:
-                raise ValueError(f"DomainSpec {spec.name!r}.tier: {spec.tier!r} is not one of "
-                                 f"SchedulerConfig.tiers {config.tiers}")
-            self.specs[spec.name] = spec
-            self.fair[spec.tier].add(spec.name, spec.weight, sample_cap=spec.max_sample_share,
-                                     cost_cap=spec.max_cost_share)
-            if not spec.continuous:
-                self.fair[spec.tier].block(spec.name)
-        if not self.specs:
-            raise ValueError("the scheduler needs at least one domain")
-        self._has_trainer_domains = any(s.tier == config.trainer_tier and s.continuous for s in domains)
-        self.staleness = StalenessController(config.max_staleness, config.groups_per_step)
-        self.version_name = "v0"
-        self.quarantine = Quarantine(config.quarantine)
-        self.signal = SignalTracker(config.adaptive)
-        self._completed = completed
         self._load_group = load_group
+        self._has_trainer_domains = any(s.tier == config.trainer_tier and s.continuous for s in domains)
         self._rng = random.Random(derive_seed(config.seed, "retry-jitter"))
         self.worker_slots, self.generator_slots = config.max_running, config.batch.max_inflight
-
-        self.dom = {name: DomainState(spec) for name, spec in self.specs.items()}
-        """per-domain counters, one object each (one look-up per event)"""
-        self._est_sum = 0.0
-        self._est_n = 0
-
-        # groups
-        self.groups: dict[str, GroupState] = {}
-        """every group admitted and not yet taken or dropped"""
-        self.open: dict[str, OrderedDict[str, GroupState]] = {t: OrderedDict() for t in config.tiers}
-        """per tier, in admission order: the same groups (oldest first is the trainer's order)"""
-        self.launchable: dict[str, OrderedDict[str, GroupState]] = {t: OrderedDict() for t in config.tiers}
-        self.submitted: dict[str, deque[tuple[str, str | None]]] = {t: deque() for t in config.tiers}
-        """per tier, (domain, group id or None: numbered '<domain>#<n>') of submitted groups"""
-        self.backoff: list[tuple[float, int, str, int]] = []
-        self._seq = itertools.count()
-        self.ready: dict[str, OrderedDict[str, GroupState]] = {t: OrderedDict() for t in config.tiers}
-        """per tier, ready groups not yet taken, in completion order"""
-        self.admitted_trainer = 0
-        self.running_total = 0
-        self.recovered: list[str] = []
-        """group ids found already complete in the store (after a restart): not run again"""
-        self.dropped: deque[tuple[str, str]] = deque(maxlen=1000)
-        """(group id, reason) of the latest dropped groups"""
-        self.counters: dict[str, int] = {k: 0 for k in (
-            "groups_admitted", "groups_ready", "groups_taken", "groups_dropped", "groups_recovered",
-            "episodes_launched", "episodes_kept", "episodes_infra_error", "episodes_discarded",
-            "episodes_abandoned", "retries", "submitted_dropped")}
-        self.staleness_hist: dict[int, int] = {}
         self.outage = PolicyOutage(config.retry.policy_outage_s)
 
     # == what runs next ===============================================================
@@ -135,9 +82,11 @@ class SchedulerCore:
         of the domain's numbering, so a workload's own identities reach the trajectories."""
         if domain not in self.specs:
             raise KeyError(f"submit: unknown domain {domain!r}")
+        if n_groups < 1:
+            raise ValueError(f"submit: n_groups must be >= 1, got {n_groups}")
         ids: Sequence[str | None] = list(group_ids) if group_ids is not None else [None] * n_groups
-        if len(ids) < 1:
-            raise ValueError(f"submit: n_groups must be >= 1, got {len(ids)}")
+        if not ids:
+            raise ValueError("submit: group_ids is empty")
         self.submitted[self.specs[domain].tier].extend((domain, gid) for gid in ids)
 
     def set_version(self, name: str) -> int:
@@ -148,7 +97,8 @@ class SchedulerCore:
 
     # == results ======================================================================
     def episode_finished(self, spec: EpisodeSpec, result: EpisodeResult, usage: Usage) -> None:
-        d, traj = spec.domain, result.trajectory
+        traj = result.trajectory
+        d = spec.domain
         st = self.dom[d]
         st.running -= 1
         self.running_total -= 1
@@ -281,7 +231,8 @@ class SchedulerCore:
         if trainer and not self.staleness.can_admit():
             return None
         submitted = self.submitted[tier]
-        domain, named = None, None
+        domain = None
+        named = None
         for _ in range(len(submitted)):
             d, gid = entry = submitted.popleft()
             if not self._allowed(d):
@@ -359,9 +310,6 @@ class SchedulerCore:
     def cost_of(self, usage: Usage) -> float:
         """Dominant-resource seconds (DRF): the larger share of the two resources it used."""
         return max(usage.sandbox_s / self.worker_slots, usage.gen_s / self.generator_slots)
-
-    def _allowed(self, d: str) -> bool:
-        return d not in self.quarantine.quarantined and d not in self.signal.retired
 
     def _at_limit(self, d: str) -> bool:
         ds = self.dom[d]
@@ -487,17 +435,7 @@ class SchedulerCore:
             t.policy_staleness = staleness
         return group
 
-    def _is_completed(self, gid: str) -> bool:
-        c = self._completed
-        if c is None:
-            return False
-        return c(gid) if callable(c) else gid in c
-
-    # == state and metrics ============================================================
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: JSON-able (ages instead of clock readings)."""
-        return dump_state(self)
-
+    # == state ========================================================================
     @classmethod
     def from_state(cls, state: dict[str, Any], config: SchedulerConfig, domains: Sequence[DomainSpec],
                    *, completed: Completed, **kwargs: Any) -> "SchedulerCore":
@@ -506,9 +444,11 @@ class SchedulerCore:
         group ids) says they finished after the save: those are handed over from the store
         (see `recovered`, `load_group`)."""
         core = cls(config, domains, completed=completed, **kwargs)
-        load_state(core, state)
+        core._load_state(state, recover=lambda g, running: core._recover(g, running=running))
+        for d in core.specs:
+            core._update_block(d)
+        for d in list(core.quarantine.quarantined):
+            if d in core.specs:
+                core._quarantine(d)
         return core
 
-    def metrics(self, per_domain: bool = True) -> dict[str, Any]:
-        """A JSON-able snapshot (see `Scheduler.metrics`)."""
-        return core_metrics(self, per_domain)

@@ -34,7 +34,7 @@ from typing import Any, Callable, Coroutine, Iterator, Sequence
 
 from posttrain.envs import EnvConfig, needs_sandbox, sandbox_preload
 from posttrain.envs.single import SandboxFactory
-from posttrain.policies.base import Policy
+from posttrain.policies.base import Policy, ScriptedPlayer
 from posttrain.scheduling.config import BatchConfig, DomainSpec, QuarantineConfig, RetryConfig, SchedulerConfig
 from posttrain.scheduling.episodes import RolloutEpisodeFactory
 from posttrain.scheduling.runner import Scheduler
@@ -76,22 +76,23 @@ def sandbox_pool(domains: Sequence[Domain], size: int) -> Iterator[SandboxFactor
 def run_workload(items: Sequence[WorkItem | tuple[Domain, Task]], policy: Policy,
                  sampling: SamplingParams = SamplingParams(), *, env_config: EnvConfig = EnvConfig(),
                  sandbox_factory: SandboxFactory | None = None, workers: int = 2, run_id: str = "",
-                 retries: int = 0, max_sandboxes: int | None = None,
+                 retries: int = 0, max_sandboxes: int | None = None, player: ScriptedPlayer | None = None,
                  on_result: Callable[[EpisodeResult], None] | None = None) -> list[list[EpisodeResult]]:
     """Run every item to the end (retrying infrastructure failures `retries` times); returns
     every attempt of each item, in item order. `on_result(result)` sees each attempt as it ends
     (e.g. to store it with its task and workspace). Without a `sandbox_factory`, a pool of
     `workers` sandboxes is opened for the run when a domain needs one. Live sandboxes never
-    exceed `max_sandboxes` (default: `workers`)."""
+    exceed `max_sandboxes` (default: `workers`). `player`: the scripted policy `policy` wraps,
+    if any (it is handed each item's scripts)."""
     if not items:
         return []
     work = [it if isinstance(it, WorkItem) else WorkItem(*it) for it in items]
     if sandbox_factory is None:
         with sandbox_pool([w.domain for w in work], max(1, workers)) as pooled:
             return _run_sync(_run(work, policy, sampling, env_config, pooled, workers, run_id, retries,
-                                  max_sandboxes, on_result))
+                                  max_sandboxes, player, on_result))
     return _run_sync(_run(work, policy, sampling, env_config, sandbox_factory, workers, run_id, retries,
-                          max_sandboxes, on_result))
+                          max_sandboxes, player, on_result))
 
 
 def run_episodes(items: Sequence[WorkItem | tuple[Domain, Task]], policy: Policy,
@@ -106,7 +107,7 @@ def run_episodes(items: Sequence[WorkItem | tuple[Domain, Task]], policy: Policy
 
 async def _run(work: list[WorkItem], policy: Policy, sampling: SamplingParams, env_config: EnvConfig,
                sandbox_factory: SandboxFactory | None, workers: int, run_id: str, retries: int,
-               max_sandboxes: int | None,
+               max_sandboxes: int | None, player: ScriptedPlayer | None,
                on_result: Callable[[EpisodeResult], None] | None) -> list[list[EpisodeResult]]:
     domains = {w.domain.name: w.domain for w in work}
     gids: list[str] = []
@@ -147,7 +148,7 @@ async def _run(work: list[WorkItem], policy: Policy, sampling: SamplingParams, e
     specs = [DomainSpec(name, tier="work", continuous=False, sandboxed=sandboxed[name], light=not sandboxed[name])
              for name in domains]
     sched = Scheduler(config, specs, policy, factory=factory, tasks=factory, workers=max(1, workers),
-                      on_group=on_group, on_failure=record, version_name=policy.version.name)
+                      on_group=on_group, on_failure=record, version_name=policy.version.name, player=player)
     async with sched:
         by_domain: dict[str, list[str]] = {}
         for gid, w in zip(gids, work):

@@ -60,14 +60,17 @@ class Scheduler:
                  on_group: Callable[[Group], None] | None = None,
                  on_failure: Callable[[EpisodeResult], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 version_name: str | None = None, tasks: TaskSource | None = None) -> None:
+                 version_name: str | None = None, tasks: TaskSource | None = None,
+                 player: ScriptedPlayer | None = None) -> None:
         """`factory` builds a driver per `EpisodeSpec` (on the worker); give it, or a `backend`
         built with it. `state` (from `state_dict`) resumes a killed run; `completed` (the store's
         group ids: a set or a predicate) keeps finished groups from running again; they reach the
         trainer loaded by `load_group(group_id)` (or flagged `Group.recovered`, left empty).
         `version_name` names the starting policy version of a fresh run (a resumed run keeps the
         name saved in `state`), so the first groups are recorded under it. `tasks` resolves each
-        group's task once (None: simulated episodes, which have none)."""
+        group's task once (None: simulated episodes, which have none). `player` is the scripted
+        policy to hand each group's scripts to when `policy` wraps one (e.g. to seed it); by
+        default `policy` itself if it is a `ScriptedPlayer`."""
         if backend is None:
             if factory is None:
                 raise ValueError("Scheduler needs an episode factory (or a backend built with one)")
@@ -83,7 +86,8 @@ class Scheduler:
         self.core.worker_slots = backend.capacity
         self.tasks = tasks
         # checked once: a runtime protocol check costs tens of microseconds
-        self._scripted = policy if isinstance(policy, ScriptedPlayer) else None
+        self._scripted = player if player is not None else (
+            policy if isinstance(policy, ScriptedPlayer) else None)
         self.batcher = GenerationBatcher(policy, config.batch)
         self.versions = VersionInfraRate()
         self._sandboxed = {d.name for d in domains if d.sandboxed}

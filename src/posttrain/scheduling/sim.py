@@ -163,8 +163,12 @@ class SimGenerator:
                  name: str = "sim") -> None:
         self.tokens_per_s, self.call_s, self.time_scale = tokens_per_s, call_s, time_scale
         self.version = PolicyVersion(name=name)
+        self.max_positions: int | None = None
         self.busy_s = 0.0
         self.calls = 0
+
+    def render(self, request: GenerationRequest) -> None:
+        return None  # simulated: no tokenizer
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         counts = [int(r.meta.get("sim_tokens", r.sampling.max_tokens)) for r in requests]

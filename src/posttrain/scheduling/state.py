@@ -1,4 +1,9 @@
-"""A group's bookkeeping, and the scheduler core's state and metrics as plain JSON-able dicts.
+"""The scheduler core's state: per-domain and per-group bookkeeping, and `CoreState`, the data
+the core decides over, with its save/load as plain JSON-able dicts and its metrics.
+
+`CoreState` holds data and reads it; every decision (admit, launch, retry, drop, recover) is
+`SchedulerCore`'s, which builds on it. The dependency runs one way: the core imports this
+module, never the reverse.
 
 Saved state holds ages (seconds before the save) instead of clock readings, so it can be loaded
 by another process whose monotonic clock started elsewhere. Trajectories are not in it: the store
@@ -7,18 +12,23 @@ holds finished groups; groups unfinished at save time are re-issued on load.
 
 from __future__ import annotations
 
-from collections import deque
+import itertools
+from collections import OrderedDict, deque
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from posttrain.values.episode import EpisodeResult
+from posttrain.scheduling.config import DomainSpec, SchedulerConfig
+from posttrain.scheduling.health import Quarantine, SignalTracker
+from posttrain.scheduling.quotas import FairQueue
+from posttrain.scheduling.staleness import StalenessController
 from posttrain.scheduling.work import Group, Usage
+from posttrain.values.episode import EpisodeResult
 
-if TYPE_CHECKING:
-    from posttrain.scheduling.config import DomainSpec
-    from posttrain.scheduling.core import SchedulerCore
+Completed = Callable[[str], bool] | Collection[str]
+"""group ids already stored: a set, or a predicate over group ids"""
 
 STATE_FORMAT = 1
 
@@ -30,7 +40,7 @@ class DomainState:
              "infra_errors", "retries", "signal_groups")
     __slots__ = ("spec", "next_index", "running", "queued", "est_cost", "waits") + STATS
 
-    def __init__(self, spec: "DomainSpec") -> None:
+    def __init__(self, spec: DomainSpec) -> None:
         self.spec = spec
         self.next_index = 0
         """groups drawn so far: the next one is '<domain>#<next_index>'"""
@@ -100,159 +110,232 @@ class GroupState:
         return m in self.running or self.members[m] is not None
 
 
-def dump_state(core: "SchedulerCore") -> dict[str, Any]:
-    now = core.clock()
-    groups = []
-    for tier in core.config.tiers:
-        for g in core.open[tier].values():
-            groups.append({
-                "gid": g.gid, "domain": g.domain, "tier": g.tier, "index": g.index, "size": g.size,
-                "task_seed": g.task_seed, "version": g.version, "policy_version": g.policy_version,
-                "admitted_age": round(now - g.admitted_at, 6), "est_cost": g.est_cost,
-                "status": g.status, "attempts": list(g.attempts), "retries": list(g.retries),
-                "launched": [g.launched(m) for m in range(g.size)]})
-    return {
-        "format": STATE_FORMAT, "seed": core.config.seed,
-        "staleness": core.staleness.state_dict(), "version_name": core.version_name,
-        "fair": {t: q.state_dict() for t, q in core.fair.items()},
-        "domains": {d: {"next_index": ds.next_index, "est_cost": ds.est_cost, "stats": ds.stats()}
-                    for d, ds in core.dom.items()},
-        "quarantine": core.quarantine.state_dict(), "signal": core.signal.state_dict(),
-        "counters": dict(core.counters),
-        "staleness_hist": {str(k): v for k, v in core.staleness_hist.items()},
-        "admitted_trainer": core.admitted_trainer,
-        "submitted": {t: list(q) for t, q in core.submitted.items()},
-        "running_episodes": core.running_total, "groups": groups,
-        "recovered": list(core.recovered), "dropped": [list(x) for x in core.dropped]}
+
+class CoreState:
+    """The data the scheduler core decides over, its saved form and its metrics."""
+
+    def __init__(self, config: SchedulerConfig, domains: Sequence[DomainSpec], *,
+                 clock: Callable[[], float], completed: Completed | None) -> None:
+        self.config, self.clock = config, clock
+        self.specs: dict[str, DomainSpec] = {}
+        self.fair: dict[str, FairQueue] = {t: FairQueue(window_s=config.window_s,
+                                                        starvation_s=config.starvation_s, clock=clock)
+                                           for t in config.tiers}
+        for spec in domains:
+            if spec.name in self.specs:
+                raise ValueError(f"domain {spec.name!r} is listed twice")
+            if spec.tier not in self.fair:
+                raise ValueError(f"DomainSpec {spec.name!r}.tier: {spec.tier!r} is not one of "
+                                 f"SchedulerConfig.tiers {config.tiers}")
+            self.specs[spec.name] = spec
+            self.fair[spec.tier].add(spec.name, spec.weight, sample_cap=spec.max_sample_share,
+                                     cost_cap=spec.max_cost_share)
+            if not spec.continuous:
+                self.fair[spec.tier].block(spec.name)
+        if not self.specs:
+            raise ValueError("the scheduler needs at least one domain")
+        self.staleness = StalenessController(config.max_staleness, config.groups_per_step)
+        self.version_name = "v0"
+        self.quarantine = Quarantine(config.quarantine)
+        self.signal = SignalTracker(config.adaptive)
+        self._completed = completed
+
+        self.dom = {name: DomainState(spec) for name, spec in self.specs.items()}
+        """per-domain counters, one object each (one look-up per event)"""
+        self._est_sum = 0.0
+        self._est_n = 0
+
+        # groups
+        self.groups: dict[str, GroupState] = {}
+        """every group admitted and not yet taken or dropped"""
+        self.open: dict[str, OrderedDict[str, GroupState]] = {t: OrderedDict() for t in config.tiers}
+        """per tier, in admission order: the same groups (oldest first is the trainer's order)"""
+        self.launchable: dict[str, OrderedDict[str, GroupState]] = {t: OrderedDict() for t in config.tiers}
+        self.submitted: dict[str, deque[tuple[str, str | None]]] = {t: deque() for t in config.tiers}
+        """per tier, (domain, group id or None: numbered '<domain>#<n>') of submitted groups"""
+        self.backoff: list[tuple[float, int, str, int]] = []
+        self._seq = itertools.count()
+        self.ready: dict[str, OrderedDict[str, GroupState]] = {t: OrderedDict() for t in config.tiers}
+        """per tier, ready groups not yet taken, in completion order"""
+        self.admitted_trainer = 0
+        self.running_total = 0
+        self.recovered: list[str] = []
+        """group ids found already complete in the store (after a restart): not run again"""
+        self.dropped: deque[tuple[str, str]] = deque(maxlen=1000)
+        """(group id, reason) of the latest dropped groups"""
+        self.counters: dict[str, int] = {k: 0 for k in (
+            "groups_admitted", "groups_ready", "groups_taken", "groups_dropped", "groups_recovered",
+            "episodes_launched", "episodes_kept", "episodes_infra_error", "episodes_discarded",
+            "episodes_abandoned", "retries", "submitted_dropped")}
+        self.staleness_hist: dict[int, int] = {}
+
+    def _allowed(self, d: str) -> bool:
+        return d not in self.quarantine.quarantined and d not in self.signal.retired
+
+    def _is_completed(self, gid: str) -> bool:
+        c = self._completed
+        if c is None:
+            return False
+        return c(gid) if callable(c) else gid in c
+
+    # == saved form ===================================================================
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: JSON-able (ages instead of clock readings)."""
+        now = self.clock()
+        groups = []
+        for tier in self.config.tiers:
+            for g in self.open[tier].values():
+                groups.append({
+                    "gid": g.gid, "domain": g.domain, "tier": g.tier, "index": g.index, "size": g.size,
+                    "task_seed": g.task_seed, "version": g.version, "policy_version": g.policy_version,
+                    "admitted_age": round(now - g.admitted_at, 6), "est_cost": g.est_cost,
+                    "status": g.status, "attempts": list(g.attempts), "retries": list(g.retries),
+                    "launched": [g.launched(m) for m in range(g.size)]})
+        return {
+            "format": STATE_FORMAT, "seed": self.config.seed,
+            "staleness": self.staleness.state_dict(), "version_name": self.version_name,
+            "fair": {t: q.state_dict() for t, q in self.fair.items()},
+            "domains": {d: {"next_index": ds.next_index, "est_cost": ds.est_cost, "stats": ds.stats()}
+                        for d, ds in self.dom.items()},
+            "quarantine": self.quarantine.state_dict(), "signal": self.signal.state_dict(),
+            "counters": dict(self.counters),
+            "staleness_hist": {str(k): v for k, v in self.staleness_hist.items()},
+            "admitted_trainer": self.admitted_trainer,
+            "submitted": {t: list(q) for t, q in self.submitted.items()},
+            "running_episodes": self.running_total, "groups": groups,
+            "recovered": list(self.recovered), "dropped": [list(x) for x in self.dropped]}
+
+    def _load_state(self, state: dict[str, Any],
+                    recover: Callable[[GroupState, bool], None]) -> None:
+        """Restore a `state_dict()`. A group the store holds whole is handed to
+        `recover(group, running)` (the core's decision) in its place in admission order."""
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(f"scheduler state: format {state.get('format')!r} is not {STATE_FORMAT}")
+        if state.get("seed") != self.config.seed:
+            raise ValueError(f"scheduler state: saved with seed {state.get('seed')!r}, but "
+                             f"SchedulerConfig.seed is {self.config.seed} (task seeds would differ)")
+        now = self.clock()
+        self.staleness.load_state_dict(state["staleness"])
+        self.version_name = str(state["version_name"])
+        for tier, fs in state["fair"].items():
+            if tier in self.fair:
+                self.fair[tier].load_state_dict(fs)
+        known = self.specs
+        for d, s in state["domains"].items():
+            if d not in known:
+                continue
+            ds = self.dom[d]
+            ds.next_index = int(s["next_index"])
+            if s["est_cost"] is not None:
+                ds.est_cost = float(s["est_cost"])
+                self._est_sum += ds.est_cost
+                self._est_n += 1
+            for k, v in s["stats"].items():
+                if k in DomainState.STATS:
+                    setattr(ds, k, v)
+        self.quarantine.load_state_dict(state["quarantine"])
+        self.signal.load_state_dict(state["signal"])
+        self.counters.update({k: int(v) for k, v in state["counters"].items()})
+        self.counters["episodes_abandoned"] += int(state["running_episodes"])
+        self.staleness_hist = {int(k): int(v) for k, v in state["staleness_hist"].items()}
+        self.admitted_trainer = int(state["admitted_trainer"])
+        for tier, q in state["submitted"].items():
+            for entry in q:  # [domain, group id or None]; a bare domain name before named groups
+                d, gid = (entry, None) if isinstance(entry, str) else entry
+                if d in known:
+                    self.submitted[tier].append((d, gid))
+        self.recovered = list(state["recovered"])
+        self.dropped.extend((str(a), str(b)) for a, b in state["dropped"])
+        trainer = self.config.trainer_tier
+        for s in state["groups"]:
+            g = GroupState(gid=s["gid"], domain=s["domain"], tier=s["tier"], index=int(s["index"]),
+                           size=int(s["size"]), task_seed=int(s["task_seed"]), version=int(s["version"]),
+                           policy_version=str(s["policy_version"]),
+                           admitted_at=now - float(s["admitted_age"]),
+                           est_cost=float(s["est_cost"]), seq=next(self._seq))
+            was_ready = s["status"] == "ready"
+            if g.domain not in known or g.tier not in self.fair:
+                self.counters["groups_dropped"] += 1
+                self.dropped.append((g.gid, "domain no longer configured"))
+                if g.tier == trainer:
+                    self.staleness.accepted -= was_ready
+                    self.staleness.running -= not was_ready
+                continue
+            if self._is_completed(g.gid):
+                recover(g, not was_ready)
+                continue
+            # Re-issue: every member runs again, a member that had run at attempt k now at k + 1
+            # (a fresh sandbox, and never a duplicate of an attempt that may have been recorded).
+            g.attempts = [a + bool(launched) for a, launched in zip(s["attempts"], s["launched"])]
+            g.retries = [int(r) for r in s["retries"]]
+            g.unlaunched.extend(range(g.size))
+            g.ready_since = {m: now for m in range(g.size)}
+            if g.tier == trainer and was_ready:
+                self.staleness.accepted -= 1
+                self.staleness.running += 1
+            self.groups[g.gid] = g
+            self.open[g.tier][g.gid] = g
+            self.launchable[g.tier][g.gid] = g
+            self.dom[g.domain].queued += g.size
+
+    # == metrics ======================================================================
+    def metrics(self, per_domain: bool = True) -> dict[str, Any]:
+        """A JSON-able snapshot (see `Scheduler.metrics`)."""
+        c = dict(self.counters)
+        c["lost"] = (c["episodes_launched"] - c["episodes_kept"] - c["episodes_infra_error"]
+                     - c["episodes_discarded"] - c["episodes_abandoned"] - self.running_total)
+        active_weight: dict[str, float] = {t: 0.0 for t in self.config.tiers}
+        for name, spec in self.specs.items():
+            if spec.continuous and self._allowed(name):
+                active_weight[spec.tier] += self.fair[spec.tier].weight(name)
+        domains, max_wait, all_waits = {}, 0.0, []
+        for name, spec in self.specs.items():
+            fair = self.fair[spec.tier]
+            sample_share, cost_share = fair.shares(name)
+            max_gap, current = fair.wait(name)
+            allowed = self._allowed(name)
+            if spec.continuous and allowed:
+                max_wait = max(max_wait, max_gap, current)
+            ds = self.dom[name]
+            w = ds.waits
+            all_waits.extend(w)
+            st = ds.stats()
+            eff = fair.weight(name)
+            domains[name] = {
+                "tier": spec.tier, "weight": spec.weight, "effective_weight": round(eff, 6),
+                "quota": round(eff / active_weight[spec.tier], 6) if spec.continuous and allowed
+                and active_weight[spec.tier] > 0 else 0.0,
+                "sample_share": round(sample_share, 6), "cost_share": round(cost_share, 6),
+                "running": ds.running, "queued": ds.queued,
+                "queue_wait_p50_s": _pct(w, 50), "queue_wait_p99_s": _pct(w, 99),
+                "max_service_gap_s": round(max_gap, 6), "current_wait_s": round(current, 6),
+                "signal_share": self.signal.signal_share(name),
+                "infra_error_rate": round(self.quarantine.rate(name), 4),
+                "quarantined": name in self.quarantine.quarantined,
+                "retired": name in self.signal.retired,
+                **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in st.items()}}
+        hist = self.staleness_hist
+        n_taken = sum(hist.values())
+        st8 = self.staleness
+        return {
+            "version": st8.version, "version_name": self.version_name,
+            "running_episodes": self.running_total,
+            "ready_groups": {t: len(r) for t, r in self.ready.items()},
+            "counters": c, "lost": c["lost"], "retries": c["retries"],
+            "infra_errors": c["episodes_infra_error"],
+            "queue_wait_p50_s": _pct(all_waits, 50), "queue_wait_p99_s": _pct(all_waits, 99),
+            "max_wait_s": round(max_wait, 6),
+            "quarantined": {d: dict(r) for d, r in self.quarantine.quarantined.items()},
+            "retired": {d: dict(r) for d, r in self.signal.retired.items()},
+            "staleness": {"max_staleness": self.config.max_staleness, "accepted": st8.accepted,
+                          "running": st8.running, "capacity": st8.capacity(),
+                          "histogram": {str(k): v for k, v in sorted(hist.items())},
+                          "max": max(hist) if hist else None,
+                          "mean": round(sum(k * v for k, v in hist.items()) / n_taken, 4)
+                          if n_taken else None},
+            **({"domains": domains} if per_domain else {})}
 
 
-def load_state(core: "SchedulerCore", state: dict[str, Any]) -> None:
-    if state.get("format") != STATE_FORMAT:
-        raise ValueError(f"scheduler state: format {state.get('format')!r} is not {STATE_FORMAT}")
-    if state.get("seed") != core.config.seed:
-        raise ValueError(f"scheduler state: saved with seed {state.get('seed')!r}, but "
-                         f"SchedulerConfig.seed is {core.config.seed} (task seeds would differ)")
-    now = core.clock()
-    core.staleness.load_state_dict(state["staleness"])
-    core.version_name = str(state["version_name"])
-    for tier, fs in state["fair"].items():
-        if tier in core.fair:
-            core.fair[tier].load_state_dict(fs)
-    known = core.specs
-    for d, s in state["domains"].items():
-        if d not in known:
-            continue
-        ds = core.dom[d]
-        ds.next_index = int(s["next_index"])
-        if s["est_cost"] is not None:
-            ds.est_cost = float(s["est_cost"])
-            core._est_sum += ds.est_cost
-            core._est_n += 1
-        for k, v in s["stats"].items():
-            if k in DomainState.STATS:
-                setattr(ds, k, v)
-    core.quarantine.load_state_dict(state["quarantine"])
-    core.signal.load_state_dict(state["signal"])
-    core.counters.update({k: int(v) for k, v in state["counters"].items()})
-    core.counters["episodes_abandoned"] += int(state["running_episodes"])
-    core.staleness_hist = {int(k): int(v) for k, v in state["staleness_hist"].items()}
-    core.admitted_trainer = int(state["admitted_trainer"])
-    for tier, q in state["submitted"].items():
-        for entry in q:  # [domain, group id or None]; a bare domain name before named groups
-            d, gid = (entry, None) if isinstance(entry, str) else entry
-            if d in known:
-                core.submitted[tier].append((d, gid))
-    core.recovered = list(state["recovered"])
-    core.dropped.extend((str(a), str(b)) for a, b in state["dropped"])
-    trainer = core.config.trainer_tier
-    for s in state["groups"]:
-        g = GroupState(gid=s["gid"], domain=s["domain"], tier=s["tier"], index=int(s["index"]),
-                       size=int(s["size"]), task_seed=int(s["task_seed"]), version=int(s["version"]),
-                       policy_version=str(s["policy_version"]), admitted_at=now - float(s["admitted_age"]),
-                       est_cost=float(s["est_cost"]), seq=next(core._seq))
-        was_ready = s["status"] == "ready"
-        if g.domain not in known or g.tier not in core.fair:
-            core.counters["groups_dropped"] += 1
-            core.dropped.append((g.gid, "domain no longer configured"))
-            if g.tier == trainer:
-                core.staleness.accepted -= was_ready
-                core.staleness.running -= not was_ready
-            continue
-        if core._is_completed(g.gid):
-            core._recover(g, running=not was_ready)
-            continue
-        # Re-issue: every member runs again, a member that had run at attempt k now at k + 1
-        # (a fresh sandbox, and never a duplicate of an attempt that may have been recorded).
-        g.attempts = [a + bool(launched) for a, launched in zip(s["attempts"], s["launched"])]
-        g.retries = [int(r) for r in s["retries"]]
-        g.unlaunched.extend(range(g.size))
-        g.ready_since = {m: now for m in range(g.size)}
-        if g.tier == trainer and was_ready:
-            core.staleness.accepted -= 1
-            core.staleness.running += 1
-        core.groups[g.gid] = g
-        core.open[g.tier][g.gid] = g
-        core.launchable[g.tier][g.gid] = g
-        core.dom[g.domain].queued += g.size
-    for d in known:
-        core._update_block(d)
-    for d in list(core.quarantine.quarantined):
-        if d in known:
-            core._quarantine(d)
-
-
-def _pct(values: Any, q: float) -> float | None:
-    return round(float(np.percentile(np.fromiter(values, float), q)), 6) if values else None
-
-
-def core_metrics(core: "SchedulerCore", per_domain: bool = True) -> dict[str, Any]:
-    c = dict(core.counters)
-    c["lost"] = (c["episodes_launched"] - c["episodes_kept"] - c["episodes_infra_error"]
-                 - c["episodes_discarded"] - c["episodes_abandoned"] - core.running_total)
-    active_weight: dict[str, float] = {t: 0.0 for t in core.config.tiers}
-    for name, spec in core.specs.items():
-        if spec.continuous and core._allowed(name):
-            active_weight[spec.tier] += core.fair[spec.tier].weight(name)
-    domains, max_wait, all_waits = {}, 0.0, []
-    for name, spec in core.specs.items():
-        fair = core.fair[spec.tier]
-        sample_share, cost_share = fair.shares(name)
-        max_gap, current = fair.wait(name)
-        allowed = core._allowed(name)
-        if spec.continuous and allowed:
-            max_wait = max(max_wait, max_gap, current)
-        ds = core.dom[name]
-        w = ds.waits
-        all_waits.extend(w)
-        st = ds.stats()
-        eff = fair.weight(name)
-        domains[name] = {
-            "tier": spec.tier, "weight": spec.weight, "effective_weight": round(eff, 6),
-            "quota": round(eff / active_weight[spec.tier], 6) if spec.continuous and allowed
-            and active_weight[spec.tier] > 0 else 0.0,
-            "sample_share": round(sample_share, 6), "cost_share": round(cost_share, 6),
-            "running": ds.running, "queued": ds.queued,
-            "queue_wait_p50_s": _pct(w, 50), "queue_wait_p99_s": _pct(w, 99),
-            "max_service_gap_s": round(max_gap, 6), "current_wait_s": round(current, 6),
-            "signal_share": core.signal.signal_share(name),
-            "infra_error_rate": round(core.quarantine.rate(name), 4),
-            "quarantined": name in core.quarantine.quarantined, "retired": name in core.signal.retired,
-            **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in st.items()}}
-    hist = core.staleness_hist
-    n_taken = sum(hist.values())
-    return {
-        "version": core.staleness.version, "version_name": core.version_name,
-        "running_episodes": core.running_total,
-        "ready_groups": {t: len(r) for t, r in core.ready.items()},
-        "counters": c, "lost": c["lost"], "retries": c["retries"],
-        "infra_errors": c["episodes_infra_error"],
-        "queue_wait_p50_s": _pct(all_waits, 50), "queue_wait_p99_s": _pct(all_waits, 99),
-        "max_wait_s": round(max_wait, 6),
-        "quarantined": {d: dict(r) for d, r in core.quarantine.quarantined.items()},
-        "retired": {d: dict(r) for d, r in core.signal.retired.items()},
-        "staleness": {"max_staleness": core.config.max_staleness, "accepted": core.staleness.accepted,
-                      "running": core.staleness.running, "capacity": core.staleness.capacity(),
-                      "histogram": {str(k): v for k, v in sorted(hist.items())},
-                      "max": max(hist) if hist else None,
-                      "mean": round(sum(k * v for k, v in hist.items()) / n_taken, 4) if n_taken else None},
-        **({"domains": domains} if per_domain else {})}
+def _pct(values: Iterable[float], q: float) -> float | None:
+    arr = np.fromiter(values, float)
+    return round(float(np.percentile(arr, q)), 6) if arr.size else None

@@ -11,14 +11,36 @@ def export(run_dir: Path = typer.Argument(..., help="a run directory (holds stor
            format: str = typer.Option("parquet", "--format", help="parquet or jsonl"),
            out: Path = typer.Option(..., "--out", help="file to write"),
            run_id: str = typer.Option(None, "--run-id", help="only this run's trajectories")) -> None:
-    """Export a run's trajectories to Parquet or JSONL."""
-    from posttrain.storage.export import export_store
-    from posttrain.storage.store import Store, StoreError
+    """Export a run's trajectories to Parquet or JSONL (written to a temporary file, then renamed
+    into place: a failed export leaves no partial file)."""
+    import os
 
+    from posttrain.storage.export import export_store
+    from posttrain.storage.store import STORE_FILE, Store, StoreError
+
+    if format not in ("parquet", "jsonl"):
+        _fail(f"--format must be 'parquet' or 'jsonl', got {format!r}")
+    if not (run_dir / STORE_FILE).is_file():
+        _fail(f"{run_dir}: not a run directory (no {STORE_FILE})")
+    if out.is_dir() or not out.name:
+        _fail(f"--out {str(out)!r}: is a directory; give a file name, e.g. {out / ('trajectories.' + format)}")
+    if not out.parent.is_dir():
+        _fail(f"--out {out}: the directory {out.parent} does not exist")
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
+        tmp.open("wb").close()  # can we write there at all? (say so in plain words, before the work)
         with Store.for_run_dir(run_dir, readonly=True) as store:
-            n = export_store(store, out, format, run_id)
+            n = export_store(store, tmp, format, run_id)
+        os.replace(tmp, out)
     except (StoreError, ValueError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2)
+        _fail(str(e))
+    except OSError as e:  # permission denied, a full disk, a read-only file system
+        _fail(f"--out {out}: cannot write: {e.strerror or e}")
+    finally:
+        tmp.unlink(missing_ok=True)
     typer.echo(f"wrote {n} trajectories to {out}")
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)

@@ -87,14 +87,24 @@ def check(family: Optional[str] = typer.Option(None, "--family", "-f", help="onl
           as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables")) -> None:
     """Self-check domains: oracle passes, negatives fail, grading is stable, generation is
     deterministic. Exits 1 on any failure (including infrastructure errors)."""
+    import fnmatch
+
+    from posttrain.tasks import registry
     from posttrain.tasks.check import check_domains
 
     report = check_domains(_select(family, domains), per_domain=per_domain, workers=workers)
+    # a task folder that does not even load is a failed check of the domains it was asked for
+    patterns = [p.strip() for p in (domains or "*").split(",") if p.strip()]
+    broken = {n: b.error for n, b in registry.broken().items()
+              if any(fnmatch.fnmatchcase(n, p) for p in patterns)
+              and (family is None or n.startswith(family + ".") or n.startswith("plugin "))}
     if as_json:
-        typer.echo(json.dumps(report.summary()))
+        typer.echo(json.dumps({**report.summary(), "broken": broken}))
     else:
         _print_report(report)
-    raise typer.Exit(0 if report.ok else 1)
+        for n, error in broken.items():
+            typer.echo(f"broken {n}: {error}")
+    raise typer.Exit(0 if report.ok and not broken else 1)
 
 
 def _print_report(report) -> None:

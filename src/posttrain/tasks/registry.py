@@ -9,6 +9,11 @@ Built-in families are the modules named in `BUILTIN_FAMILY_MODULES`, each exposi
     mytasks = "my_package.tasks:domains"
 
 Families load lazily, once per process, on the first look-up.
+
+A plugin that fails to load, or a task folder that does not parse (a family yields a
+`BrokenDomain` for it instead of a `Domain`), is not fatal: it is reported once on stderr by name
+(`broken()` lists them) and skipped, so `posttrain eval --tasks math.add.d1` works whatever state
+some Harbor folder is in. Asking for a broken domain by its exact name is an error that says why.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import importlib.util
+import logging
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Callable, Iterable
 
@@ -38,12 +45,29 @@ class RegistryError(ValueError):
     """A family that cannot load, a duplicate domain name, or an unknown domain."""
 
 
+@dataclass(frozen=True)
+class BrokenDomain:
+    """What a family yields for a task source that cannot become a domain (a malformed task
+    folder): the registry reports and skips it instead of failing every command."""
+
+    name: str
+    """the domain name it would have had (e.g. 'terminal.harbor.my-task'), or the plugin's"""
+    error: str
+    """what is wrong, naming the file and field"""
+
+
+log = logging.getLogger("posttrain.tasks")
+
 _domains: dict[str, Domain] | None = None
 _sources: dict[str, str] = {}
+_broken: dict[str, BrokenDomain] = {}
 
 
-def _add(found: Iterable[Domain], source: str, into: dict[str, Domain]) -> None:
+def _add(found: Iterable[Domain | BrokenDomain], source: str, into: dict[str, Domain]) -> None:
     for domain in found:
+        if isinstance(domain, BrokenDomain):
+            _broken[domain.name] = domain
+            continue
         if not isinstance(domain, Domain):
             raise RegistryError(f"family {source} returned {type(domain).__name__}, not a Domain")
         if domain.name in into:
@@ -56,18 +80,20 @@ def _add(found: Iterable[Domain], source: str, into: dict[str, Domain]) -> None:
 def _load() -> dict[str, Domain]:
     found: dict[str, Domain] = {}
     for module_name in BUILTIN_FAMILY_MODULES:
-        if importlib.util.find_spec(module_name) is None:
-            continue  # a family that is not built yet
         module = importlib.import_module(module_name)
         _add(module.domains(), module_name, found)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
             factory: Callable[[], Iterable[Domain]] = ep.load()
             produced = list(factory())
-        except Exception as e:  # a broken plugin must name itself
-            raise RegistryError(f"task family plugin {ep.name!r} ({ep.value}) failed to load: "
-                                f"{type(e).__name__}: {e}") from e
+        except Exception as e:  # noqa: BLE001 - a broken plugin names itself and is skipped
+            name = f"plugin {ep.name}"
+            _broken[name] = BrokenDomain(name, f"task family plugin {ep.name!r} ({ep.value}) failed "
+                                               f"to load: {type(e).__name__}: {e}")
+            continue
         _add(produced, f"plugin {ep.name} ({ep.value})", found)
+    for b in _broken.values():
+        log.warning("posttrain: skipped %s: %s", b.name, b.error)
     return found
 
 
@@ -79,11 +105,23 @@ def all_domains() -> dict[str, Domain]:
     return _domains
 
 
+def broken() -> dict[str, BrokenDomain]:
+    """Task sources that failed to load (reported and skipped), by name."""
+    all_domains()
+    return dict(_broken)
+
+
+def _refuse_broken(name: str) -> None:
+    if name in _broken:
+        raise RegistryError(f"domain {name!r} cannot be loaded: {_broken[name].error}")
+
+
 def get_domain(name: str) -> Domain:
     domains = all_domains()
     try:
         return domains[name]
     except KeyError:
+        _refuse_broken(name)
         close = [n for n in domains if n.startswith(name.split(".")[0] + ".")][:5]
         hint = f"; domains of that family include {', '.join(close)}" if close else ""
         raise RegistryError(f"unknown domain {name!r}{hint} (see `posttrain tasks list`)") from None
@@ -95,6 +133,8 @@ def match_domains(patterns: str | Iterable[str]) -> list[Domain]:
         patterns = [p.strip() for p in patterns.split(",") if p.strip()]
     patterns = list(patterns)
     matched = [d for n, d in all_domains().items() if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    for p in patterns:  # named exactly, not through a glob: the caller needs that very domain
+        _refuse_broken(p)
     if not matched:
         raise RegistryError(f"no domain matches {', '.join(patterns)!r} (see `posttrain tasks list`)")
     return matched
@@ -112,3 +152,4 @@ def reset_cache() -> None:
     global _domains
     _domains = None
     _sources.clear()
+    _broken.clear()

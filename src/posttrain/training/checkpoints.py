@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from posttrain.errors import is_disk_full, no_space
+
 STATE_FILE = "trainer_state.json"
 FORMAT = 1
 
@@ -81,8 +83,12 @@ def write_atomic(directory: str | os.PathLike, write: Any) -> Path:
             shutil.rmtree(aside, ignore_errors=True)
         else:
             os.rename(tmp, final)
-    except BaseException:
+    except BaseException as e:
+        # torch says "enforce fail at inline_container.cc" when the disk is full: say it plainly
+        full = isinstance(e, Exception) and is_disk_full(e, tmp)
         shutil.rmtree(tmp, ignore_errors=True)
+        if full:
+            raise no_space(final, "writing a checkpoint") from e
         raise
     return final
 

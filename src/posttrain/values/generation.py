@@ -69,6 +69,11 @@ class Completion:
     """set (with finish_reason 'error') when the request's prompt does not fit the model's
     context, so nothing could be generated: in a multi-turn episode this is the end of its
     context budget (the episode is truncated), not an infrastructure failure"""
+    prefill_tokens: int = 0
+    """prompt tokens the backend computed for this completion (0 when it does not say)"""
+    reused_tokens: int = 0
+    """prompt tokens whose keys/values it reused from an earlier request (a prefix cache: an
+    episode's earlier turns); prefill_tokens + reused_tokens = the prompt, when reported"""
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,3 @@ class Task(BaseModel):
     @property
     def family(self) -> str:
         return self.domain.split(".", 1)[0]
-
-    def public_view(self) -> dict[str, Any]:
-        """What a policy may see: never the reference or the verifier settings."""
-        return {"domain": self.domain, "prompt": self.prompt, "files": dict(self.files)}
