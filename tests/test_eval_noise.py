@@ -12,7 +12,6 @@ from posttrain.policies.scripted import ScriptedPolicy
 from posttrain.scheduling.engine import run_episodes
 from posttrain.storage.store import Store
 from posttrain.verifiers.base import VerifierError, verdict
-from tests.test_eval_support import toy_registry  # noqa: F401
 from tests.toydomains import ExactVerifier, add_domain
 
 runner = CliRunner()
@@ -45,7 +44,7 @@ class DiesAfterFirst(ExactVerifier):
 
 
 @pytest.fixture
-def run_dir(tmp_path, toy_registry):  # noqa: F811
+def run_dir(tmp_path, toy_registry):
     stable, flaky, dies = add_domain("toy.stable"), add_domain("toy.flaky", FlakyVerifier()), \
         add_domain("toy.dies", DiesAfterFirst())
     toy_registry(stable, flaky, dies)

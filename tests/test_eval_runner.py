@@ -12,7 +12,7 @@ from posttrain.evaluation.tasksets import (TaskSetError, load_task_file, resolve
                                            tasks_from_domains, tasks_of_records)
 from posttrain.policies.scripted import ScriptedPolicy
 from posttrain.storage.store import Store
-from tests.test_eval_support import CoinPolicy, tool_trajectory, toy_registry  # noqa: F401
+from tests.test_eval_support import CoinPolicy, tool_trajectory
 from tests.toydomains import CrashingVerifier, add_domain
 
 SMALL = "math.add.d2,text.sort.l3"

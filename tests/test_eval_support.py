@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 from typing import Mapping, Sequence
 
-import pytest
 
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
@@ -46,16 +45,6 @@ class CoinPolicy:
         return out
 
 
-@pytest.fixture
-def toy_registry(monkeypatch):
-    """Returns a function that adds domains to the registry for the duration of a test."""
-    from posttrain.tasks import registry
-
-    def add(*domains: Domain) -> None:
-        current = dict(registry.all_domains())
-        current.update({d.name: d for d in domains})
-        monkeypatch.setattr(registry, "_domains", current)
-    return add
 
 
 def tool_trajectory(passed: bool | None, results: Sequence[Sequence[bool]], *, domain: str = "toy.tools",

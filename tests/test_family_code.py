@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from posttrain.envs import play_actions
-from posttrain.sandbox import open_sandbox
 from posttrain.sandbox.base import RunResult, SandboxError
 from posttrain.tasks.families import code as code_family
 from posttrain.tasks.families.code.humaneval import problems, split_ids
@@ -21,10 +20,6 @@ WRITE = [d for n, d in DOMAINS.items() if d.env == "single" and n != "code.human
 REPAIR = [d for d in DOMAINS.values() if d.env == "tools"]
 
 
-@pytest.fixture(scope="module")
-def sandbox():
-    with open_sandbox() as sb:
-        yield sb
 
 
 def test_family_has_enough_domains():

@@ -9,7 +9,6 @@ import json
 import pytest
 
 from posttrain.envs import play_actions
-from posttrain.sandbox import open_sandbox
 from posttrain.tasks.families import geometry
 from posttrain.tasks.families.common import content_split
 from posttrain.values.task import Task
@@ -20,18 +19,8 @@ from posttrain.verifiers.geometry import GEOMETRY
 DOMAINS = {d.name: d for d in geometry.domains()}
 
 
-@pytest.fixture(scope="module")
-def module_sandbox():
-    # The environments open plain sandboxes; preloading the kernel here only makes tests faster.
-    with open_sandbox(preload=("numpy", "manifold3d", "trimesh")) as sb:
-        yield sb, sb.snapshot()
-
-
-@pytest.fixture
-def sandbox(module_sandbox):
-    sb, clean = module_sandbox
-    sb.restore(clean)
-    return sb
+# The environments open plain sandboxes; preloading the kernel here only makes tests faster.
+SANDBOX_PRELOAD = ("numpy", "manifold3d", "trimesh")
 
 
 def test_family_has_enough_domains():

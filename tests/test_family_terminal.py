@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from posttrain.envs import play_actions
-from posttrain.sandbox import open_sandbox
 from posttrain.tasks.families import terminal
 from posttrain.tasks.families.common import content_split
 from posttrain.tasks.families.terminal.checks import STATE_CHECK
@@ -19,18 +18,6 @@ from posttrain.verifiers.script import SCRIPT
 DOMAINS = {d.name: d for d in terminal.domains() if ".harbor." not in d.name}
 
 
-@pytest.fixture(scope="module")
-def module_sandbox():
-    with open_sandbox() as sb:
-        yield sb, sb.snapshot()
-
-
-@pytest.fixture
-def sandbox(module_sandbox):
-    """The module's sandbox with an empty workspace again."""
-    sb, clean = module_sandbox
-    sb.restore(clean)
-    return sb
 
 
 def test_family_has_enough_domains_of_every_kind():

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from posttrain.envs import play_actions
-from posttrain.sandbox import open_sandbox
 from posttrain.tasks.domain import NoTasksInSplit
 from posttrain.tasks.families.terminal import EXAMPLES_DIR, harbor_examples
 from posttrain.tasks.families.terminal.harbor import REWRITE, HarborTaskError, load_harbor_task
@@ -19,17 +18,6 @@ from posttrain.verifiers.base import VerifierError
 EXAMPLES = {d.name: d for d in harbor_examples()}
 
 
-@pytest.fixture(scope="module")
-def module_sandbox():
-    with open_sandbox() as sb:
-        yield sb, sb.snapshot()
-
-
-@pytest.fixture
-def sandbox(module_sandbox):
-    sb, clean = module_sandbox
-    sb.restore(clean)
-    return sb
 
 
 def _task(d):

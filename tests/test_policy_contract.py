@@ -18,7 +18,6 @@ from posttrain.scheduling.sim import SimGenerator
 from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "posttrain"
-MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-base"
 REQUEST = GenerationRequest((Message("user", "37+48="),), SamplingParams())
 
 
@@ -53,13 +52,8 @@ def test_every_policy_declares_the_whole_contract(name):
     assert policy.render(REQUEST) is None
 
 
-def test_a_tokenizer_makes_a_policy_measurable():
-    import torch
-
-    from posttrain.policies.local import TorchPolicy
-
-    torch.set_num_threads(1)
-    local = TorchPolicy(MODEL, device="cpu")
+def test_a_tokenizer_makes_a_policy_measurable(tiny_policy):
+    local = tiny_policy
     assert isinstance(local, Policy)
     assert local.max_positions is not None and local.max_positions > 0
     ids = local.render(REQUEST)

@@ -22,9 +22,8 @@ def req(prompt: str, **sampling) -> GenerationRequest:
 
 
 @pytest.fixture(scope="module")
-def policy() -> TorchPolicy:
-    torch.set_num_threads(1)
-    return TorchPolicy(MODEL, device="cpu")
+def policy(tiny_policy) -> TorchPolicy:
+    return tiny_policy
 
 
 @pytest.fixture(scope="module")

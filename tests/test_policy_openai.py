@@ -13,7 +13,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import torch
 
 from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 from posttrain.policies.base import PolicyError
@@ -54,9 +53,8 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def local() -> TorchPolicy:
-    torch.set_num_threads(1)
-    return TorchPolicy(MODEL, device="cpu")
+def local(tiny_policy) -> TorchPolicy:
+    return tiny_policy
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])

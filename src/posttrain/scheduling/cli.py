@@ -48,11 +48,9 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
             specs += [WorkItem(d, d.task(seed, split)) for seed in range(n)]
         except NoTasksInSplit:  # an imported task folder lives in one split only
             elsewhere.append(d.name)
-    if elsewhere:
-        typer.echo(f"skipped {len(elsewhere)} domain(s) with no {split}-split tasks: "
-                   f"{', '.join(elsewhere)}", err=True)
+            typer.echo(f"note: {d.name} has no {split} tasks; skipped", err=True)
     if not specs:
-        _fail(f"--domains {domains!r}: no matching domain has {split}-split tasks (try --split "
+        _fail(f"--domains {domains!r}: no matching domain has {split} tasks (try --split "
               f"{'eval' if split == 'train' else 'train'})")
     run_id = f"rollout-{uuid.uuid4().hex[:8]}"
     runlock.acquire(run_dir, "posttrain rollout")

@@ -1,0 +1,58 @@
+"""Fixtures shared by many test files: a warm sandbox reset between tests, the shipped tiny
+model as a policy, and a registry with extra domains for one test.
+
+Test tiers: tests marked `slow` (a full job, a live server, a sandboxed family sweep) are part of
+the default run; `pytest -m "not slow"` leaves them out for a quick check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-base"
+"""the shipped base model"""
+
+
+@pytest.fixture(scope="module")
+def module_sandbox(request) -> Iterator[tuple]:
+    """One sandbox per test module and a snapshot of its empty workspace. A module may set
+    `SANDBOX_PRELOAD` (module names) to warm its sandbox's Python with heavy imports."""
+    from posttrain.sandbox import open_sandbox
+
+    preload = tuple(getattr(request.module, "SANDBOX_PRELOAD", ()))
+    with open_sandbox(preload=preload) as sb:
+        yield sb, sb.snapshot()
+
+
+@pytest.fixture
+def sandbox(module_sandbox):
+    """The module's sandbox with an empty workspace again."""
+    sb, clean = module_sandbox
+    sb.restore(clean)
+    return sb
+
+
+@pytest.fixture(scope="module")
+def tiny_policy():
+    """`TorchPolicy` on the shipped tiny model, on one CPU thread."""
+    import torch
+
+    from posttrain.policies.local import TorchPolicy
+
+    torch.set_num_threads(1)
+    return TorchPolicy(MODEL, device="cpu")
+
+
+@pytest.fixture
+def toy_registry(monkeypatch) -> Callable[..., None]:
+    """Returns a function that adds domains to the registry for the duration of a test."""
+    from posttrain.tasks import registry
+
+    def add(*domains) -> None:
+        current = dict(registry.all_domains())
+        current.update({d.name: d for d in domains})
+        monkeypatch.setattr(registry, "_domains", current)
+    return add
