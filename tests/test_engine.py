@@ -197,7 +197,7 @@ class _CountingSandboxes:
 
 class _FakeSandbox:
     class info:
-        backend, image, layers = "fake", "none", {}
+        backend, image, layers, clock = "fake", "none", {}, None
 
     def write_file(self, path, content):
         pass

@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
-from posttrain.tasks.domain import Domain
+
 from posttrain.values.verdict import Verdict
 
 
