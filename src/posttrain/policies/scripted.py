@@ -33,6 +33,8 @@ class ScriptedPolicy:
         self.role = role
         self.roles: tuple[str, ...] = (role,) if fixed is None else ()
         self._fixed = tuple(fixed) if fixed is not None else None
+        self._given = False
+        """scripts were given up front (`by_group`): the engine's are not wanted"""
         self.version = PolicyVersion(name=name or f"scripted:{role}")
         self.max_positions: int | None = None
         """a script has no context to run out of"""
@@ -57,12 +59,22 @@ class ScriptedPolicy:
         return cls("fixed", name, fixed=actions)
 
     @classmethod
+    def by_group(cls, scripts: Mapping[str, Sequence[str]], name: str = "scripted:given") -> "ScriptedPolicy":
+        """Plays `scripts[group_id]` in the episodes of each group (e.g. work items whose group
+        ids the caller chose); a group without one gets error completions."""
+        policy = cls("given", name)
+        policy.roles, policy._given = (), True
+        for route, actions in scripts.items():
+            policy._put(route, tuple(actions))
+        return policy
+
+    @classmethod
     def named(cls, name: str) -> "ScriptedPolicy":
         """'oracle', 'empty', or the name of any negative ('wrong', ...)."""
         return cls(name)
 
     def assign(self, route: str, scripts: Mapping[str, Sequence[str]]) -> None:
-        if self._fixed is None:
+        if self._fixed is None and not self._given:
             self._put(route, tuple(scripts[self.role]))
 
     def refuse(self, route: str, reason: str) -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
 
-def _fail(message: str) -> None:
+
+def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
 
@@ -36,7 +38,7 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
         store = Store.for_run_dir(run_dir, readonly=not rescore)  # only a re-score writes (its verdicts)
         trajs = list(store.trajectories()) if all_ else [store.get_trajectory(trajectory_id)]
     except (StoreError, KeyError) as e:
-        _fail(str(e).strip("'\""))
+        _fail(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e))
     results = []
     with store, SandboxPool(size=1) as pool:
         for t in trajs:
