@@ -150,7 +150,7 @@ def main() -> None:
     copy_speed, copy_cpu = speed(copy_requests, args.batch)
     sweep = {b: speed(copy_requests, b) for b in (int(x) for x in args.batches.split(",") if x)}
     own_requests = [req(get_domain(d).task(s, "train").prompt, temperature=0.0, max_tokens=16, stop=("\n",))
-                    for d in OWN_DOMAINS for s in range(12)]
+                    for d in OWN_DOMAINS for s in range(40)]
     own_speed, own_cpu = speed(own_requests, args.batch)
 
     # 3. greedy identity across families
