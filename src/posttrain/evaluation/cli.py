@@ -7,20 +7,20 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
+
+from posttrain.tasks.sources.cli import apply_sources, source_option
 
 app = typer.Typer(add_completion=False, help="Evaluate a policy on the eval split; compare two; gate on a baseline.")
 baseline_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Frozen regression baselines.")
 app.add_typer(baseline_app, name="baseline")
 
-from posttrain.tasks.sources.cli import apply_sources, source_option
-
 DEFAULT_TASKS = "math.*,text.*"
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = 2) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
 

@@ -57,7 +57,7 @@ from posttrain.policies.drafters import DraftModel, PromptLookup
 from posttrain.policies.prefix_cache import PrefixCache, weights_fingerprint
 from posttrain.policies.ragged import supports_ragged
 from posttrain.policies.speculative import SpecStats, generate as generate_ragged
-from posttrain.policies.render import render_ids
+from posttrain.policies.render import continue_ids, render_ids
 
 MODES = ("standard", "fast")
 FAST_PREFIX_CACHE_MB = 256.0
@@ -209,6 +209,12 @@ class TorchPolicy:
         return next(self.model.parameters()).device
 
     def render(self, request: GenerationRequest) -> list[int]:
+        """The prompt's ids: token-in/token-out when the request carries the episode's ids so far
+        (`prefix_ids`), else the rendered messages (`posttrain.policies.render`)."""
+        if request.prefix_ids is not None:
+            ids = continue_ids(self.tokenizer, request.prefix_ids, request.messages[request.prefix_messages:])
+            if ids is not None:
+                return ids
         return render_ids(self.tokenizer, request.messages)
 
     def _text(self, ids: Sequence[int]) -> str:
@@ -218,8 +224,9 @@ class TorchPolicy:
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Complete every request, in order (see the module docstring for what comes back)."""
         rendered: dict[tuple, list[int]] = {}  # a GRPO group repeats its prompt: render it once
-        prompts = [rendered[r.messages] if r.messages in rendered
-                   else rendered.setdefault(r.messages, self.render(r)) for r in requests]
+        keys = [(r.messages, r.prefix_ids) for r in requests]
+        prompts = [rendered[k] if k in rendered else rendered.setdefault(k, self.render(r))
+                   for k, r in zip(keys, requests)]
         return self.generate_ids(prompts, [r.sampling for r in requests])
 
     def generate_ids(self, prompts: Sequence[Sequence[int]], sampling: Sequence[SamplingParams]

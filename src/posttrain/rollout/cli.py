@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 
 from posttrain.tasks.sources.cli import apply_sources, source_option
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
 
@@ -40,6 +40,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
     from posttrain.storage.store import Store, StoreError
     from posttrain.tasks.domain import NoTasksInSplit
     from posttrain.tasks.registry import RegistryError, match_domains
+    from posttrain.values.task import Split
 
     if split not in ("train", "eval"):
         _fail(f"--split must be 'train' or 'eval', got {split!r}")
@@ -49,15 +50,18 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
         scripted = ScriptedPolicy.named(policy)
     except (RegistryError, ValueError) as e:
         _fail(str(e))
+    which: Split = "train" if split == "train" else "eval"
     specs, elsewhere = [], []
     for d in matched:
         try:
-            specs += [EpisodeSpec(d, d.task(seed, split)) for seed in range(n)]
+            specs += [EpisodeSpec(d, d.task(seed, which)) for seed in range(n)]
         except NoTasksInSplit:  # an imported task folder lives in one split only
             elsewhere.append(d.name)
-            typer.echo(f"note: {d.name} has no {split} tasks; skipped", err=True)
+    if elsewhere:
+        typer.echo(f"skipped {len(elsewhere)} domain(s) with no {split}-split tasks: "
+                   f"{', '.join(elsewhere)}", err=True)
     if not specs:
-        _fail(f"--domains {domains!r}: no matching domain has {split} tasks (try --split "
+        _fail(f"--domains {domains!r}: no matching domain has {split}-split tasks (try --split "
               f"{'eval' if split == 'train' else 'train'})")
     matched = [d for d in matched if d.name not in elsewhere]
     run_id = f"rollout-{uuid.uuid4().hex[:8]}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
@@ -58,6 +59,6 @@ def export(run_dir: Path = typer.Argument(..., help="a run directory (holds stor
     typer.echo(f"wrote {n} {'rows' if format in FORMATS else 'trajectories'} to {out}")
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
