@@ -170,13 +170,13 @@ def main() -> None:
     # 4. pass@1, standard vs fast as shipped
     pass1: dict[str, float] = {}
     if args.pass1_tasks:
-        from posttrain.training.passk import evaluate
-        from posttrain.training.recipe import DEFAULT_MIX
+        from posttrain.evaluation.quick import pass_rates
+        from posttrain.pipeline.config import DEFAULT_TRAIN
 
-        mix = [get_domain(n) for n in DEFAULT_MIX.split(",")]
+        mix = [get_domain(n) for n in DEFAULT_TRAIN]
         shipped = TorchPolicy(standard.model, standard.tokenizer, mode="fast")
         for name, policy in (("standard", standard), ("fast", shipped)):
-            res = evaluate(policy, mix, n_tasks=args.pass1_tasks, n_samples=8, greedy=False)
+            res = pass_rates(policy, mix, n_tasks=args.pass1_tasks, n_samples=8, greedy=False)
             pass1[name] = sum(r["pass1"] for r in res.values()) / len(res)
             if name == "standard":
                 n = args.pass1_tasks * 8
