@@ -67,7 +67,7 @@ def main() -> None:
                         trajs += run_episodes(specs[i:i + args.workers], ScriptedPolicy.oracle(),
                                               env_config=EnvConfig(), sandbox_factory=pool.sandbox,
                                               workers=args.workers,
-                                              on_done=lambda ep: done.append(
+                                              on_done=lambda ep, done=done: done.append(
                                                   (ep.result(), ep.task, ep.workspace_archive)))
                     wall = time.perf_counter() - t0
                     rates[mode] = (len(trajs) / wall, dict(pool.stats))

@@ -46,16 +46,15 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from posttrain.values.generation import PolicyVersion, SamplingParams
     from posttrain.policies.local import TorchPolicy
     from posttrain.rollout.runner import EpisodeSpec, run_episodes
     from posttrain.tasks.registry import get_domain
     from posttrain.training.config import TrainerConfig
     from posttrain.training.passk import evaluate
-    from posttrain.training.trainer import Trainer
-    from posttrain.verifiers.base import Outcome
-
     from posttrain.training.recipe import DEFAULT_MIX
+    from posttrain.training.trainer import Trainer
+    from posttrain.values.generation import PolicyVersion, SamplingParams
+    from posttrain.verifiers.base import Outcome
 
     args.domains = args.domains or DEFAULT_MIX
     domains = [get_domain(n) for n in args.domains.split(",")]

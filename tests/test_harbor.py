@@ -33,6 +33,7 @@ def test_examples_are_registered_domains():
     assert "terminal.harbor.fix-config" in EXAMPLES
 
 
+@pytest.mark.slow
 def test_every_example_oracle_passes(sandbox, module_sandbox):
     for d in EXAMPLES.values():
         task = _task(d)
@@ -42,6 +43,7 @@ def test_every_example_oracle_passes(sandbox, module_sandbox):
         assert v.passed and v.score == 1.0, (d.name, dict(v.details))
 
 
+@pytest.mark.slow
 def test_example_negatives_fail(sandbox, module_sandbox):
     for name in ("terminal.harbor.fix-config", "terminal.harbor.median-bugfix"):
         d = EXAMPLES[name]

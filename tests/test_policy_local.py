@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 from posttrain.policies.base import PolicyError
 from posttrain.policies.local import TorchPolicy, weights_hash
 from posttrain.policies.render import render_ids
+from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-base"
 PROMPTS = ["37+48=", "reverse abc=", "max(3,9,4)=", "upper xyz=", "caesar+3 abc=", "5*7="]

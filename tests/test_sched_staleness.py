@@ -4,9 +4,9 @@ import random
 
 import pytest
 
-from posttrain.values.trajectory import Trajectory
 from posttrain.scheduling import AdaptiveConfig, DomainSpec, SchedulerConfig, SchedulerCore, Usage
 from posttrain.scheduling.staleness import StalenessController
+from posttrain.values.trajectory import Trajectory
 
 
 def test_areal_admission_rule():

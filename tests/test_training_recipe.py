@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from posttrain.policies.local import TorchPolicy
@@ -13,6 +14,7 @@ from posttrain.training.recipe import RecipeConfig, main, parse_args
 MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-base"
 
 
+@pytest.mark.slow
 def test_recipe_smoke(tmp_path, capsys):
     cfg = RecipeConfig(model=str(MODEL), out=str(tmp_path), mix="math.add.d2,text.reverse.l3",
                        held_out="text.upper.l3", rounds=2, steps=2, prompts_per_step=4, group_size=4,

@@ -42,12 +42,12 @@ class StepResult:
     truncated: bool
     info: dict[str, Any] = field(default_factory=dict)
     """per-step facts: parsed tool calls, tool results, parse errors, timings, snapshot id"""
-    verdict: "Verdict | None" = None
+    verdict: Verdict | None = None
 
 
 @runtime_checkable
 class Environment(Protocol):
-    def reset(self, task: "Task") -> Observation: ...
+    def reset(self, task: Task) -> Observation: ...
 
     def step(self, action: str) -> StepResult: ...
 

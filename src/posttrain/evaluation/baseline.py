@@ -44,7 +44,7 @@ class Baseline:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "Baseline":
+    def load(cls, path: str | Path) -> Baseline:
         path = Path(path)
         try:
             data = json.loads(path.read_text())

@@ -38,9 +38,10 @@ import json
 import time
 import unicodedata
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from posttrain.values.task import Task, canonical_json
 

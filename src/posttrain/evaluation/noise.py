@@ -25,10 +25,11 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from posttrain.values.verdict import Verdict
 
@@ -180,7 +181,8 @@ def update_quarantine(run_dir: str | Path, report: NoiseReport) -> Path:
     for t in report.noisy:
         tasks[t.hash] = {"key": t.key, "domain": t.domain, "flips": t.flips, "checks": t.checks,
                          "reason": f"verifier flipped on {t.flips}/{t.checks} re-verified trajectories "
-                                   f"(k={report.k})", "quarantined_at": tasks.get(t.hash, {}).get("quarantined_at", now)}
+                                   f"(k={report.k})",
+                         "quarantined_at": tasks.get(t.hash, {}).get("quarantined_at", now)}
     return _write_json(path, {"format": QUARANTINE_FORMAT, "updated_at": now, "tasks": tasks})
 
 

@@ -19,8 +19,8 @@ and is where the scheduler (`posttrain.scheduling`) will plug in.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from typing import Callable, Sequence
 
 from posttrain.envs import EnvConfig
 from posttrain.envs.single import SandboxFactory
@@ -29,12 +29,12 @@ from posttrain.evaluation.policy import SeededPolicy
 from posttrain.evaluation.records import Sample, TaskRecord
 from posttrain.evaluation.result import EvalResult
 from posttrain.policies.base import Policy
-from posttrain.values.generation import SamplingParams
 from posttrain.rollout.episode import Episode
 from posttrain.rollout.runner import EpisodeSpec, run_episodes
-from posttrain.values.trajectory import Trajectory
 from posttrain.tasks.domain import Domain
+from posttrain.values.generation import SamplingParams
 from posttrain.values.task import Task
+from posttrain.values.trajectory import Trajectory
 
 
 def _execute(specs: Sequence[EpisodeSpec], policy: Policy, sampling: SamplingParams, *, workers: int,

@@ -12,8 +12,9 @@ pass@k entry says how many did). Averages:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from statistics import fmean
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from posttrain.evaluation.metrics import CIMethod, mean_interval, pass_at_k, percentiles
 from posttrain.evaluation.records import TaskRecord

@@ -51,12 +51,12 @@ def _check_model(cfg, field: str) -> None:
 def _check_trainer(cfg) -> None:
     """[trainer] values have the type and range of their `TrainerConfig` field (the message
     names the field; the section is a plain table until it is that class)."""
+    import dataclasses
+
     from pydantic import TypeAdapter, ValidationError
 
     from posttrain.pipeline.config import ConfigError
     from posttrain.training.config import TrainerConfig
-
-    import dataclasses
 
     known = {f.name for f in dataclasses.fields(TrainerConfig)}
     for key in cfg.trainer:
@@ -138,10 +138,10 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
         if created and cfg is not None and not isinstance(e, ContaminationError):
             _forget(cfg.run_dir)
         typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(EXIT_BAD_INPUT)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
     except StoreError as e:  # a full disk, a store another process holds, a corrupt file
         typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     except KeyboardInterrupt:
         if cfg is not None:
             _interrupted(cfg.run_dir)

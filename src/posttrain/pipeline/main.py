@@ -23,7 +23,6 @@ import os
 import shutil
 import time
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,9 @@ from rich.console import Console
 from rich.table import Table
 
 from posttrain.pipeline.config import RunConfig
+from posttrain.policies.base import Policy
 from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.tasks.registry import RegistryError, match_domains
-from posttrain.policies.base import Policy
 
 LATEST = "latest.json"
 
@@ -207,11 +206,11 @@ class Job:
         return old
 
     async def train(self, trainer: Any, sched_state: dict, store: Any, sandbox_factory: Any) -> None:
-        from posttrain.values.generation import SamplingParams
-        from posttrain.scheduling import BatchConfig, DomainSpec, Scheduler, SchedulerConfig, SchedulerStalled
-        from posttrain.scheduling.episodes import RolloutEpisodeFactory
         from posttrain.pipeline.progress import RoundProgress
         from posttrain.pipeline.sync import SyncedPolicy
+        from posttrain.scheduling import BatchConfig, DomainSpec, Scheduler, SchedulerConfig, SchedulerStalled
+        from posttrain.scheduling.episodes import RolloutEpisodeFactory
+        from posttrain.values.generation import SamplingParams
 
         cfg = self.config
         steps = cfg.steps
@@ -315,12 +314,11 @@ class Job:
     # -- the whole job ----------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         import torch
+        from transformers.utils import logging as hf_logging
 
         from posttrain.evaluation import forgetting_report, write_forgetting
         from posttrain.policies.local import TorchPolicy
         from posttrain.storage.store import Store
-
-        from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # our own progress display says what is happening
         cfg = self.config
@@ -349,7 +347,8 @@ class Job:
             start = trainer.version
             if trainer.step_count == 0:
                 store.put_policy_version(start.name, start.parent, start.weights_hash, cfg.model.path)
-            base_policy = TorchPolicy(cfg.model.path, device=cfg.model.device) if trainer.step_count else trainer.policy()
+            base_policy = (TorchPolicy(cfg.model.path, device=cfg.model.device) if trainer.step_count
+                           else trainer.policy())
             before = self.evaluate(base_policy, "before", eval_tasks, store, sandbox_factory)
             del base_policy
             t_train = time.perf_counter()
@@ -397,7 +396,8 @@ class Job:
                 table.add_column(col, no_wrap=True, min_width=max(map(len, before.summary["domains"]), default=6))
             else:
                 table.add_column(col, justify="right")
-        for name in sorted(set(before.summary["domains"]) | set(after.summary["domains"]), key=lambda n: (n not in trained, n)):
+        names = set(before.summary["domains"]) | set(after.summary["domains"])
+        for name in sorted(names, key=lambda n: (n not in trained, n)):
             p0, pk, p1 = _pass(before, name, "pass@1"), _pass(before, name, f"pass@{k}"), _pass(after, name, "pass@1")
             delta = "" if p0 is None or p1 is None else f"{p1 - p0:+.3f}"
             table.add_row(name, "yes" if name in trained else "held out",

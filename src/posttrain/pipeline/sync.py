@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 

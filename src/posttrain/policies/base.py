@@ -9,7 +9,8 @@ an episode's history travels in each request's `messages`.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 

@@ -20,8 +20,9 @@ Greedy rows (T = 0) report `log_softmax(logits)`, i.e. T = 1.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 

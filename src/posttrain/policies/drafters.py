@@ -18,7 +18,7 @@ never correctness.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

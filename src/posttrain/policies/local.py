@@ -42,21 +42,26 @@ import json
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
-from posttrain.values.generation import (
-    Completion, GenerationRequest, PolicyVersion, SamplingParams,
-)
 from posttrain.policies.base import PolicyError
 from posttrain.policies.decode import RowSpec, decode
 from posttrain.policies.drafters import DraftModel, PromptLookup
 from posttrain.policies.prefix_cache import PrefixCache, weights_fingerprint
 from posttrain.policies.ragged import supports_ragged
-from posttrain.policies.speculative import SpecStats, generate as generate_ragged
 from posttrain.policies.render import render_ids
+from posttrain.policies.speculative import SpecStats
+from posttrain.policies.speculative import generate as generate_ragged
+from posttrain.values.generation import (
+    Completion,
+    GenerationRequest,
+    PolicyVersion,
+    SamplingParams,
+)
 
 MODES = ("standard", "fast")
 FAST_PREFIX_CACHE_MB = 256.0

@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
-from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 from posttrain.policies.base import PolicyError
 from posttrain.policies.render import plain_text, render_ids, render_text
-
+from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 
 _CONTEXT_ERROR = re.compile(r"context length|context window|maximum context|prompt is too long|"
                             r"longer than the model", re.IGNORECASE)

@@ -10,7 +10,8 @@ as a parse error, until the turn budget truncates the episode).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 from posttrain.values.task import Task
@@ -34,14 +35,14 @@ class ScriptedPolicy:
         return None  # no tokenizer
 
     @classmethod
-    def oracle(cls, lookup: DomainLookup | None = None) -> "ScriptedPolicy":
+    def oracle(cls, lookup: DomainLookup | None = None) -> ScriptedPolicy:
         """Plays each task's oracle; `lookup` maps a domain name to its Domain (the registry's
         `get_domain` by default)."""
         find = lookup or _registry_lookup
         return cls(lambda task: find(task.domain).oracle(task), "scripted:oracle")
 
     @classmethod
-    def negative(cls, which: str = "wrong", lookup: DomainLookup | None = None) -> "ScriptedPolicy":
+    def negative(cls, which: str = "wrong", lookup: DomainLookup | None = None) -> ScriptedPolicy:
         """Plays the negative named `which`. 'wrong' means the domain's negative of that name or,
         if it has none, its first plausible wrong answer (the first non-'empty' name, sorted)."""
         find = lookup or _registry_lookup
@@ -59,7 +60,7 @@ class ScriptedPolicy:
         return cls(script, f"scripted:{which}")
 
     @classmethod
-    def named(cls, name: str, lookup: DomainLookup | None = None) -> "ScriptedPolicy":
+    def named(cls, name: str, lookup: DomainLookup | None = None) -> ScriptedPolicy:
         """'oracle', 'empty', or the name of any negative ('wrong', ...)."""
         return cls.oracle(lookup) if name == "oracle" else cls.negative(name, lookup)
 
@@ -88,7 +89,7 @@ class ScriptedPolicy:
         return out
 
 
-def _registry_lookup(name: str) -> "Domain":
+def _registry_lookup(name: str) -> Domain:
     from posttrain.tasks.registry import get_domain
 
     return get_domain(name)

@@ -31,10 +31,10 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from posttrain.values.generation import Completion, Message, SamplingParams
 from posttrain.policies.base import PolicyError
 from posttrain.policies.local import TorchPolicy
 from posttrain.policies.render import render_ids
+from posttrain.values.generation import Completion, Message, SamplingParams
 
 _REFUSED = {"best_of": (None, 1), "echo": (None, False), "suffix": (None,), "stream": (None, False),
             "frequency_penalty": (None, 0), "presence_penalty": (None, 0), "logit_bias": (None, {}),
@@ -86,7 +86,7 @@ class PolicyServer:
         host, port = self.httpd.server_address[:2]
         return f"http://{host}:{port}/v1"
 
-    def start(self) -> "PolicyServer":
+    def start(self) -> PolicyServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._thread.start()
         return self

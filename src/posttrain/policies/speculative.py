@@ -33,8 +33,9 @@ is standard decoding with reuse (one token per row per step).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -172,7 +173,7 @@ def generate(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_id
         width = logits.shape[1]
         stats.forwards += 1
         flat = logits.reshape(-1, logits.shape[-1])
-        rep = lambda xs: t([x for x in xs for _ in range(width)])  # noqa: E731
+        rep = lambda xs, width=width: t([x for x in xs for _ in range(width)])  # noqa: E731
         temps_t, top_ps_t = rep(temps), rep(top_ps)
         # one pass over every position: greedy picks are `sample_next`'s own (argmax of these)
         logp_all, probs = sampling_dist(flat, temps_t, top_ps_t)

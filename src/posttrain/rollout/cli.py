@@ -28,8 +28,8 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
     """Run episodes with a scripted policy over the matching domains and store them.
     Domains with no tasks in --split (an imported task folder lives in one) are skipped."""
     from posttrain import runlock
-    from posttrain.errors import EXIT_UNTRUSTWORTHY
     from posttrain.envs import EnvConfig, sandbox_preload
+    from posttrain.errors import EXIT_UNTRUSTWORTHY
     from posttrain.policies.scripted import ScriptedPolicy
     from posttrain.rollout.runner import EpisodeSpec, run_episodes
     from posttrain.sandbox import SandboxPool

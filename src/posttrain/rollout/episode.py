@@ -27,11 +27,11 @@ from typing import Any
 
 from posttrain.envs import EnvConfig, make_env, stop_strings
 from posttrain.envs.single import SandboxFactory
-from posttrain.values.generation import Completion, GenerationRequest, Message, SamplingParams
-from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
 from posttrain.sandbox.base import SandboxError
 from posttrain.tasks.domain import Domain
+from posttrain.values.generation import Completion, GenerationRequest, Message, SamplingParams
 from posttrain.values.task import Task
+from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
 from posttrain.values.verdict import Verdict
 from posttrain.verifiers.base import VerifierError
 

@@ -13,19 +13,23 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from posttrain.envs import EnvConfig
 from posttrain.envs.single import SandboxFactory
-from posttrain.values.generation import (
-    Completion, GenerationRequest, PolicyVersion, SamplingParams,
-)
 from posttrain.rollout.episode import Episode
-from posttrain.values.trajectory import Trajectory, Turn
 from posttrain.storage.store import Store
 from posttrain.tasks.registry import get_domain
+from posttrain.values.generation import (
+    Completion,
+    GenerationRequest,
+    PolicyVersion,
+    SamplingParams,
+)
+from posttrain.values.trajectory import Trajectory, Turn
 from posttrain.verifiers.base import Outcome
 
 

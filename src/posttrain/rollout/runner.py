@@ -8,18 +8,18 @@ same `Episode` objects with continuous batching.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from posttrain.envs import EnvConfig
 from posttrain.envs.single import SandboxFactory
-from posttrain.values.generation import Completion, GenerationRequest, SamplingParams
 from posttrain.policies.base import Policy, PolicyError
 from posttrain.rollout.episode import Episode
-from posttrain.values.trajectory import Trajectory
 from posttrain.tasks.domain import Domain
+from posttrain.values.generation import Completion, GenerationRequest, SamplingParams
 from posttrain.values.task import Task
+from posttrain.values.trajectory import Trajectory
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def run_episodes(items: Sequence[EpisodeSpec | tuple[Domain, Task]], policy: Pol
                         attempt=s.attempt, run_id=run_id) for s in specs]
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         pending = dict(zip(range(len(episodes)), pool.map(lambda ep: ep.start(), episodes)))
-        for i, ep in enumerate(episodes):
+        for ep in episodes:
             if ep.done and on_done:
                 on_done(ep)
         while True:

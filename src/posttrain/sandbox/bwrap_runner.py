@@ -21,6 +21,7 @@ from posttrain.sandbox.overlay import OverlayWorkspace, TmpfsStack
 from posttrain.sandbox.reset import WRITABLE, PlaceState, ResetFacts, count_mounts
 from posttrain.sandbox.rlimits import rlimit_table
 
+
 def _pipe_with(data: bytes) -> int:
     """The read end of a pipe that holds `data` and then EOF (bubblewrap reads it to the end)."""
     r, w = os.pipe2(os.O_CLOEXEC)

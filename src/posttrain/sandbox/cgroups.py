@@ -120,7 +120,7 @@ class SandboxCgroup:
             raise
 
     @classmethod
-    def create(cls, limits: Limits) -> "SandboxCgroup":
+    def create(cls, limits: Limits) -> SandboxCgroup:
         """A cgroup with a fresh random name, locked as ours until this process exits."""
         os.makedirs(LOCK_DIR, mode=0o700, exist_ok=True)
         name = secrets.token_hex(8)
@@ -324,7 +324,7 @@ def collect_stale() -> int:
     """Remove sandbox cgroups left by supervisors that were killed (empty ones only)."""
     n = 0
     gone: set[str] = set()
-    for c, (ver, mnt) in detect().items():
+    for _ver, mnt in detect().values():
         try:
             names = [x for x in os.listdir(mnt) if x.startswith(PREFIX)]
         except OSError:

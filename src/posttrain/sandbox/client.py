@@ -21,10 +21,18 @@ import tempfile
 import threading
 import uuid
 import weakref
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from posttrain.sandbox.base import (DEFAULT_CLOCK, Limits, RunResult, SandboxBroken,
-                                    SandboxError, SandboxInfo, SandboxUnavailable, clock_env)
+from posttrain.sandbox.base import (
+    DEFAULT_CLOCK,
+    Limits,
+    RunResult,
+    SandboxBroken,
+    SandboxError,
+    SandboxInfo,
+    SandboxUnavailable,
+    clock_env,
+)
 from posttrain.sandbox.protocol import recv_obj, send_obj
 from posttrain.sandbox.reset import ResetReport
 from posttrain.sandbox.workspace import Workspace
@@ -191,8 +199,8 @@ class SupervisedSandbox:
                 self._sock.settimeout(timeout)
                 send_obj(self._sock, req)
                 resp = recv_obj(self._sock)
-            except socket.timeout:
-                raise self._mark_broken(f"no reply to {req['op']!r} within {timeout:.0f} s")
+            except TimeoutError:
+                raise self._mark_broken(f"no reply to {req['op']!r} within {timeout:.0f} s") from None
             except (OSError, EOFError) as e:
                 raise self._mark_broken(f"its supervisor died during {req['op']!r} ({e!r}); "
                                         f"{self._stderr_tail()}") from None
@@ -304,7 +312,7 @@ class SupervisedSandbox:
     def closed(self) -> bool:
         return self._closed
 
-    def __enter__(self) -> "SupervisedSandbox":
+    def __enter__(self) -> SupervisedSandbox:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -28,7 +28,7 @@ import contextlib
 import queue
 import threading
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from posttrain.sandbox.base import DEFAULT_CLOCK, Limits, Sandbox, SandboxError, SandboxUnavailable
 from posttrain.sandbox.factory import open_sandbox
@@ -212,7 +212,7 @@ class SandboxPool:
             if not isinstance(item, Exception):
                 item.close()
 
-    def __enter__(self) -> "SandboxPool":
+    def __enter__(self) -> SandboxPool:
         return self
 
     def __exit__(self, *exc) -> None:

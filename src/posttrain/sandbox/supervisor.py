@@ -24,8 +24,15 @@ if __name__ == "__main__":  # started as a script with -I -S: make `posttrain` i
 
 from posttrain.sandbox.base import LimitReason, Limits  # noqa: E402
 from posttrain.sandbox.execute import pump  # noqa: E402
-from posttrain.sandbox.protocol import (DONE, READY, read_started, recv_obj,  # noqa: E402
-                                        recv_report, send_job, send_obj)
+from posttrain.sandbox.protocol import (  # noqa: E402
+    DONE,
+    READY,
+    read_started,
+    recv_obj,
+    recv_report,
+    send_job,
+    send_obj,
+)
 from posttrain.sandbox.reset import ResetReport, judge  # noqa: E402
 
 SERVER_BOOT_TIMEOUT_S = 120.0
@@ -200,7 +207,7 @@ class Supervisor:
 
     def job(self, payload: dict, req: dict) -> dict:
         payload.update(cwd=self.runner.inside_ws, cpu_s=max(1, int(round(self.limits.cpu_s))))
-        for attempt in range(2):
+        for _attempt in range(2):
             result = self._attempt(payload, req)
             if result is not None:
                 return result

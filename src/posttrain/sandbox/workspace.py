@@ -19,7 +19,7 @@ import io
 import os
 import stat
 import tarfile
-from typing import Callable
+from collections.abc import Callable
 
 from posttrain.sandbox.base import WorkspacePathError
 

@@ -20,9 +20,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from posttrain.scheduling.work import EpisodeDriver, EpisodeFactory, EpisodeSpec
 from posttrain.values.generation import Completion, GenerationRequest
 from posttrain.values.trajectory import Trajectory
-from posttrain.scheduling.work import EpisodeDriver, EpisodeFactory, EpisodeSpec
 
 Step = tuple[GenerationRequest | None, Trajectory | None, float]
 """(the next request, or None and the finished trajectory; seconds the call took on its worker)"""

@@ -31,9 +31,9 @@ import time
 from collections import deque
 from typing import Any
 
-from posttrain.values.generation import Completion, GenerationRequest
 from posttrain.policies.base import Policy, PolicyError
 from posttrain.scheduling.config import BatchConfig
+from posttrain.values.generation import Completion, GenerationRequest
 
 _Entry = tuple[Any, int, GenerationRequest, asyncio.Future, float]
 

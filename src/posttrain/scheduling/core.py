@@ -431,7 +431,7 @@ class SchedulerCore(CoreState):
     # == state ========================================================================
     @classmethod
     def from_state(cls, state: dict[str, Any], config: SchedulerConfig, domains: Sequence[DomainSpec],
-                   *, completed: Completed, **kwargs: Any) -> "SchedulerCore":
+                   *, completed: Completed, **kwargs: Any) -> SchedulerCore:
         """Resume: groups open at save time are re-issued exactly once (members re-run from
         scratch with `attempt + 1` if they had been launched), unless `completed` (the store's
         group ids) says they finished after the save: those are handed over from the store

@@ -9,15 +9,15 @@ domains).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Callable, Mapping
 
 from posttrain.envs import EnvConfig
 from posttrain.envs.single import SandboxFactory
-from posttrain.values.generation import SamplingParams
 from posttrain.rollout.episode import Episode
 from posttrain.scheduling.work import EpisodeSpec
 from posttrain.tasks.domain import Domain
+from posttrain.values.generation import SamplingParams
 
 
 class RolloutEpisodeFactory:

@@ -19,15 +19,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from posttrain.policies.base import Policy
-from posttrain.values.trajectory import ErrorInfo, Trajectory
 from posttrain.scheduling.backends import LocalBackend, WorkerBackend
 from posttrain.scheduling.batcher import GenerationBatcher
 from posttrain.scheduling.config import DomainSpec, SchedulerConfig
 from posttrain.scheduling.core import Completed, SchedulerCore
 from posttrain.scheduling.work import EpisodeFactory, EpisodeSpec, Group, Usage
+from posttrain.values.trajectory import ErrorInfo, Trajectory
 
 
 class EpisodeTimeout(RuntimeError):
@@ -100,7 +101,7 @@ class Scheduler:
         if self._started_at is not None and self._closed_at is None:
             self._closed_at = time.perf_counter()
 
-    async def __aenter__(self) -> "Scheduler":
+    async def __aenter__(self) -> Scheduler:
         await self.start()
         return self
 

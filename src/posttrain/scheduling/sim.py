@@ -12,14 +12,18 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
+from posttrain.scheduling.work import EpisodeSpec
 from posttrain.values.generation import (
-    Completion, GenerationRequest, Message, PolicyVersion, SamplingParams,
+    Completion,
+    GenerationRequest,
+    Message,
+    PolicyVersion,
+    SamplingParams,
 )
 from posttrain.values.trajectory import ErrorInfo, Trajectory
-from posttrain.scheduling.work import EpisodeSpec
 from posttrain.values.verdict import Verdict
 
 

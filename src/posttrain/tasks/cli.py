@@ -6,7 +6,6 @@ Imports nothing heavy at module level: families load on the first registry look-
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 import typer
 
@@ -14,7 +13,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Task domains: list them, show a generated task, check oracles and negatives.")
 
 
-def _select(family: Optional[str], domains: Optional[str]):
+def _select(family: str | None, domains: str | None):
     from posttrain.tasks import registry
 
     try:
@@ -31,7 +30,7 @@ def _select(family: Optional[str], domains: Optional[str]):
 
 
 @app.command("list")
-def list_(family: Optional[str] = typer.Option(None, "--family", "-f", help="only this family"),
+def list_(family: str | None = typer.Option(None, "--family", "-f", help="only this family"),
           as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table")) -> None:
     """List domains with their family, environment kind and verifier."""
     chosen = _select(family, None)
@@ -78,12 +77,13 @@ def show(domain: str = typer.Argument(..., help="domain name, e.g. math.add.d2")
 
 
 @app.command()
-def check(family: Optional[str] = typer.Option(None, "--family", "-f", help="only this family"),
-          domains: Optional[str] = typer.Option(None, "--domains", "-d",
+def check(family: str | None = typer.Option(None, "--family", "-f", help="only this family"),
+          domains: str | None = typer.Option(None, "--domains", "-d",
                                                 help="comma-separated glob patterns, e.g. 'math.*,text.sort.*'"),
           per_domain: int = typer.Option(5, "--per-domain", "-n", min=1, help="tasks per domain"),
           workers: int = typer.Option(1, "--workers", "-w", min=1,
-                               help="processes (2 did not help on a shared 2-core machine: see benchmarks/tasks_check.py)"),
+                               help="processes (2 did not help on a shared 2-core machine: "
+                                    "see benchmarks/tasks_check.py)"),
           as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables")) -> None:
     """Self-check domains: oracle passes, negatives fail, grading is stable, generation is
     deterministic. Exits 1 on any failure (including infrastructure errors)."""

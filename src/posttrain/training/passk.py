@@ -14,15 +14,15 @@ pass@k = 1 - C(n - c, k) / C(n, k), averaged over tasks. `infra_error` episodes 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import comb
-from typing import Sequence
 
 import torch
 
 from posttrain.policies.base import Policy
-from posttrain.values.generation import SamplingParams
 from posttrain.rollout.runner import EpisodeSpec, run_episodes
 from posttrain.tasks.domain import Domain
+from posttrain.values.generation import SamplingParams
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -87,10 +87,10 @@ def _domains(names: str) -> list:
 
 def train_round(cfg: RecipeConfig, start: str, round_index: int, mix: list) -> tuple[str, list[dict]]:
     """One GRPO round from `start`; returns (checkpoint dir, per-step metrics)."""
-    from posttrain.values.generation import SamplingParams
     from posttrain.rollout.runner import EpisodeSpec, run_episodes
     from posttrain.training.config import TrainerConfig
     from posttrain.training.trainer import Trainer
+    from posttrain.values.generation import SamplingParams
 
     trainer = Trainer(start, TrainerConfig(lr=cfg.lr, kl_beta=cfg.kl_beta, run_name=f"round-{round_index}",
                                            seed=cfg.seed + round_index))

@@ -34,7 +34,7 @@ class Outcome:
 
     answer: str | None
     """the submitted answer text (single-answer envs: the whole completion); None if none"""
-    sandbox: "Sandbox | None" = None
+    sandbox: Sandbox | None = None
     """the episode's sandbox, for workspace tasks (the verifier may run checks in it)"""
 
 
@@ -49,7 +49,7 @@ class Verifier(Protocol):
     needs_sandbox: bool
     """True when `verify` runs anything in `outcome.sandbox` (code tests, check scripts)"""
 
-    def verify(self, task: "Task", outcome: Outcome) -> Verdict: ...
+    def verify(self, task: Task, outcome: Outcome) -> Verdict: ...
 
 
 def verdict(verifier: Verifier, passed: bool, score: float | None = None, **details: Any) -> Verdict:

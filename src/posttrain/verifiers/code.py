@@ -34,8 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from posttrain.values.verdict import Verdict
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError, verdict
+from posttrain.verifiers.base import Outcome, VerifierError, verdict
 from posttrain.verifiers.script import GRADER_MARGIN_S, grading_sandbox, run_grader
 
 if TYPE_CHECKING:
@@ -249,7 +248,7 @@ class UnitTestVerifier:
     version: str = "1"
     needs_sandbox: bool = True
 
-    def verify(self, task: "Task", outcome: Outcome) -> Verdict:
+    def verify(self, task: Task, outcome: Outcome) -> Verdict:
         s = task.verifier
         mode = s.get("mode", "io")
         entry = s.get("entry_point")
@@ -278,7 +277,7 @@ class UnitTestVerifier:
                                label=f"unit-tests verifier, task {task.key}")
         return self._judge(task, found, timeout)
 
-    def _candidate_code(self, task: "Task", outcome: Outcome, sandbox: Any, entry: str) -> str | Verdict:
+    def _candidate_code(self, task: Task, outcome: Outcome, sandbox: Any, entry: str) -> str | Verdict:
         path = task.verifier.get("file")
         if path:
             from posttrain.sandbox.base import WorkspacePathError
@@ -297,7 +296,7 @@ class UnitTestVerifier:
             return verdict(self, False, reason=f"code longer than {MAX_CODE_CHARS} characters")
         return code
 
-    def _judge(self, task: "Task", found: dict[str, Any], timeout: float) -> Verdict:
+    def _judge(self, task: Task, found: dict[str, Any], timeout: float) -> Verdict:
         s = task.verifier
         common = {"seconds": found.get("seconds"), "output_tail": str(found.get("output_tail", ""))[-600:]}
         if not found.get("ready"):

@@ -40,8 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from posttrain.values.verdict import Verdict
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError, verdict
+from posttrain.verifiers.base import Outcome, VerifierError, verdict
 from posttrain.verifiers.code import extract_code
 from posttrain.verifiers.script import GRADER_MARGIN_S, grading_sandbox, run_grader
 
@@ -276,7 +275,7 @@ class GeometryVerifier:
     version: str = "1"
     needs_sandbox: bool = True
 
-    def verify(self, task: "Task", outcome: Outcome) -> Verdict:
+    def verify(self, task: Task, outcome: Outcome) -> Verdict:
         s = task.verifier
         if not isinstance(s.get("file"), str) or not isinstance(s.get("checks"), list) or not s["checks"]:
             raise VerifierError(f"task {task.key}: geometry verifier needs 'file' and a non-empty 'checks' list")

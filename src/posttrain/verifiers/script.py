@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from posttrain.values.verdict import Verdict
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError, verdict
+from posttrain.verifiers.base import Outcome, VerifierError, verdict
 
 if TYPE_CHECKING:
     from posttrain.sandbox.base import RunResult, Sandbox
@@ -73,7 +73,7 @@ def tail(text: str, n: int = 800) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-def run_grader(sandbox: "Sandbox", program: str, payload: Mapping[str, Any], *, timeout: float,
+def run_grader(sandbox: Sandbox, program: str, payload: Mapping[str, Any], *, timeout: float,
                label: str) -> dict[str, Any]:
     """Run `PRELUDE + program` in `sandbox` (warm path) with `payload` (JSON) on stdin and
     return the JSON object it `emit`s. `label` names the verifier and task in errors.
@@ -107,7 +107,7 @@ def run_grader(sandbox: "Sandbox", program: str, payload: Mapping[str, Any], *, 
 
 
 @contextmanager
-def grading_sandbox(outcome: Outcome) -> Iterator["Sandbox"]:
+def grading_sandbox(outcome: Outcome) -> Iterator[Sandbox]:
     """The episode's sandbox, or a fresh default one (closed afterwards) when the verifier is
     called directly without one (e.g. grading a stored answer)."""
     if outcome.sandbox is not None:
@@ -254,7 +254,7 @@ class ScriptVerifier:
     version: str = "1"
     needs_sandbox: bool = True
 
-    def verify(self, task: "Task", outcome: Outcome) -> Verdict:
+    def verify(self, task: Task, outcome: Outcome) -> Verdict:
         settings = task.verifier
         check = settings.get("check")
         if not isinstance(check, str) or "def check" not in check:

@@ -23,6 +23,7 @@ the sandbox, and it imports only built-in modules (`_socket`, `marshal`, `struct
 is ready in a few tens of milliseconds; the wire format is described in `protocol.py`.
 """
 
+import _socket
 import builtins
 import gc
 import marshal
@@ -31,8 +32,6 @@ import resource
 import signal
 import struct
 import sys
-
-import _socket
 
 _HEADER = struct.Struct("!I")
 _REPORT = struct.Struct("!BI")

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Split, Task, TaskLimits, canonical_json

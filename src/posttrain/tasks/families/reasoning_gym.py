@@ -38,17 +38,17 @@ import json
 import random
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib.metadata import version
-from typing import Any, Callable
+from typing import Any
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import content_split, draw_in_split, perturb
 from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.values.verdict import Verdict
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError, verdict
+from posttrain.verifiers.base import Outcome, VerifierError, verdict
 
 RG_VERSION = "0.1.25"
 """the reasoning-gym version the generator list and the fixes below were checked against"""
@@ -171,7 +171,7 @@ def _quiet():
         yield
 
 
-@lru_cache(maxsize=None)
+@cache
 def _dataset(name: str, seed: int = BASE_SEED):
     import reasoning_gym
 

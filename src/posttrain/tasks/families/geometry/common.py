@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from posttrain.tasks.domain import Domain, ToolSpec
 from posttrain.tasks.families.common import content_split, draw_in_split

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import random
 
-from posttrain.tasks.families.terminal.common import (LEVELS, ShellProblem, ident, ip, log_lines,
-                                                      submit, text, word)
+from posttrain.tasks.families.terminal.common import LEVELS, ShellProblem, ident, ip, log_lines, submit, text, word
 
 
 def count_matching(rng: random.Random) -> ShellProblem:

@@ -52,8 +52,7 @@ from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.tasks.families.common import content_split
 from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.values.verdict import Verdict
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError, verdict
+from posttrain.verifiers.base import Outcome, VerifierError, verdict
 from posttrain.verifiers.script import GRADER_MARGIN_S, grading_sandbox, run_grader
 
 DEFAULT_AGENT_TIMEOUT_S = 600.0
