@@ -65,13 +65,16 @@ def test_reuse_mode_boots_no_more_than_size_for_size_workers():
 
     with SandboxPool(size=2, limits=Limits(wall_s=5), backend="bwrap") as pool:
         ids, lock = set(), threading.Lock()
+        both_hold_one = threading.Barrier(2, timeout=60)  # else one thread may run all its episodes first
 
         def episodes():
-            for _ in range(4):
+            for i in range(4):
                 with pool.sandbox() as sb:
                     sb.run("true")
                     with lock:
                         ids.add(sb.id)
+                    if i == 0:
+                        both_hold_one.wait()
 
         threads = [threading.Thread(target=episodes) for _ in range(2)]
         for t in threads:

@@ -225,6 +225,8 @@ def test_bad_settings_are_clear_errors(standard):
         TorchPolicy(standard.model, standard.tokenizer, mode="turbo")
     with pytest.raises(ValueError, match="use_cache"):
         TorchPolicy(standard.model, standard.tokenizer, mode="fast", use_cache=False)
+    with pytest.raises(ValueError, match="only used with mode='fast'"):
+        TorchPolicy(standard.model, standard.tokenizer, draft=standard.model)
     from transformers import GPT2Config, GPT2LMHeadModel
     other = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=128, n_embd=16, n_layer=1, n_head=1))
     with pytest.raises(ValueError, match="vocabulary size"):

@@ -205,6 +205,9 @@ def test_export_to_an_odd_or_unwritable_path(small_run, tmp_path, capsys, monkey
     code, out = cli(capsys, monkeypatch, "export", str(small_run), "--out", str(tmp_path / "a.jsonl"),
                     "--format", "jsonl")
     assert code == 0 and len((tmp_path / "a.jsonl").read_text().splitlines()) == 2
+    code, out = cli(capsys, monkeypatch, "export", str(small_run), "--out", str(tmp_path / "b.jsonl"),
+                    "--format", "jsonl", "--run-id", "rollout-typo")
+    assert code == EXIT_BAD_INPUT and "--run-id 'rollout-typo': no such run in" in out
     assert [p.name for p in tmp_path.iterdir()] == ["a.jsonl"]  # no temp file left
 
 
@@ -217,6 +220,8 @@ def test_replay_creates_nothing(small_run, tmp_path, capsys, monkeypatch):
     code, out = cli(capsys, monkeypatch, "replay", str(typo), "--all")
     assert code == EXIT_BAD_INPUT and f"{typo}: not a run directory" in out
     assert list(tmp_path.iterdir()) == []
+    code, out = cli(capsys, monkeypatch, "replay", str(small_run), "nosuchid")
+    assert code == EXIT_BAD_INPUT and "no trajectory matches id 'nosuchid'" in out
     code, out = cli(capsys, monkeypatch, "replay", str(small_run), "--all")
     assert code == 0 and "replayed 2, matched 2" in out
 
@@ -226,11 +231,14 @@ def test_rollout_skips_domains_without_tasks_in_the_split(tmp_path, capsys, monk
     code, out = cli(capsys, monkeypatch, "rollout", "--domains", "terminal.harbor.sales-report,math.add.d1",
                     "--n", "1", "--run-dir", str(tmp_path / "r"))
     assert code == 0, out
-    assert "skipped 1 domain(s) with no train-split tasks: terminal.harbor.sales-report" in out
+    assert "note: terminal.harbor.sales-report has no train tasks; skipped" in out
     assert "episodes 1, completed 1" in out
+    code, out = cli(capsys, monkeypatch, "rollout", "--domains", "math.add.d1", "--run-dir",
+                    str(tmp_path / "r" / "store.sqlite"))
+    assert code == EXIT_BAD_INPUT and "store.sqlite is a file (or under one), not a directory" in out
     code, out = cli(capsys, monkeypatch, "rollout", "--domains", "terminal.harbor.sales-report",
                     "--run-dir", str(tmp_path / "r2"))
-    assert code == EXIT_BAD_INPUT and "no matching domain has train-split tasks (try --split eval)" in out
+    assert code == EXIT_BAD_INPUT and "no matching domain has train tasks (try --split eval)" in out
     assert not (tmp_path / "r2").exists()
 
 

@@ -48,7 +48,7 @@ def acquire(run_dir: str | os.PathLike, what: str = "") -> Path:
         run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except (FileExistsError, NotADirectoryError):
-        raise UserError("not a directory", path=run_dir) from None
+        raise UserError(f"run directory {run_dir} is a file (or under one), not a directory") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -394,6 +394,8 @@ def contamination(train: str = typer.Option(DEFAULT_TASKS, "--train", help="trai
     from posttrain.evaluation.tasksets import TaskSetError, load_task_file, tasks_from_domains
 
     def load(spec: str, n: int, split: str):
+        if not Path(spec).is_file() and (Path(spec).suffix in (".toml", ".json", ".jsonl") or "/" in spec):
+            _fail(f"--{split}: {spec}: no such task file (and not a domain glob)")
         try:
             return load_task_file(spec) if Path(spec).is_file() else tasks_from_domains(spec, n, split)  # type: ignore[arg-type]
         except (TaskSetError, OSError) as e:

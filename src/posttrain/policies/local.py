@@ -133,6 +133,8 @@ class TorchPolicy:
             raise ValueError(f"TorchPolicy mode must be one of {MODES}, got {mode!r}")
         if max_draft < 1:
             raise ValueError(f"TorchPolicy max_draft must be >= 1, got {max_draft}")
+        if draft is not None and mode != "fast":
+            raise ValueError(f"TorchPolicy draft= is only used with mode='fast' (got mode={mode!r})")
         if prefix_cache_mb is not None and prefix_cache_mb < 0:
             raise ValueError(f"TorchPolicy prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
         self.path: Path | None = None

@@ -50,11 +50,9 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
             specs += [EpisodeSpec(d, d.task(seed, split)) for seed in range(n)]
         except NoTasksInSplit:  # an imported task folder lives in one split only
             elsewhere.append(d.name)
-    if elsewhere:
-        typer.echo(f"skipped {len(elsewhere)} domain(s) with no {split}-split tasks: "
-                   f"{', '.join(elsewhere)}", err=True)
+            typer.echo(f"note: {d.name} has no {split} tasks; skipped", err=True)
     if not specs:
-        _fail(f"--domains {domains!r}: no matching domain has {split}-split tasks (try --split "
+        _fail(f"--domains {domains!r}: no matching domain has {split} tasks (try --split "
               f"{'eval' if split == 'train' else 'train'})")
     matched = [d for d in matched if d.name not in elsewhere]
     run_id = f"rollout-{uuid.uuid4().hex[:8]}"
@@ -107,7 +105,7 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
         store = Store.for_run_dir(run_dir, readonly=not rescore)  # only a re-score writes (its verdicts)
         trajs = list(store.trajectories()) if all_ else [store.get_trajectory(trajectory_id)]
     except (StoreError, KeyError) as e:
-        _fail(str(e).strip("'\""))
+        _fail(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e))
     results = []
     with store, SandboxPool(size=1) as pool:
         for t in trajs:

@@ -30,6 +30,9 @@ def export(run_dir: Path = typer.Argument(..., help="a run directory (holds stor
     try:
         tmp.open("wb").close()  # can we write there at all? (say so in plain words, before the work)
         with Store.for_run_dir(run_dir, readonly=True) as store:
+            runs = [r["id"] for r in store.runs()]
+            if run_id is not None and run_id not in runs:
+                _fail(f"--run-id {run_id!r}: no such run in {run_dir} (runs: {', '.join(runs) or 'none'})")
             n = export_store(store, tmp, format, run_id)
         os.replace(tmp, out)
     except (StoreError, ValueError) as e:

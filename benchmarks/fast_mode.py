@@ -1,0 +1,247 @@
+"""TorchPolicy fast mode vs standard mode, and KV reuse across turns, same model, same run.
+
+    .venv/bin/python benchmarks/fast_mode.py                       # shipped tiny model
+    .venv/bin/python benchmarks/fast_mode.py --identical 300 --repeats 2   # a quicker look
+
+Four measurements, then one JSON line:
+
+1. **speed on copy-heavy transcripts** -- the registry's tool-use and code domains' oracle
+   transcripts (`<bash>...</bash>`, `<edit ...>`, code blocks), cut to `--prompt-chars` so
+   that the model's 128 positions leave room to generate, continued greedily to the context's
+   end by standard and fast mode (prompt lookup; and the distilled draft model when
+   `models/tiny-base-draft` exists), `--repeats` times interleaved; best wall time each.
+   `acceptance_len` per domain = tokens emitted per row per target forward (1.0 = standard).
+2. **speed on the model's own task answers** (no copying to find: short answers, stop "\\n"),
+   the case where fast mode must not cost much.
+3. **greedy identity** -- `--identical` prompts across every task family (prompts and oracle
+   transcripts cut at varied lengths, with and without stop strings): fast output must equal
+   standard output token for token (`greedy_mismatches` = 0).
+4. **reuse across turns** -- 8-turn token-in/token-out episodes (each turn: prompt +
+   completion + "\\n" + a new problem): the share of turn 8's prompt served by the prefix
+   cache, and the wall time of whole episodes with reuse vs without.
+
+Compare ratios within one run: the machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+COPY_DOMAINS = ("code.str.reverse", "code.str.rle", "code.list.window", "code.repair.str.rle",
+                "code.repair.list.kth", "terminal.text.uppercase", "terminal.files.concat",
+                "terminal.git.tag", "terminal.config.set-key", "terminal.text.replace")
+OWN_DOMAINS = ("text.reverse.l3", "text.upper.l5", "text.double.l3", "math.add.d1", "math.max.d1")
+EPISODE_DOMAINS = ("math.add.d1", "math.sub.d1", "math.mul.d1")
+
+
+def transcript(domain, seed: int) -> str:
+    task = domain.task(seed, "train")
+    return "\n".join(str(a) for a in domain.oracle(task))
+
+
+def family_prompts(n: int, seed: int) -> list[tuple[str, str, int, tuple[str, ...]]]:
+    """(family, text, max_tokens, stop) for n prompts spread over every registry family."""
+    from posttrain.tasks.registry import all_domains, get_domain
+
+    rng = random.Random(seed)
+    by_family: dict[str, list[str]] = {}
+    for name in sorted(all_domains()):
+        by_family.setdefault(name.split(".")[0], []).append(name)
+    per_family = -(-n // len(by_family))
+    out = []
+    for family, names in sorted(by_family.items()):
+        rng.shuffle(names)
+        got, s = 0, 0
+        while got < per_family and s < 20 * per_family:
+            name = names[s % len(names)]
+            s += 1
+            try:
+                domain = get_domain(name)
+                task = domain.task(s, "train")
+                text = task.prompt if s % 2 else "\n".join(str(a) for a in domain.oracle(task))
+            except Exception:  # a domain without train tasks (an imported one): the next one
+                continue
+            cut = rng.randint(6, 90)
+            out.append((family, text[:cut], rng.choice((16, 32, 48)), rng.choice(((), ("\n",), ("=",)))))
+            got += 1
+    return out[:n]
+
+
+def timed(fn) -> tuple[float, float, object]:
+    """(wall seconds, CPU seconds of this process, result)"""
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - t0, time.process_time() - c0, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="models/tiny-base")
+    parser.add_argument("--draft", default="models/tiny-base-draft", help="'' to skip the draft model")
+    parser.add_argument("--prompt-chars", type=int, default=48)
+    parser.add_argument("--per-domain", type=int, default=8, help="transcripts per copy domain")
+    parser.add_argument("--identical", type=int, default=1200, help="prompts in the greedy identity check")
+    parser.add_argument("--batch", type=int, default=16, help="rows per generate call (copy-heavy workload)")
+    parser.add_argument("--batches", default="1,80", help="other batch sizes reported for the copy-heavy workload")
+    parser.add_argument("--episodes", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+
+    import torch
+
+    from posttrain.policies.local import TorchPolicy
+    from posttrain.tasks.registry import get_domain
+    from posttrain.values.generation import GenerationRequest, Message, SamplingParams
+
+    torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
+    standard = TorchPolicy(args.model, device="cpu")
+    fast = TorchPolicy(standard.model, standard.tokenizer, mode="fast", prefix_cache_mb=0)
+    variants = {"standard": standard, "fast (prompt lookup)": fast}
+    if args.draft and Path(args.draft).is_dir():
+        variants["fast (draft model)"] = TorchPolicy(standard.model, standard.tokenizer, mode="fast",
+                                                     draft=args.draft, max_draft=4, prefix_cache_mb=0)
+    req = lambda text, **s: GenerationRequest((Message("user", text),), SamplingParams(**s))  # noqa: E731
+
+    def speed(requests, batch: int) -> tuple[dict[str, float], dict[str, float]]:
+        """tokens per wall second and per CPU second, per variant (best of repeats, interleaved;
+        `batch` rows per generate call)."""
+        best: dict[str, float] = {}
+        best_cpu: dict[str, float] = {}
+        tokens: dict[str, int] = {}
+
+        def run(policy):
+            return [c for lo in range(0, len(requests), batch) for c in policy.generate(requests[lo:lo + batch])]
+        for name, policy in variants.items():
+            policy.generate(requests[:4])  # warm-up
+        for _ in range(args.repeats):
+            for name, policy in variants.items():
+                s, cpu, out = timed(lambda: run(policy))
+                best[name] = min(best.get(name, 1e9), s)
+                best_cpu[name] = min(best_cpu.get(name, 1e9), cpu)
+                tokens[name] = sum(len(c.token_ids or []) for c in out)  # type: ignore[union-attr]
+        return ({name: tokens[name] / best[name] for name in variants},
+                {name: tokens[name] / best_cpu[name] for name in variants})
+
+    # 1. copy-heavy transcripts
+    copy_requests, acceptance = [], {}
+    for name in COPY_DOMAINS:
+        domain = get_domain(name)
+        texts = [transcript(domain, s)[:args.prompt_chars] for s in range(args.per_domain)]
+        reqs = [req(t, temperature=0.0, max_tokens=128) for t in texts]
+        copy_requests += reqs
+        for vname, policy in variants.items():
+            if policy.mode == "fast":
+                before = dict(policy.spec_stats.as_dict())
+                policy.generate(reqs)
+                after = policy.spec_stats
+                steps = after.row_steps - before["row_steps"]
+                acceptance.setdefault(vname, {})[name] = round((after.emitted - before["emitted"]) / steps, 2)
+    copy_speed, copy_cpu = speed(copy_requests, args.batch)
+    sweep = {b: speed(copy_requests, b) for b in (int(x) for x in args.batches.split(",") if x)}
+    own_requests = [req(get_domain(d).task(s, "train").prompt, temperature=0.0, max_tokens=16, stop=("\n",))
+                    for d in OWN_DOMAINS for s in range(12)]
+    own_speed, own_cpu = speed(own_requests, args.batch)
+
+    # 3. greedy identity across families
+    prompts = family_prompts(args.identical, seed=0)
+    requests = [req(t, temperature=0.0, max_tokens=m, stop=st) for _, t, m, st in prompts]
+    identity: dict[str, tuple[int, int]] = {}
+    reference = standard.generate(requests)
+    for vname, policy in variants.items():
+        if policy is standard:
+            continue
+        out = policy.generate(requests)
+        bad = sum((a.token_ids, a.text, a.finish_reason) != (b.token_ids, b.text, b.finish_reason)
+                  for a, b in zip(reference, out))
+        identity[vname] = (len(requests), bad)
+    families = sorted({f for f, *_ in prompts})
+
+    # 4. reuse across turns, token in / token out
+    tok = standard.tokenizer
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    reuse = TorchPolicy(standard.model, tok, prefix_cache_mb=64)
+    fast_reuse = TorchPolicy(standard.model, tok, mode="fast", prefix_cache_mb=64)
+    problems = [[get_domain(EPISODE_DOMAINS[(e + t) % 3]).task(1000 * e + t, "train").prompt for t in range(8)]
+                for e in range(args.episodes)]
+    greedy = SamplingParams(temperature=0.0, max_tokens=6, stop=("\n",))
+
+    def episodes(policy):
+        prompts_ = [[tok.bos_token_id] + ids(p[0]) for p in problems]
+        turns = []
+        for t in range(8):
+            out = policy.generate_ids(prompts_, [greedy] * len(prompts_))
+            turns.append(out)
+            if t < 7:
+                prompts_ = [p + c.token_ids + ids("\n" + problems[e][t + 1]) for e, (p, c) in enumerate(zip(prompts_, out))]
+        return turns
+
+    ep_times: dict[str, float] = {}
+    ep_out = {}
+    for _ in range(args.repeats):
+        for name, policy in (("without reuse", standard), ("with reuse", reuse), ("fast + reuse", fast_reuse)):
+            if policy.prefix_cache is not None:
+                policy.prefix_cache.clear()
+            s, _, out = timed(lambda: episodes(policy))
+            ep_times[name] = min(ep_times.get(name, 1e9), s)
+            ep_out[name] = out
+    last = ep_out["with reuse"][-1]
+    share = sum(c.reused_tokens for c in last) / sum(len(c.prompt_token_ids) for c in last)
+    same = all([c.token_ids for c in ep_out["without reuse"][t]] == [c.token_ids for c in ep_out[name][t]]
+               for t in range(8) for name in ("with reuse", "fast + reuse"))
+    turn8_len = sum(len(c.prompt_token_ids) for c in last) / len(last)
+
+    print(f"model {args.model}, {args.threads} thread(s), load avg {load_before:.2f} -> {os.getloadavg()[0]:.2f}")
+    print(f"{'workload':34s} " + " ".join(f"{n:>22s}" for n in variants))
+    rows = [(f"copy-heavy, batch {args.batch}", copy_speed), (f"  same, per CPU second", copy_cpu)]
+    for b, (sp, cp) in sweep.items():
+        rows += [(f"copy-heavy, batch {b}", sp), (f"  same, per CPU second", cp)]
+    rows += [(f"own task answers, batch {args.batch}", own_speed), (f"  same, per CPU second", own_cpu)]
+    print(f"({len(copy_requests)} copy-heavy transcripts, {len(own_requests)} task prompts)")
+    for label, sp in rows:
+        print(f"{label:34s} " + " ".join(f"{sp[n]:12,.0f} tok/s {sp[n] / sp['standard']:5.2f}x" for n in variants))
+    print(f"\n{'copy domain':28s} " + " ".join(f"{n:>22s}" for n in acceptance))
+    for d in COPY_DOMAINS:
+        print(f"{d:28s} " + " ".join(f"{acceptance[n][d]:22.2f}" for n in acceptance))
+    for vname, (n, bad) in identity.items():
+        print(f"\ngreedy identity, {vname}: {n} prompts over {len(families)} families ({', '.join(families)}): "
+              f"{bad} mismatches")
+    print(f"\n8-turn episodes x {args.episodes} (turn-8 prompt {turn8_len:.0f} tokens): reused share at turn 8 "
+          f"{share:.3f}; outputs identical with reuse: {same}")
+    for name, s in ep_times.items():
+        print(f"  {name:14s} {s:7.3f} s  {ep_times['without reuse'] / s:5.2f}x")
+    fast_name = "fast (prompt lookup)"
+    result = {
+        "speedup_tokens_per_s": round(copy_speed[fast_name] / copy_speed["standard"], 2),
+        "standard_tokens_per_s": round(copy_speed["standard"]),
+        "fast_tokens_per_s": round(copy_speed[fast_name]),
+        "speedup_cpu": round(copy_cpu[fast_name] / copy_cpu["standard"], 2),
+        "batch": args.batch,
+        "speedup_by_batch": {b: round(sp[fast_name] / sp["standard"], 2) for b, (sp, _) in sweep.items()},
+        "own_answers_speedup": round(own_speed[fast_name] / own_speed["standard"], 2),
+        "acceptance_len": acceptance[fast_name],
+        "greedy_identical": identity[fast_name][0],
+        "greedy_mismatches": identity[fast_name][1],
+        "greedy_families": len(families),
+        "prefill_reused_share": round(share, 3),
+        "reuse_outputs_identical": same,
+        "episode_speedup": round(ep_times["without reuse"] / ep_times["with reuse"], 2),
+        "episode_speedup_fast": round(ep_times["without reuse"] / ep_times["fast + reuse"], 2),
+        "threads": args.threads, "load_avg": round(load_before, 2),
+    }
+    if "fast (draft model)" in variants:
+        result["draft_speedup_tokens_per_s"] = round(copy_speed["fast (draft model)"] / copy_speed["standard"], 2)
+        result["draft_own_answers_speedup"] = round(own_speed["fast (draft model)"] / own_speed["standard"], 2)
+        result["draft_acceptance_len"] = acceptance["fast (draft model)"]
+        result["draft_greedy_mismatches"] = identity["fast (draft model)"][1]
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
