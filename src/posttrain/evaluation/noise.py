@@ -29,9 +29,12 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from posttrain.values.verdict import Verdict
+
+if TYPE_CHECKING:
+    from posttrain.storage.store import Store
 
 QUARANTINE_FILE = "quarantine.json"
 QUARANTINE_FORMAT = "posttrain.quarantine/1"
@@ -88,7 +91,7 @@ class NoiseReport:
                                  "flips": t.flips} for t in self.noisy]}
 
 
-def measure_noise(store: Any, *, k: int = 3, domains: str | None = None, run_id: str | None = None,
+def measure_noise(store: Store, *, k: int = 3, domains: str | None = None, run_id: str | None = None,
                   max_flip_rate: float = 0.0, sandbox_factory: Callable[[], Any] | None = None,
                   record: bool = True) -> NoiseReport:
     """Re-verify every scorable stored trajectory (optionally of `run_id` / matching `domains`

@@ -90,7 +90,7 @@ def summarize(records: Iterable[TaskRecord], ks: Sequence[int], *, ci: CIMethod 
     by_domain: dict[str, list[TaskRecord]] = {}
     for r in records:
         by_domain.setdefault(r.domain, []).append(r)
-    opts = dict(ci=ci, confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed)
+    opts: dict[str, Any] = dict(ci=ci, confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed)
     ks = sorted(set(ks) | {1})
     domains = {d: domain_summary(rs, ks, **opts) for d, rs in sorted(by_domain.items())}
 

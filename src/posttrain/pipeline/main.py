@@ -24,7 +24,7 @@ import shutil
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -33,6 +33,13 @@ from posttrain.pipeline.config import RunConfig
 from posttrain.policies.base import Policy
 from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.tasks.registry import RegistryError, match_domains
+
+if TYPE_CHECKING:
+    from posttrain.evaluation.result import EvalResult
+    from posttrain.scheduling.runner import Scheduler
+    from posttrain.storage.store import Store
+    from posttrain.training.trainer import Trainer
+    from posttrain.values.trajectory import Trajectory
 
 LATEST = "latest.json"
 
@@ -43,7 +50,7 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def _pass(result: Any, domain: str, key: str) -> float | None:
+def _pass(result: EvalResult, domain: str, key: str) -> float | None:
     entry = result.summary["domains"].get(domain, {}).get(key)
     return None if entry is None else entry.get("value")
 
@@ -152,7 +159,7 @@ class Job:
                               + "\n".join(lines) + "\nRemove them from the config, or use a model "
                               "with a longer context.")
 
-    def evaluate(self, policy: Any, name: str, tasks: list, store: Any, sandbox_factory: Any) -> Any:
+    def evaluate(self, policy: Policy, name: str, tasks: list, store: Store, sandbox_factory: Any) -> EvalResult:
         from posttrain.evaluation import EvalConfig, EvalResult, run_eval
 
         path = self.run_dir / "evals" / f"{name}.json"
@@ -185,7 +192,7 @@ class Job:
             return trainer, dict(trainer.extra.get("scheduler") or {})
         return Trainer(cfg.model.path, self.trainer_config), {}
 
-    def checkpoint(self, trainer: Any, scheduler: Any, store: Any) -> Path:
+    def checkpoint(self, trainer: Trainer, scheduler: Scheduler, store: Store) -> Path:
         path = self.run_dir / "checkpoints" / f"step-{trainer.step_count}"
         trainer.save(path, extra={"scheduler": scheduler.state_dict()})
         v = trainer.version
@@ -205,7 +212,7 @@ class Job:
             shutil.rmtree(p, ignore_errors=True)
         return old
 
-    async def train(self, trainer: Any, sched_state: dict, store: Any, sandbox_factory: Any) -> None:
+    async def train(self, trainer: Trainer, sched_state: dict, store: Store, sandbox_factory: Any) -> None:
         from posttrain.pipeline.progress import RoundProgress
         from posttrain.pipeline.sync import SyncedPolicy
         from posttrain.scheduling import BatchConfig, DomainSpec, Scheduler, SchedulerConfig, SchedulerStalled
@@ -236,7 +243,7 @@ class Job:
             store.put_trajectories([(t, lookup[t.domain].task(group.task_seed, "train"), None)
                                     for t in group.trajectories])
 
-        def on_failure(traj: Any) -> None:
+        def on_failure(traj: Trajectory) -> None:
             store.put_trajectory(traj, lookup[traj.domain].task(int(traj.seed), "train")
                                  if traj.seed is not None else None)
 
@@ -279,7 +286,7 @@ class Job:
         _write_json(self.run_dir / "scheduler.json", sched_metrics)
 
     @staticmethod
-    def _sched_brief(sched: Any) -> dict[str, Any]:
+    def _sched_brief(sched: Scheduler) -> dict[str, Any]:
         m = sched.metrics(per_domain=False)
         return {"generator_busy": m.get("generator_busy"),
                 "infra_errors_total": m.get("infra_errors", 0)}
@@ -370,10 +377,10 @@ class Job:
             self.console.print(f"[yellow]report not written: {type(e).__name__}: {e}")
         return summary
 
-    def summarize(self, before: Any, after: Any, trained: list[str], train_s: float, total_s: float) -> dict:
-        def mean(result: Any, names: list[str], key: str) -> float | None:
-            vals = [_pass(result, n, key) for n in names]
-            vals = [v for v in vals if v is not None]
+    def summarize(self, before: EvalResult, after: EvalResult, trained: list[str], train_s: float,
+                  total_s: float) -> dict:
+        def mean(result: EvalResult, names: list[str], key: str) -> float | None:
+            vals = [v for n in names if (v := _pass(result, n, key)) is not None]
             return sum(vals) / len(vals) if vals else None
 
         k = self.config.eval.samples
@@ -384,11 +391,12 @@ class Job:
                "heldout_base_pass1": mean(before, held, "pass@1"),
                "heldout_final_pass1": mean(after, held, "pass@1"),
                "train_s": round(train_s, 1), "total_s": round(total_s, 1), "stopped_early": self.stopped_early}
-        if out["heldout_base_pass1"] is not None and out["heldout_final_pass1"] is not None:
-            out["untrained_delta"] = out["heldout_final_pass1"] - out["heldout_base_pass1"]
+        base, final = out["heldout_base_pass1"], out["heldout_final_pass1"]
+        if isinstance(base, float) and isinstance(final, float):
+            out["untrained_delta"] = final - base
         return out
 
-    def print_table(self, before: Any, after: Any, trained: list[str], summary: dict) -> None:
+    def print_table(self, before: EvalResult, after: EvalResult, trained: list[str], summary: dict) -> None:
         k = self.config.eval.samples
         table = Table(title=f"held-out pass@1 per domain (eval split), before -> after {self.config.steps} steps")
         for col in ("domain", "trained", "before pass@1", f"before pass@{k}", "after pass@1", "delta"):

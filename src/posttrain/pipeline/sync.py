@@ -11,13 +11,16 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 
+if TYPE_CHECKING:
+    from posttrain.training.trainer import Trainer
+
 
 class SyncedPolicy:
-    def __init__(self, trainer: Any, *, copy: bool) -> None:
+    def __init__(self, trainer: Trainer, *, copy: bool) -> None:
         self.trainer = trainer
         self.copy = copy
         self._lock = threading.Lock()

@@ -137,7 +137,7 @@ def _prefill(model: torch.nn.Module, prompts: list[list[int]], pad_id: int, use_
     cache = output_cache(out) if use_cache else None
     logits = out.logits[:, -1, :]
     if dedup:
-        if not hasattr(cache, "batch_select_indices"):  # this cache cannot copy rows
+        if cache is None or not hasattr(cache, "batch_select_indices"):  # this cache cannot copy rows
             return _prefill(model, prompts, pad_id, use_cache, dedup=False)
         index = torch.tensor(row_of, device=device)
         cache.batch_select_indices(index)  # a repeated index copies the row

@@ -140,7 +140,7 @@ class DraftModel:
         qs_out: list[torch.Tensor | None] = []
         for r, b in enumerate(budgets):
             rows = [q_steps[s][r] for s in range(b)]
-            qs_out.append(torch.stack(rows) if b and rows[0] is not None else None)  # type: ignore[misc]
+            qs_out.append(torch.stack(rows) if b and rows[0] is not None else None)  # type: ignore[arg-type]
         return drafts, qs_out
 
     def commit(self, row: int, accepted: int, emitted: Sequence[int]) -> None:

@@ -133,8 +133,9 @@ class OpenAIPolicy:
                 response = self.client.completions.create(
                     prompt=self._prompt(request), logprobs=1 if cfg.logprobs else None, **args)
             else:
+                messages: list[Any] = [{"role": m.role, "content": m.content} for m in request.messages]
                 response = self.client.chat.completions.create(
-                    messages=[{"role": m.role, "content": m.content} for m in request.messages],
+                    messages=messages,
                     logprobs=cfg.logprobs or None, **args)
         except (self._openai.BadRequestError, self._openai.UnprocessableEntityError) as e:
             return Completion(text="", finish_reason="error", gen_s=time.perf_counter() - t0,

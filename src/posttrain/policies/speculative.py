@@ -131,7 +131,7 @@ def generate(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_id
     slot = list(todo)  # batch row r completes rows[slot[r]]
     temps = [rows[i].temperature for i in slot]
     top_ps = [rows[i].top_p for i in slot]
-    gens = [None if rows[i].seed is None else torch.Generator(device=device).manual_seed(rows[i].seed)
+    gens = [None if (s := rows[i].seed) is None else torch.Generator(device=device).manual_seed(s)
             for i in slot]
 
     def emit(r: int, tok: int, logp: float) -> bool:
@@ -188,7 +188,7 @@ def generate(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_id
                     a += 1
                 nxt = picks[a]
             else:
-                a, nxt = accept_sampled(probs[r, off:], d, qs[r], gens[r])  # type: ignore[index]
+                a, nxt = accept_sampled(probs[r, off:], d, qs[r], gens[r])
             new = d[:a] + [nxt]
             lps = logp_all[r, off:off + a + 1].gather(-1, torch.tensor(new, device=device)[:, None]).flatten().tolist()
             stats.row_steps += 1

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn, cast
 
 import typer
 
+if TYPE_CHECKING:
+    from posttrain.values.task import Split
 
-def _fail(message: str) -> None:
+
+def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
 
@@ -39,6 +43,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
 
     if split not in ("train", "eval"):
         _fail(f"--split must be 'train' or 'eval', got {split!r}")
+    which = cast("Split", split)
     try:
         matched = match_domains(domains)
         scripted = ScriptedPolicy.named(policy)
@@ -47,7 +52,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
     specs, elsewhere = [], []
     for d in matched:
         try:
-            specs += [EpisodeSpec(d, d.task(seed, split)) for seed in range(n)]
+            specs += [EpisodeSpec(d, d.task(seed, which)) for seed in range(n)]
         except NoTasksInSplit:  # an imported task folder lives in one split only
             elsewhere.append(d.name)
             typer.echo(f"note: {d.name} has no {split} tasks; skipped", err=True)

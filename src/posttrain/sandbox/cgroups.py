@@ -42,7 +42,8 @@ def detect() -> dict[str, tuple[str, str]]:
     """controller -> ("v2" | "v1", mount point), for the controllers usable here."""
     if os.geteuid() != 0:
         return {}  # creating cgroups needs root (or a delegated subtree we do not look for)
-    v2_mount, v1 = None, {}
+    v2_mount: str | None = None
+    v1: dict[str, str] = {}
     try:
         with open("/proc/self/mounts") as f:
             mounts = [line.split() for line in f]

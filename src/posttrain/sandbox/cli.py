@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal as _signal
 import sys
+from typing import Any
 
 import typer
 
@@ -47,7 +48,7 @@ def run(
     from posttrain.sandbox.base import Limits, SandboxError
     from posttrain.sandbox.factory import open_sandbox
 
-    fields = {}
+    fields: dict[str, Any] = {}
     if timeout is not None:
         fields["wall_s"] = timeout
     if memory is not None:

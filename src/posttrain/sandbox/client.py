@@ -145,7 +145,7 @@ class SupervisedSandbox:
             send_obj(host, cfg)
             reply = recv_obj(host)
             host.settimeout(None)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, ValueError) as e:
             self._finalizer()
             raise SandboxUnavailable(f"sandbox supervisor did not start ({e!r}): "
                                      f"{self._stderr_tail()}") from None
@@ -201,11 +201,11 @@ class SupervisedSandbox:
                 resp = recv_obj(self._sock)
             except TimeoutError:
                 raise self._mark_broken(f"no reply to {req['op']!r} within {timeout:.0f} s") from None
-            except (OSError, EOFError) as e:
+            except (OSError, EOFError, ValueError) as e:
                 raise self._mark_broken(f"its supervisor died during {req['op']!r} ({e!r}); "
                                         f"{self._stderr_tail()}") from None
         if not resp.get("ok"):
-            cls = _ERRORS.get(resp.get("kind"), SandboxError)
+            cls = _ERRORS.get(str(resp.get("kind")), SandboxError)
             raise cls(f"sandbox {self.id}: {resp.get('error')}")
         return resp
 
@@ -315,7 +315,7 @@ class SupervisedSandbox:
     def __enter__(self) -> SupervisedSandbox:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -169,8 +169,7 @@ class SandboxPool:
                         self._ready.put(sb)
                         return
                     self.stats["closed_idle"] += 1  # more idle sandboxes than the pool keeps
-                    report = None
-                if report is not None:
+                else:
                     self.stats["discards"] += 1
                     why = report.reason.split(":")[0]
                     reasons = self.stats["discard_reasons"]

@@ -22,7 +22,8 @@ LOCK_DIR = "/run/posttrain/sandbox-uids"
 
 class Slot:
     def __init__(self, uid: int, fd: int) -> None:
-        self.uid, self._fd = uid, fd
+        self.uid = uid
+        self._fd: int | None = fd
 
     def release(self, clean: bool = False) -> None:
         """Give the uid back. `clean`: its supervisor saw the sandbox's cgroup empty and exited,

@@ -18,6 +18,7 @@ import socket
 import sys
 import time
 import traceback
+from typing import Any
 
 if __name__ == "__main__":  # started as a script with -I -S: make `posttrain` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -45,7 +46,8 @@ class JobServer:
     def __init__(self, runner, preload: list[str]) -> None:
         self.runner = runner
         self.preload = preload
-        self.handle = None
+        self.handle: Any = None
+        """the runner's handle of the running server (BwrapHandle or ProcessHandle), or None"""
         self.sock: socket.socket | None = None
         self.started_r: int | None = None
         self.ready = False
@@ -92,6 +94,7 @@ class JobServer:
             self.start()
         if self.ready:
             return
+        assert self.sock is not None  # start() opened it
         self.sock.settimeout(SERVER_BOOT_TIMEOUT_S)
         try:
             kind, errors = recv_report(self.sock)
@@ -140,6 +143,9 @@ class Supervisor:
         self.cfg = cfg
         self.host = host
         self.limits = Limits(**cfg["limits"])
+        # two runners with their own handle types (BwrapHandle, ProcessHandle) behind the same
+        # method names; no shared protocol declares them yet
+        self.runner: Any
         if cfg["mode"] == "bwrap":
             from posttrain.sandbox.bwrap_runner import BwrapRunner
             self.runner = BwrapRunner(cfg)
@@ -223,8 +229,10 @@ class Supervisor:
         self.runner.reset_peak()
         server.started()  # drain: what is written from here on is this job's
         server.job_pid = None
+        sock = server.sock
+        assert sock is not None  # ensure() started the server
         try:
-            send_job(server.sock, payload, list(child))
+            send_job(sock, payload, list(child))
         except OSError:
             send_failed = True
         else:
@@ -236,11 +244,11 @@ class Supervisor:
 
         def on_done() -> bool:
             try:
-                kind, body = recv_report(server.sock)
+                kind, body = recv_report(sock)
             except (EOFError, OSError, ValueError):
                 status["server_died"] = True
                 return True
-            if kind != DONE:
+            if kind != DONE or not isinstance(body, tuple):
                 status["server_died"] = True  # a confused server is as good as a dead one
                 return True
             status.update(status=body[0], cpu_s=body[1], maxrss_kb=body[2])
@@ -252,7 +260,7 @@ class Supervisor:
                 cap = None
             else:
                 cap = pump(out_fd=ours[1], err_fd=ours[2], stdin_fd=ours[0],
-                           stdin_data=req.get("stdin"), done_fd=server.sock.fileno(),
+                           stdin_data=req.get("stdin"), done_fd=sock.fileno(),
                            on_done=on_done, kill=self.kill_job, timeout=req["timeout"],
                            limits=self.limits, hangup_fd=self.host.fileno())
         finally:
@@ -263,8 +271,8 @@ class Supervisor:
         if "server_died" in status:
             started = server.started() is not None
             server.kill()  # reaped here; a new one starts with the next command
-            if not started:
-                return None  # it never started the job
+            if not started or cap is None:
+                return None  # it never started the job (or it was never sent)
             exit_code, sig = None, None
             if cap.killed is None:
                 cap.err += b"\n[posttrain] the sandbox's job server was killed during this " \

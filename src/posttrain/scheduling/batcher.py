@@ -90,6 +90,7 @@ class GenerationBatcher:
         requests wait than a batch holds, the lowest `priority` goes first (then arrival)."""
         if not self._threads:
             raise RuntimeError("batcher not started")
+        assert self._loop is not None  # set by start(), with the threads
         fut: asyncio.Future = self._loop.create_future()
         now = time.perf_counter()
         with self._cond:
@@ -145,6 +146,7 @@ class GenerationBatcher:
                     break
                 self.failed_calls += 1
             try:
+                assert self._loop is not None
                 self._loop.call_soon_threadsafe(self._deliver, batch, completions, error, dt)
             except RuntimeError:  # the loop is closed: nobody waits for these any more
                 return

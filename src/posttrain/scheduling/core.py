@@ -423,6 +423,7 @@ class SchedulerCore(CoreState):
         self.ready[g.tier].pop(g.gid, None)
         self.counters["groups_taken"] += 1
         group = g.group
+        assert group is not None  # built when the group became ready
         group.staleness = staleness
         for t in group.trajectories:
             t.policy_staleness = staleness

@@ -61,7 +61,8 @@ class Scheduler:
                 raise ValueError("Scheduler needs an episode factory (or a backend built with one)")
             backend = LocalBackend(factory, workers=workers)
         self.config, self.policy, self.backend, self.clock = config, policy, backend, clock
-        kwargs = dict(clock=clock, on_group=on_group, on_failure=on_failure, load_group=load_group)
+        kwargs: dict[str, Any] = dict(clock=clock, on_group=on_group, on_failure=on_failure,
+                                      load_group=load_group)
         if state is not None:
             self.core = SchedulerCore.from_state(state, config, domains, completed=completed or (), **kwargs)
         else:
@@ -248,6 +249,7 @@ class Scheduler:
         return self._tier_rank[spec.tier], (g.seq if g is not None else 1 << 62)
 
     async def _wait_change(self) -> None:
+        assert self._changed is not None  # made when the run starts
         self._changed.clear()
         await self._changed.wait()
 

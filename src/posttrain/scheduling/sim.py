@@ -23,7 +23,7 @@ from posttrain.values.generation import (
     PolicyVersion,
     SamplingParams,
 )
-from posttrain.values.trajectory import ErrorInfo, Trajectory
+from posttrain.values.trajectory import ErrorInfo, Status, Trajectory
 from posttrain.values.verdict import Verdict
 
 
@@ -135,7 +135,7 @@ class SimEpisode:
             raise RuntimeError(f"episode {self.spec.key} has not finished")
         return self._result
 
-    def _trajectory(self, status: str, **kw: object) -> Trajectory:
+    def _trajectory(self, status: Status, **kw: object) -> Trajectory:
         s = self.spec
         return Trajectory(task_key=f"{s.domain}/{s.split}/{s.task_seed}", task_hash=f"sim-{s.task_seed}",
                           domain=s.domain, split=s.split, policy_version=s.policy_version,

@@ -114,7 +114,7 @@ def train_round(cfg: RecipeConfig, start: str, round_index: int, mix: list) -> t
             groups.setdefault(t.group_id, []).append(t)
         for group in groups.values():
             rewards = [t.reward for t in group if t.trainable]
-            live = float(len(rewards) >= 2 and max(rewards) > min(rewards))  # type: ignore[type-var]
+            live = float(len(rewards) >= 2 and max(rewards) > min(rewards))
             signal[group[0].domain] = 0.8 * signal[group[0].domain] + 0.2 * live
         metrics = trainer.step(list(groups.values()))
         history.append(metrics)

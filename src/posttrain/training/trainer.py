@@ -213,12 +213,12 @@ class Trainer:
                  "extra": self.extra}
 
         def write(tmp: Path) -> None:
-            self.model.save_pretrained(tmp)
+            self.model.save_pretrained(tmp)  # type: ignore[operator]  # nn.Module does not declare Hugging Face methods
             self.tokenizer.save_pretrained(tmp)
             lineage = {"name": version.name, "parent": version.parent}
             (tmp / VERSION_FILE).write_text(json.dumps(lineage) + "\n")
             if self.reference is not None:
-                self.reference.save_pretrained(tmp / "reference")
+                self.reference.save_pretrained(tmp / "reference")  # type: ignore[operator]  # nn.Module does not declare Hugging Face methods
             checkpoints.save_state(tmp, optimizer=self.optimizer, state=state)
 
         return checkpoints.write_atomic(directory, write)
@@ -239,7 +239,7 @@ class Trainer:
             from transformers import AutoModelForCausalLM
 
             ref_dir = Path(directory) / "reference"
-            trainer.reference = (AutoModelForCausalLM.from_pretrained(ref_dir).to(config.device)
+            trainer.reference = (AutoModelForCausalLM.from_pretrained(ref_dir).to(config.device)  # type: ignore[arg-type]
                                  .eval().requires_grad_(False))
         trainer.optimizer.load_state_dict(checkpoints.load_tensors(directory, "optimizer.pt"))
         trainer.step_count = int(state["step"])

@@ -44,10 +44,17 @@ class VerifierError(RuntimeError):
 
 @runtime_checkable
 class Verifier(Protocol):
-    name: str
-    version: str
-    needs_sandbox: bool
-    """True when `verify` runs anything in `outcome.sandbox` (code tests, check scripts)"""
+    # read-only members: a class attribute or a frozen dataclass field satisfies them
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def needs_sandbox(self) -> bool:
+        """True when `verify` runs anything in `outcome.sandbox` (code tests, check scripts)"""
+        ...
 
     def verify(self, task: Task, outcome: Outcome) -> Verdict: ...
 

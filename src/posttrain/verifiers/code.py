@@ -38,6 +38,7 @@ from posttrain.verifiers.base import Outcome, VerifierError, verdict
 from posttrain.verifiers.script import GRADER_MARGIN_S, grading_sandbox, run_grader
 
 if TYPE_CHECKING:
+    from posttrain.sandbox.base import Sandbox
     from posttrain.values.task import Task
 
 MAX_CODE_CHARS = 100_000
@@ -277,7 +278,7 @@ class UnitTestVerifier:
                                label=f"unit-tests verifier, task {task.key}")
         return self._judge(task, found, timeout)
 
-    def _candidate_code(self, task: Task, outcome: Outcome, sandbox: Any, entry: str) -> str | Verdict:
+    def _candidate_code(self, task: Task, outcome: Outcome, sandbox: Sandbox, entry: str) -> str | Verdict:
         path = task.verifier.get("file")
         if path:
             from posttrain.sandbox.base import WorkspacePathError
@@ -298,7 +299,8 @@ class UnitTestVerifier:
 
     def _judge(self, task: Task, found: dict[str, Any], timeout: float) -> Verdict:
         s = task.verifier
-        common = {"seconds": found.get("seconds"), "output_tail": str(found.get("output_tail", ""))[-600:]}
+        common: dict[str, Any] = {"seconds": found.get("seconds"),
+                                  "output_tail": str(found.get("output_tail", ""))[-600:]}
         if not found.get("ready"):
             raise VerifierError(f"task {task.key}: the candidate harness failed before loading the "
                                 f"code: {str(found.get('output_tail', ''))[-600:]!r}")
@@ -322,18 +324,18 @@ class UnitTestVerifier:
         rel_tol = float(s.get("rel_tol", 1e-6))
         passed_cases, failure = 0, None
         for i, want in enumerate(expected):
-            r = results.get(i)
-            if r is not None and "out" in r and same_value(want, r["out"], rel_tol):
+            res = results.get(i)
+            if res is not None and "out" in res and same_value(want, res["out"], rel_tol):
                 passed_cases += 1
             elif failure is None:
                 failure = {"case": i, "args": json.dumps(s["cases"][i])[:300],
                            "expected": json.dumps(want)[:300]}
-                if r is None:
+                if res is None:
                     failure["got"] = f"no result ({ended or 'the candidate stopped before this case'})"
-                elif "exc" in r:
-                    failure["raised"] = str(r["exc"])[:300]
+                elif "exc" in res:
+                    failure["raised"] = str(res["exc"])[:300]
                 else:
-                    failure["got"] = json.dumps(r.get("out"))[:300]
+                    failure["got"] = json.dumps(res.get("out"))[:300]
         passed = passed_cases == len(expected)
         return verdict(self, passed, cases=len(expected), cases_passed=passed_cases,
                        reason=None if passed else "wrong result", first_failure=failure, **common)

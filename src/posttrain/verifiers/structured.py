@@ -212,7 +212,7 @@ class StructuredAnswer:
 
     def _rule(self, rule: Mapping[str, Any], got: Any, key: str) -> tuple[bool, str]:
         kind = rule.get("kind")
-        needed = {"linear": ("total", "terms"), "ratio": ("result", "num", "den")}.get(kind)
+        needed = {"linear": ("total", "terms"), "ratio": ("result", "num", "den")}.get(str(kind))
         if needed is None:
             raise VerifierError(f"task {key}: unknown consistency rule kind {kind!r}")
         if any(k not in rule for k in needed):

@@ -41,6 +41,7 @@ _DONE_BODY = struct.Struct("!qdq")
 _PR_SET_DUMPABLE = 4
 _FD = struct.Struct("i")
 
+_libc: "ctypes.CDLL | None"
 try:
     import ctypes
 
@@ -123,7 +124,7 @@ def _run_job(msg, fds, sock):
         if "random" in sys.modules:
             sys.modules["random"].seed()
         main = type(sys)("__main__")
-        main.__builtins__ = builtins
+        main.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = main
         try:
             exec(compile(msg["code"], "<string>", "exec"), main.__dict__)

@@ -257,7 +257,8 @@ class RGScore:
         extra = EXTRA_CHECKS.get(gen)
         if passed and extra is not None and not extra(answer, entry):
             return verdict(self, False, rg_score=score, threshold=PASS_THRESHOLD,
-                           reason=f"fails posttrain's extra check for {gen}: {extra.__doc__.split(':')[0].strip()}")
+                           reason=f"fails posttrain's extra check for {gen}: "
+                                  f"{(extra.__doc__ or '').split(':')[0].strip()}")
         return verdict(self, passed, rg_score=score, threshold=PASS_THRESHOLD)
 
 
@@ -306,7 +307,7 @@ def _make(name: str) -> Domain:
             key = rng.randrange(2 ** 31)
             return key, _item(name, key)
 
-        def split_of(drawn: tuple[int, dict]) -> str | None:
+        def split_of(drawn: tuple[int, dict]) -> Split | None:
             item = drawn[1]
             return content_split(item["question"]) if _oracle_answer(name, item).strip() else None
 

@@ -165,7 +165,11 @@ OPS: dict[str, tuple[Callable, Callable, str]] = {
 }
 
 
+def _of_length(draw: Callable[[random.Random, int], Problem], n: int) -> Callable[[random.Random], Problem]:
+    return lambda rng: draw(rng, n)
+
+
 def domains() -> list[Domain]:
-    return [single_domain(f"text.{op}.l{n}", EXACT, (lambda rng, draw=draw, n=n: draw(rng, n)), wrong,
+    return [single_domain(f"text.{op}.l{n}", EXACT, _of_length(draw, n), wrong,
                           description=f"{description} ({n} letters)", tags=("text",))
             for op, (draw, wrong, description) in OPS.items() for n in LENGTHS]

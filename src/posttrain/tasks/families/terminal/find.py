@@ -23,7 +23,7 @@ def count_matching(rng: random.Random) -> ShellProblem:
 
 def _tree(rng: random.Random, exts: tuple[str, ...], n: int) -> dict[str, str]:
     dirs = ["", "a/", "a/b/", "c/", "c/d/e/"]
-    files = {}
+    files: dict[str, str] = {}
     while len(files) < n:
         files[f"logs/{rng.choice(dirs)}{word(rng)}-{rng.randint(1, 99)}.{rng.choice(exts)}"] = f"{ident(rng)}\n"
     return files
