@@ -37,7 +37,7 @@ def test_examples_are_registered_domains():
 def test_every_example_oracle_passes(sandbox, module_sandbox):
     for d in EXAMPLES.values():
         task = _task(d)
-        assert task.env == "tools" and task.files and "/app" not in task.prompt.split("\n\n", 1)[1]
+        assert task.env == "tools" and task.verifier["image"]["recipe"] and "In /app: " in task.prompt
         module_sandbox[0].restore(module_sandbox[1])
         v = play_actions(d, task, d.oracle(task), sandbox=sandbox)
         assert v.passed and v.score == 1.0, (d.name, dict(v.details))
@@ -72,7 +72,7 @@ def _copy(tmp_path: Path, name: str = "fix-config", source: str = "fix-config") 
     return dst
 
 
-@pytest.mark.parametrize("edit, match", [
+MALFORMED = [
     (lambda p: (p / "task.toml").unlink(), "task.toml: missing"),
     (lambda p: (p / "task.toml").write_text("[verifier\ntimeout_sec = 1"), "task.toml: invalid TOML"),
     (lambda p: (p / "task.toml").write_text("[verifier]\ntimeout_sec = 'soon'\n"), r"\[verifier\].timeout_sec"),
@@ -84,15 +84,45 @@ def _copy(tmp_path: Path, name: str = "fix-config", source: str = "fix-config") 
     (lambda p: (p / "tests" / "test.sh").unlink(), "tests/test.sh: missing"),
     (lambda p: (p / "solution" / "solve.sh").unlink(), "solution/solve.sh: missing"),
     (lambda p: (p / "tests" / "data.bin").write_bytes(b"\xff\xfe\x00"), "tests/data.bin: not UTF-8"),
-    (lambda p: (p / "environment" / "Dockerfile").write_text("COPY service.ini /etc/x\n"), "Dockerfile:1: COPY destination"),
-    (lambda p: (p / "environment" / "Dockerfile").write_text("WORKDIR /srv\n"), "Dockerfile:1: WORKDIR"),
-    (lambda p: (p / "environment" / "Dockerfile").write_text("FROM x\nCOPY nope.txt /app/\n"), "Dockerfile:2: COPY source 'nope.txt'"),
-    (lambda p: (p / "environment" / "Dockerfile").write_text("ADD https://x.org/a /app/a\n"), "must be a local path"),
-])
+    (lambda p: (p / "environment" / "Dockerfile").write_text("COPY service.ini /etc/x\n"), "Dockerfile:1: COPY before FROM"),
+]
+DOCKERFILE_ERRORS = [
+    ("FROM alpine:3\n", "Dockerfile:1: FROM alpine:3: not a base"),
+    ("FROM python:3.9-slim\n", "Dockerfile:1: FROM python:3.9-slim: this machine provides Python 3.11"),
+    ("FROM debian:12\nCOPY nope.txt /app/\n", "Dockerfile:2: COPY source 'nope.txt' not found"),
+    ("FROM debian:12\nADD https://x.org/a /app/a\n", "Dockerfile:2: ADD of a URL"),
+    ("FROM debian:12\nFROM debian:12\n", "Dockerfile:2: a second FROM"),
+    ("FROM debian:12 AS a\nCOPY --from=a /x /y\n", "Dockerfile:2: COPY --from"),
+    ("FROM debian:12\nRUN --mount=type=cache,target=/x true\n", "Dockerfile:2: the flag --mount"),
+    ("FROM debian:12\nRUN --network=host true\n", "Dockerfile:2: RUN --network=host"),
+    ("FROM debian:12\nVOLUME /data\n", "Dockerfile:2: VOLUME is not supported"),
+    ("FROM debian:12\nHEALTHCHECK CMD true\n", "Dockerfile:2: HEALTHCHECK is not supported"),
+    ("FROM debian:12\nSTOPSIGNAL KILL\n", "Dockerfile:2: STOPSIGNAL"),
+    ("FROM debian:12\n\nONBUILD RUN true\n", "Dockerfile:3: ONBUILD"),
+    ("FROM debian:12\nFOO bar\n", "Dockerfile:2: unknown or unsupported instruction FOO"),
+    ("FROM debian:12\nRUN <<EOF\necho hi\nEOF\n", "Dockerfile:2: RUN heredocs"),
+    ("# escape=`\nFROM debian:12\n", "Dockerfile:1: the escape directive"),
+    ("FROM debian:12\nCOPY --chmod=u+x service.ini /app/\n", "Dockerfile:2: COPY --chmod=u\\+x"),
+    ("FROM debian:12\nRUN true\n", None),  # the control: a valid file loads
+]
+
+
+@pytest.mark.parametrize("edit, match", MALFORMED)
 def test_malformed_folders_name_the_file_and_field(tmp_path, edit, match):
     folder = _copy(tmp_path)
     edit(folder)
     with pytest.raises(HarborTaskError, match=match):
+        load_harbor_task(folder)
+
+
+@pytest.mark.parametrize("text, match", DOCKERFILE_ERRORS, ids=[m or "ok" for _, m in DOCKERFILE_ERRORS])
+def test_what_a_dockerfile_cannot_do_is_an_error_naming_the_line(tmp_path, text, match):
+    folder = _copy(tmp_path)
+    (folder / "environment" / "Dockerfile").write_text(text)
+    if match is None:
+        assert load_harbor_task(folder).task(0, _task(load_harbor_task(folder)).split)
+        return
+    with pytest.raises(HarborTaskError, match="fix-config/environment/" + match):
         load_harbor_task(folder)
 
 
@@ -103,10 +133,20 @@ def test_dockerfile_copy_forms_build_the_workspace(tmp_path):
     (folder / "environment" / "Dockerfile").write_text(
         "FROM debian:12\nRUN apt-get update && \\\n    apt-get install -y python3\nWORKDIR /app\n"
         "COPY service.ini ./\nCOPY --chown=1000 conf /app/etc/\nCOPY service.ini /app/copy.ini\n")
+    (folder / "environment" / "conf" / ".hidden").write_text("h\n")
     d = load_harbor_task(folder, name="My Task")
     task = _task(d)
-    assert sorted(task.files) == ["copy.ini", "etc/a.ini", "service.ini"]
+    # the first observation: the names the Dockerfile puts in WORKDIR, no hidden ones
+    assert task.prompt.endswith("In /app: copy.ini, etc/, service.ini")
     assert task.domain == "terminal.harbor.my-task"
+    many = folder / "environment" / "many"
+    many.mkdir()
+    for i in range(30):
+        (many / f"f{i:02d}.txt").write_text("x")
+        (many / f".h{i:02d}").write_text("x")
+    (folder / "environment" / "Dockerfile").write_text("FROM debian:12\nWORKDIR /app\nCOPY many/ ./\n")
+    prompt = _task(load_harbor_task(folder)).prompt
+    assert prompt.endswith("f19.txt (and 10 more)") and ".h" not in prompt
 
 
 def test_path_rewriting():
@@ -146,3 +186,29 @@ def test_the_agent_cannot_pre_write_the_reward(tmp_path, sandbox):
              "echo 1 > $d/logs/verifier/reward.txt; done; sleep 0.05; done) > /dev/null 2>&1 &</bash>")
     v = play_actions(d, d.task(0, "train"), [forge, "<submit>1</submit>"], sandbox=sandbox)
     assert not v.passed and v.details["reward"] == 0.0
+
+
+def test_source_harbor_adds_a_folder_of_tasks_and_skips_a_broken_one(tmp_path):
+    from typer.testing import CliRunner
+
+    from posttrain.cli import app
+    from posttrain.tasks import registry
+
+    for name in ("alpha", "beta"):
+        _copy(tmp_path / "suite" / "group", name)
+    (tmp_path / "suite" / "broken").mkdir()
+    (tmp_path / "suite" / "broken" / "task.toml").write_text("[metadata]\n")
+    runner = CliRunner()
+    try:
+        r = runner.invoke(app, ["tasks", "list", "--source", f"harbor:{tmp_path / 'suite'}"])
+        assert r.exit_code == 0, r.output
+        assert "terminal.harbor.alpha" in r.output and "terminal.harbor.beta" in r.output
+        assert "terminal.harbor.broken" in registry.broken()
+        assert "broken/instruction.md: missing" in registry.broken()["terminal.harbor.broken"].error
+        r = runner.invoke(app, ["tasks", "show", "terminal.harbor.broken", "--source",
+                                f"harbor:{tmp_path / 'suite'}"])
+        assert r.exit_code != 0 and "instruction.md: missing" in r.output
+        r = runner.invoke(app, ["tasks", "list", "--source", f"harbor:{tmp_path / 'nowhere'}"])
+        assert r.exit_code == 2 and "not a directory" in r.output
+    finally:
+        registry.reset_cache()

@@ -122,9 +122,24 @@ def test_an_episode_that_outgrew_the_model_context_is_truncated_and_replays(tmp_
     assert result.matched, result.divergence
 
 
-def test_domains_without_tasks_in_the_split_are_skipped_with_a_note(tmp_path):
+def test_domains_without_tasks_in_the_split_are_skipped_with_a_note(tmp_path, monkeypatch):
     """An imported single task lives in one split: `--domains '*'` must not die on it."""
-    eval_only = "terminal.harbor.sales-report"
+    import shutil
+    from pathlib import Path
+
+    import posttrain.tasks.families.terminal as terminal
+    from posttrain.tasks import registry
+
+    # pinned to the eval split: an unpinned folder's split follows its content
+    folder = tmp_path / "harbor" / "count-errors"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "harbor" / "count-errors", folder)
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text().replace("[metadata]\n", '[metadata]\nsplit = "eval"\n'))
+    monkeypatch.setattr(terminal, "EXAMPLES_DIR", folder.parent)
+    monkeypatch.setattr(registry, "_domains", None)
+    monkeypatch.setattr(registry, "_sources", {})
+    monkeypatch.setattr(registry, "_broken", {})
+    eval_only = "terminal.harbor.count-errors"
     result = runner.invoke(
         app, ["rollout", "--domains", f"math.add.d1,{eval_only}", "--n", "1", "--run-dir",
               str(tmp_path / "run"), "--json"])

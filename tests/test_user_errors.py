@@ -226,19 +226,35 @@ def test_replay_creates_nothing(small_run, tmp_path, capsys, monkeypatch):
     assert code == 0 and "replayed 2, matched 2" in out
 
 
-def test_rollout_skips_domains_without_tasks_in_the_split(tmp_path, capsys, monkeypatch):
-    # the README's `--domains 'terminal.*'` met the Harbor example that is an eval-split task
-    code, out = cli(capsys, monkeypatch, "rollout", "--domains", "terminal.harbor.sales-report,math.add.d1",
+@pytest.fixture
+def eval_only_harbor(tmp_path, monkeypatch):
+    """A Harbor example pinned to the eval split (an imported task lives in one split; which
+    one an unpinned folder lands in depends on its content)."""
+    import posttrain.tasks.families.terminal as terminal
+
+    folder = tmp_path / "harbor" / "count-errors"
+    shutil.copytree(ROOT / "examples" / "harbor" / "count-errors", folder)
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text().replace("[metadata]\n", '[metadata]\nsplit = "eval"\n'))
+    monkeypatch.setattr(terminal, "EXAMPLES_DIR", folder.parent)
+    registry.reset_cache()
+    yield "terminal.harbor.count-errors"
+    registry.reset_cache()
+
+
+def test_rollout_skips_domains_without_tasks_in_the_split(eval_only_harbor, tmp_path, capsys, monkeypatch):
+    # the README's `--domains 'terminal.*'` met a Harbor example that is an eval-split task
+    code, out = cli(capsys, monkeypatch, "rollout", "--domains", f"{eval_only_harbor},math.add.d1",
                     "--n", "1", "--run-dir", str(tmp_path / "r"))
     assert code == 0, out
-    assert "note: terminal.harbor.sales-report has no train tasks; skipped" in out
+    assert f"skipped 1 domain(s) with no train-split tasks: {eval_only_harbor}" in out
     assert "episodes 1, completed 1" in out
     code, out = cli(capsys, monkeypatch, "rollout", "--domains", "math.add.d1", "--run-dir",
                     str(tmp_path / "r" / "store.sqlite"))
     assert code == EXIT_BAD_INPUT and "store.sqlite is a file (or under one), not a directory" in out
-    code, out = cli(capsys, monkeypatch, "rollout", "--domains", "terminal.harbor.sales-report",
+    code, out = cli(capsys, monkeypatch, "rollout", "--domains", eval_only_harbor,
                     "--run-dir", str(tmp_path / "r2"))
-    assert code == EXIT_BAD_INPUT and "no matching domain has train tasks (try --split eval)" in out
+    assert code == EXIT_BAD_INPUT and "no matching domain has train-split tasks (try --split eval)" in out
     assert not (tmp_path / "r2").exists()
 
 

@@ -17,11 +17,13 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 # "group name" mounts a command inside an earlier group (e.g. "tasks contamination").
 _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("posttrain.sandbox.cli", "app", "sandbox"),
+    ("posttrain.images.cli", "app", "image"),
     ("posttrain.tasks.cli", "app", "tasks"),
     ("posttrain.rollout.cli", "rollout", "rollout"),
     ("posttrain.rollout.cli", "replay", "replay"),
     ("posttrain.storage.cli", "export", "export"),
     ("posttrain.pipeline.cli", "run", "run"),
+    ("posttrain.runs_cli", "runs", "runs"),
     ("posttrain.evaluation.cli", "app", "eval"),
     ("posttrain.evaluation.cli", "report", "report"),
     ("posttrain.evaluation.cli", "contamination", "tasks contamination"),

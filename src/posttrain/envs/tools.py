@@ -22,6 +22,7 @@ from posttrain.envs.actions import BUILTIN_TOOLS, ToolCall, check_args, parse_ac
 from posttrain.envs.base import Observation, StepResult
 from posttrain.envs.budget import EnvConfig, truncate_text
 from posttrain.envs.single import SandboxFactory
+from posttrain.images.episode import Image, image_for, task_sandbox
 from posttrain.sandbox.base import RunResult, Sandbox, WorkspacePathError
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Task
@@ -81,13 +82,16 @@ class ToolEnv:
         self.counters: dict[str, int] = {}
         self.sandbox_info: dict[str, Any] = {}
         self.workspace_archive: bytes | None = None
+        self.image: Image | None = None
 
     # -- Gymnasium-style API -------------------------------------------------------------
     def reset(self, task: Task) -> Observation:
         self.close()
         self.task, self.turns, self.started = task, 0, time.monotonic()
         self._stack = ExitStack()
-        self.sandbox = self._stack.enter_context(self.sandbox_factory())
+        self.image = image_for(task)  # a task with its own image (a Harbor Dockerfile) runs in it
+        self.sandbox = self._stack.enter_context(
+            task_sandbox(task) if self.image is not None else self.sandbox_factory())
         self.sandbox_info = {"backend": self.sandbox.info.backend, "image": self.sandbox.info.image,
                              "layers": dict(self.sandbox.info.layers), "clock": self.sandbox.info.clock}
         for path, content in task.files.items():

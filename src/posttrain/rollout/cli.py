@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, cast
+from typing import NoReturn
 
 import typer
 
-if TYPE_CHECKING:
-    from posttrain.values.task import Split
+from posttrain.tasks.sources.cli import apply_sources, source_option
 
 
 def _fail(message: str) -> NoReturn:
@@ -28,7 +27,8 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
             max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", min=0.0, max=1.0,
                                                  help="exit 3 when more episodes than this share are "
                                                       "infrastructure errors"),
-            as_json: bool = typer.Option(False, "--json", help="print a JSON summary")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
+            source: list[str] | None = source_option()) -> None:
     """Run episodes with a scripted policy over the matching domains and store them.
     Domains with no tasks in --split (an imported task folder lives in one) are skipped."""
     from posttrain import runlock
@@ -40,24 +40,28 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
     from posttrain.storage.store import Store, StoreError
     from posttrain.tasks.domain import NoTasksInSplit
     from posttrain.tasks.registry import RegistryError, match_domains
+    from posttrain.values.task import Split
 
     if split not in ("train", "eval"):
         _fail(f"--split must be 'train' or 'eval', got {split!r}")
-    which = cast("Split", split)
+    apply_sources(source)
     try:
         matched = match_domains(domains)
         scripted = ScriptedPolicy.named(policy)
     except (RegistryError, ValueError) as e:
         _fail(str(e))
+    which: Split = "train" if split == "train" else "eval"
     specs, elsewhere = [], []
     for d in matched:
         try:
             specs += [EpisodeSpec(d, d.task(seed, which)) for seed in range(n)]
         except NoTasksInSplit:  # an imported task folder lives in one split only
             elsewhere.append(d.name)
-            typer.echo(f"note: {d.name} has no {split} tasks; skipped", err=True)
+    if elsewhere:
+        typer.echo(f"skipped {len(elsewhere)} domain(s) with no {split}-split tasks: "
+                   f"{', '.join(elsewhere)}", err=True)
     if not specs:
-        _fail(f"--domains {domains!r}: no matching domain has {split} tasks (try --split "
+        _fail(f"--domains {domains!r}: no matching domain has {split}-split tasks (try --split "
               f"{'eval' if split == 'train' else 'train'})")
     matched = [d for d in matched if d.name not in elsewhere]
     run_id = f"rollout-{uuid.uuid4().hex[:8]}"
@@ -67,7 +71,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
     except StoreError as e:
         _fail(str(e))
     store.start_run(run_id, {"kind": "rollout", "policy": policy, "domains": domains, "n": n,
-                             "split": split})
+                             "split": split, "sources": source or []})
     tasks = {(s.domain.name, s.task.key): s.task for s in specs}
     with store, SandboxPool(size=workers, preload=sandbox_preload(matched)) as pool:
         def save(ep) -> None:

@@ -64,6 +64,7 @@ class Episode:
         self._observation = ""
         self._observation_cut = 0
         self._context_used = 0  # tokens of the last request's prompt + its completion
+        self._prefix: tuple[int, ...] | None = None  # token-in/token-out: the ids so far
         self._env: Any = None
         self._started = 0.0
         self._result: Trajectory | None = None
@@ -122,6 +123,9 @@ class Episode:
             self._finish(step.verdict, truncated=step.truncated)
             return None
         self.messages += [Message("assistant", completion.text), Message("user", step.observation.text)]
+        # token-in/token-out: the next prompt extends the ids sampled so far (no re-tokenizing)
+        prompt_ids, new_ids = completion.prompt_token_ids, completion.token_ids
+        self._prefix = None if prompt_ids is None or new_ids is None else tuple(prompt_ids) + tuple(new_ids)
         self._observation, self._observation_cut = step.observation.text, step.observation.truncated_chars
         return self._request()
 
@@ -168,7 +172,9 @@ class Episode:
         meta = {"episode": self.id, "domain": self.domain.name, "task_key": self.task.key,
                 "turn": len(self.turns), "task": self.task, "group_id": self.group_id}
         return GenerationRequest(messages=tuple(self.messages), sampling=sampling,
-                                 request_id=f"{self.id}:{len(self.turns)}", meta=meta)
+                                 request_id=f"{self.id}:{len(self.turns)}", meta=meta,
+                                 prefix_ids=self._prefix,
+                                 prefix_messages=len(self.messages) - 1 if self._prefix is not None else 0)
 
     def _finish(self, verdict: Verdict | None, truncated: bool) -> None:
         assert verdict is not None

@@ -29,6 +29,26 @@ def _py(sb: Sandbox, code: str, **kw):
     return sb.run(["python3", "-c", textwrap.dedent(code)], **kw)
 
 
+def _root_inside(sb: Sandbox) -> bool:
+    """An image sandbox: root inside its user namespace, over a writable copy of the image
+    (`imageroot.py`). Writing its /etc or /usr is allowed there; what must hold is that nothing
+    reaches the host and nothing of the host is readable."""
+    return bool(sb.info.layers.get("root in a user namespace"))
+
+
+def _host_digest(path: str) -> str:
+    """What the sandbox must not be able to reproduce: a host file's bytes or a directory's
+    names, hashed (empty: nothing there to leak)."""
+    import hashlib
+
+    try:
+        data = (b"\n".join(sorted(n.encode() for n in os.listdir(path))) if os.path.isdir(path)
+                else open(path, "rb").read())
+    except OSError:
+        return ""
+    return hashlib.sha256(data).hexdigest() if data else ""
+
+
 def _still_works(sb: Sandbox) -> tuple[bool, str]:
     r = sb.run("echo alive")
     return r.stdout == "alive\n", f"next command: {r.exit_code} {r.stdout!r} {r.stderr[-200:]!r}"
@@ -127,17 +147,21 @@ def host_files(sb):
     repo = os.path.dirname(os.path.dirname(os.path.dirname(package)))
     targets = ["/etc/shadow", "/root", "/home", repo, package]
     r = _py(sb, f"""
-        import os
+        import hashlib, os
         for p in {targets!r}:
             try:
                 if os.path.isdir(p):
-                    print(p, "LISTED" if os.listdir(p) else "empty")
+                    data = "\\n".join(sorted(os.listdir(p))).encode()
                 else:
-                    print(p, "READ" if open(p, "rb").read() else "empty")
+                    data = open(p, "rb").read()
+                print(p, hashlib.sha256(data).hexdigest() if data else "empty")
             except OSError as e:
                 print(p, "denied", e.errno)
         """)
-    leaked = [line for line in r.stdout.splitlines() if line.endswith(("LISTED", "READ"))]
+    # a leak is the host's own content (an image has its own /etc/shadow and /root: not a leak)
+    host = {p: _host_digest(p) for p in targets}
+    leaked = [line for line in r.stdout.splitlines()
+              if host.get(line.split(" ")[0]) and line.split(" ")[-1] == host[line.split(" ")[0]]]
     return (r.ok and not leaked and len(r.stdout.splitlines()) == len(targets),
             "; ".join(r.stdout.splitlines()))
 
@@ -155,8 +179,10 @@ def write_outside(sb):
                 print(p, "denied", e.errno)
         """)
     on_host = [p for p in paths if marker in p and os.path.exists(p)]
-    return (r.ok and "WROTE" not in r.stdout and not on_host,
-            r.stdout.strip().replace("\n", "; "))
+    wrote = [line.split(" ")[0] for line in r.stdout.splitlines() if line.endswith("WROTE")]
+    if _root_inside(sb):  # its own copy of /etc, /usr, /opt and / may change; /dev, /proc not
+        wrote = [p for p in wrote if p.startswith(("/dev/", "/proc/"))]
+    return (r.ok and not wrote and not on_host, r.stdout.strip().replace("\n", "; "))
 
 
 def env_secret(sb):
@@ -247,6 +273,15 @@ def privilege_escalation(sb):
         res["status"] = [s for s in status if s.startswith(("CapEff", "CapBnd", "NoNewPrivs"))]
         print(res)
         """)
+    if _root_inside(sb):
+        # root inside may setuid and chown among its own ids; namespaces and mounts stay shut,
+        # and its ids are an unprivileged host range (its capabilities count only for those)
+        from posttrain.sandbox.slots import RANGE_UID_BASE
+
+        shut = all(f"'{k}': 'denied'" in r.stdout for k in ("userns", "mount"))
+        host_uid = getattr(sb, "host_uid", None) or 0
+        return (r.ok and shut and "NoNewPrivs:\\t1" in r.stdout and host_uid >= RANGE_UID_BASE,
+                f"host uid {host_uid}; {r.stdout.strip()}")
     caps_zero = all(s in r.stdout for s in ("CapEff:\\t0000000000000000",
                                             "CapBnd:\\t0000000000000000", "NoNewPrivs:\\t1"))
     return r.ok and "ALLOWED" not in r.stdout and caps_zero, r.stdout.strip()
@@ -262,7 +297,9 @@ def path_escapes(sb):
                 op(path)
             except (WorkspacePathError, FileNotFoundError):
                 refused += 1
-    return (refused == 10 and "root:" not in r.stdout, f"{refused}/10 file-API calls refused")
+    host_shadow = open("/etc/shadow").read() if os.path.exists("/etc/shadow") else "root:"
+    leaked = (host_shadow.strip() in r.stdout) if _root_inside(sb) else ("root:" in r.stdout)
+    return (refused == 10 and not leaked, f"{refused}/10 file-API calls refused")
 
 
 def hostname(sb):
@@ -335,10 +372,11 @@ def run_case(case: AbuseCase, open_sandbox: Callable[[Limits], Sandbox]) -> Abus
     finally:
         os.environ.pop("POSTTRAIN_ABUSE_SECRET", None)
         uid = getattr(sb, "host_uid", None)
+        count = getattr(sb, "host_uid_count", 1)
         if sb is not None:
             sb.close()
     if uid is not None:
-        survivors = kill_uid(uid)
+        survivors = kill_uid(uid, count)
         if survivors:
             contained, detail = False, f"{survivors} processes survived close; {detail}"
     return AbuseOutcome(case.name, contained, detail, time.monotonic() - t0)

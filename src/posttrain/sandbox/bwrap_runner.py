@@ -9,6 +9,7 @@ import json
 import os
 import resource
 import select
+import shutil
 import signal
 import stat
 import time
@@ -17,10 +18,17 @@ from posttrain.sandbox import ipc, mounts, rootfs
 from posttrain.sandbox.base import Limits, clock_env
 from posttrain.sandbox.bwrap import INSIDE_UID, PR_SET_CHILD_SUBREAPER, RUN_DIR, WS
 from posttrain.sandbox.cgroups import SandboxCgroup, collect_stale, detect
+from posttrain.sandbox.imageroot import ImageRoot
 from posttrain.sandbox.overlay import OverlayWorkspace, TmpfsStack
 from posttrain.sandbox.reset import WRITABLE, PlaceState, ResetFacts, count_mounts
 from posttrain.sandbox.rlimits import rlimit_table
 
+DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+ROOT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+             "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
+             "CAP_KILL", "CAP_AUDIT_WRITE")
+"""Docker's default capabilities (less NET_RAW and SYS_CHROOT, whose syscalls the seccomp list
+denies or the empty network makes moot), held by an image sandbox's root inside its namespace"""
 
 def _pipe_with(data: bytes) -> int:
     """The read end of a pipe that holds `data` and then EOF (bubblewrap reads it to the end)."""
@@ -122,6 +130,17 @@ class BwrapRunner:
         self.mnt = cfg["mountpoint"]
         self.inside_ws = WS
         self.overlay = OverlayWorkspace(self.uid)
+        self.has_workspace = True
+        """False for an image build step: everything goes to the root's upper layer"""
+        self.image: dict = cfg.get("image") or {}
+        """an image sandbox's image (root in a user namespace over it, `imageroot.py`), or {}"""
+        self.iroot: ImageRoot | None = None
+        self.service_sids: set[int] = set()
+        """sessions (as seen inside) of an image's service, spared by `kill_processes` (not by
+        a reset, a restore or the end of the sandbox)"""
+        self.extra_fds: tuple[int, ...] = ()
+        if self.image:
+            self.inside_ws = self.image.get("workspace") or self.image["workdir"]
         self.cg: SandboxCgroup | None = None
         self.infra: set[int] = set()
         """host pids of the server's bubblewrap and the server: not the job's to lose"""
@@ -145,11 +164,16 @@ class BwrapRunner:
         mounts.mount("tmpfs", self.mnt, "tmpfs", mounts.MS_NOSUID | mounts.MS_NODEV,
                      f"size={self.limits.workspace_mb}m,mode=0755")
         os.chdir(self.mnt)  # every path below is relative to it (short, neutral mount options)
-        rootfs.build(self.layout, self.cfg["inside_dir"], self.cfg["root_links"])
-        self.overlay.boot()
+        if self.image:
+            self._boot_image()
+        else:
+            rootfs.build(self.layout, self.cfg["inside_dir"], self.cfg["root_links"])
+            self.overlay.boot()
         size = self.limits.workspace_mb << 20
-        self.tmp = TmpfsStack("root/tmp", size, self.uid)
-        self.shm = TmpfsStack("root/dev/shm", size, self.uid)
+        # an image's /tmp is everyone's, as in a container (a USER other than root writes there)
+        self.tmp_mode = 0o1777 if self.image else 0o755
+        self.tmp = TmpfsStack("root/tmp", size, self.uid, mode=self.tmp_mode)
+        self.shm = TmpfsStack("root/dev/shm", size, self.uid, mode=self.tmp_mode)
         self.tmp.push()
         self.shm.push()
         if detect():
@@ -160,7 +184,28 @@ class BwrapRunner:
         layers = {"cgroup-" + c: c in (self.cg.dirs if self.cg else {}) for c in
                   ("memory", "pids", "cpu")}
         layers["seccomp"] = self.seccomp is not None
-        return {"workspace": f"{self.mnt}/root{WS}", "inside_path": WS, "layers": layers}
+        out = {"workspace": f"{self.mnt}/root{self.inside_ws}", "inside_path": self.inside_ws,
+               "layers": layers}
+        if self.image:
+            layers["root in a user namespace"] = True
+            out["owner"] = [self.uid + self.image.get("uid", 0), self.uid + self.image.get("gid", 0)]
+        return out
+
+    def _boot_image(self) -> None:
+        from posttrain.sandbox import idmap
+
+        nsfd = idmap.user_namespace(self.uid)
+        self.extra_fds = (nsfd,)
+        os.mkdir("root", 0o755)
+        self.iroot = iroot = ImageRoot(self.image, nsfd, self.uid)
+        iroot.bind_layers()
+        iroot.assemble(self.layout, self.cfg["inside_dir"])
+        if self.image.get("workspace"):
+            self.overlay = OverlayWorkspace(self.uid, target=f"root{self.image['workspace']}")
+            self.overlay.pristine = iroot.workspace_lowers() + ["l/0"]
+            self.overlay.boot()
+        else:
+            self.has_workspace = False
 
     def enter_sandbox_uid(self) -> None:
         """Real uid/gid := the sandbox's, effective and saved stay 0. The supervisor keeps its
@@ -179,6 +224,8 @@ class BwrapRunner:
     def _static_args(self) -> list[str]:
         """bubblewrap's options, passed on a pipe (`--args FD`) rather than its command line:
         bubblewrap is the sandbox's pid 1, and `/proc/1/cmdline` is readable inside."""
+        if self.image:
+            return self._image_args()
         lay = self.layout
         path = "/usr/local/bin:/usr/bin:/bin"
         path = ("/opt/venv/bin:" if lay["venv"] else os.path.dirname(self._python()) + ":") + path
@@ -191,8 +238,38 @@ class BwrapRunner:
         env = {"PATH": path, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                "USER": "sandbox", "PYTHONPATH": "/opt/posttrain/inside",
                "PYTHONDONTWRITEBYTECODE": "1", **clock_env(self.cfg.get("clock"))}
+        env.update(self._libpath("/opt/python"))
+        for k, v in env.items():
+            a += ["--setenv", k, v]
+        return a
+
+    def _libpath(self, inside_base: str) -> dict[str, str]:
+        lay = self.layout
         if lay["libdir"] and lay["libdir"].startswith(lay["base"]) and lay["base"] != "/usr":
-            env["LD_LIBRARY_PATH"] = lay["inside_base"] + lay["libdir"][len(lay["base"]):]
+            return {"LD_LIBRARY_PATH": inside_base + lay["libdir"][len(lay["base"]):]}
+        return {}
+
+    def _image_args(self) -> list[str]:
+        """An image sandbox: the user namespace of `_boot_image` (uids 0..65535 inside), the
+        image's user, environment and working directory; root keeps Docker's default
+        capabilities *inside* that namespace (none on the host: every one is checked against
+        the namespace, whose ids are unprivileged host uids)."""
+        img = self.image
+        uid, gid = img.get("uid", 0), img.get("gid", 0)
+        # bubblewrap runs as root inside (the range's first uid: the supervisor may prlimit
+        # it); another USER is taken by the job server through setpriv (`server_argv`), which
+        # clears the capabilities with the switch
+        a = ["--userns", str(self.extra_fds[0]), "--unshare-ipc", "--unshare-pid",
+             "--unshare-net", "--unshare-uts", "--unshare-cgroup",
+             "--uid", "0", "--gid", "0", "--hostname", "sandbox",
+             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
+        for cap in (ROOT_CAPS if uid == 0 and gid == 0 else ("CAP_SETUID", "CAP_SETGID")):
+            a += ["--cap-add", cap]
+        a += ["--dev-bind", f"{self.mnt}/root", "/", "--proc", "/proc",
+              "--chdir", self.inside_ws]
+        env = {"PATH": DOCKER_PATH, "HOME": img.get("home") or ("/root" if uid == 0 else "/"),
+               "LANG": "C.UTF-8", **clock_env(self.cfg.get("clock")), **img.get("env", {})}
+        env.update(self._libpath("/opt/posttrain/python"))
         for k, v in env.items():
             a += ["--setenv", k, v]
         return a
@@ -220,6 +297,7 @@ class BwrapRunner:
             opts += ["--seccomp", str(ours[-1])]
         ours.append(_pipe_with(b"".join(a.encode() + b"\0" for a in opts)))
         full = [self.cfg["bwrap"], "--args", str(ours[-1]), "--", *argv]
+        pass_fds = tuple(pass_fds) + self.extra_fds
         try:
             for fd in ours + list(pass_fds):
                 os.set_inheritable(fd, True)  # posix_spawn passes exactly the inheritable fds
@@ -262,6 +340,14 @@ class BwrapRunner:
 
     def server_argv(self, fd: int, started_fd: int, preload: list[str]) -> list[str]:
         python = "/opt/venv/bin/python3" if self.layout["venv"] else self._python()
+        if self.image:  # the image's own python3 may be another one, or none
+            python = ("/opt/posttrain/venv/bin/python3" if self.layout["venv"] else
+                      os.path.join("/opt/posttrain/python", self.layout["exe"]))
+            uid, gid = self.image.get("uid", 0), self.image.get("gid", 0)
+            if uid or gid:
+                return ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                        "--", python, "/opt/posttrain/inside/_forkserver.py", str(fd),
+                        str(started_fd), ",".join(preload)]
         return [python, "/opt/posttrain/inside/_forkserver.py", str(fd), str(started_fd),
                 ",".join(preload)]
 
@@ -336,10 +422,18 @@ class BwrapRunner:
         return self._kill_until_gone(session) is not None
 
     def kill_processes(self, handle: BwrapHandle | None) -> int | None:
-        """Kill everything but the job server; None if the server cannot be told apart."""
+        """Kill everything but the job server and an image's service (its session: part of
+        the environment, as in a container); None if the server cannot be told apart."""
         if not self.infra:
             return None
-        return self._kill_until_gone(self._processes)
+
+        def victims() -> set[int]:
+            found = self._processes()
+            if self.service_sids:
+                found = {p for p in found if _ns_ids(p)[1] not in self.service_sids}
+            return found
+
+        return self._kill_until_gone(victims)
 
     def counters(self) -> dict[str, int]:
         return self.cg.counters() if self.cg else {}
@@ -357,6 +451,8 @@ class BwrapRunner:
         return self.overlay.snapshots
 
     def snapshot(self) -> str:
+        if not self.has_workspace:
+            raise ValueError("an image build sandbox has no workspace to snapshot")
         return self.overlay.snapshot(live=bool(self._processes()))
 
     def restore(self, sid: str) -> None:
@@ -384,22 +480,62 @@ class BwrapRunner:
             return ResetFacts(killed=killed, restore_error=f"probe: {e}")
         return ResetFacts(killed=killed, places=places, ipc_left=ipc_left)
 
-    def _probe(self, init_pid: int) -> tuple[PlaceState, ...]:
+    def reset_image(self, start_server) -> ResetFacts:
+        """An image sandbox between episodes: its root changed too, so everything is killed
+        (the job server included: the caller stopped it), the whole tree is mounted afresh over
+        the same layers with empty uppers, and `start_server()` (-> its handle) starts a job
+        server in the new tree. The probe then checks /tmp and /dev/shm as for a plain one."""
+        self.infra = set()
+        self.service_sids = set()
+        killed = self._kill_until_gone(self._processes)
+        left = tuple(sorted(self._processes()))
+        if killed is None or left:
+            return ResetFacts(killed=killed, processes_left=left)
+        assert self.iroot is not None
+        try:
+            self.iroot.teardown()
+            self.iroot.assemble(self.layout, self.cfg["inside_dir"])
+            if self.has_workspace:
+                self.overlay.depth = 0  # its mounts went with the tree
+                self.overlay.reset()
+            for place in (self.tmp, self.shm):
+                place.depth = 0
+                place.push()
+            handle = start_server()
+        except OSError as e:
+            return ResetFacts(killed=killed, restore_error=str(e))
+        try:
+            places = self._probe(handle.init_pid, ("/tmp", "/dev/shm"))
+        except OSError as e:
+            return ResetFacts(killed=killed, restore_error=f"probe: {e}")
+        return ResetFacts(killed=killed, places=places)
+
+    def commit(self, dest: str) -> None:
+        """A build step's result as a new layer at `dest` (see `ImageRoot.commit`)."""
+        if self.iroot is None or self.has_workspace:
+            raise ValueError("only an image build sandbox (no workspace) can commit a layer")
+        self.iroot.commit(dest)
+
+    def _probe(self, init_pid: int, where_all=WRITABLE) -> tuple[PlaceState, ...]:
         """The writable places as the next episode will see them: through the sandbox's own
         root and mount table (`/proc/PID/root`, `/proc/PID/mountinfo`), not through ours."""
         with open(f"/proc/{init_pid}/mountinfo") as f:
             table = f.read()
         out = []
-        for path in WRITABLE:
+        for path in where_all:
             where = f"/proc/{init_pid}/root{path}"
             st = os.stat(where)
             out.append(PlaceState(path, tuple(os.listdir(where)), st.st_uid == self.uid,
-                                  stat.S_IMODE(st.st_mode), count_mounts(table, path)))
+                                  stat.S_IMODE(st.st_mode), count_mounts(table, path),
+                                  expected_mode=self.tmp_mode))
         return tuple(out)
 
     def idle(self) -> None:
         """Work done after a reply was sent: free discarded layers, reap orphans."""
         self.overlay.collect_trash()
+        if self.iroot is not None:
+            while self.iroot.trash:
+                shutil.rmtree(self.iroot.trash.pop(), ignore_errors=True)
         while True:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)

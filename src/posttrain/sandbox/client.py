@@ -118,7 +118,7 @@ class SupervisedSandbox:
         self._slot = None
         if mode == "bwrap" and os.geteuid() == 0:
             from posttrain.sandbox.slots import acquire_slot
-            self._slot = acquire_slot()
+            self._slot = acquire_slot(uid_range=bool((extra_config or {}).get("image")))
         cfg = {"mode": mode, "id": self.id, "limits": dataclasses.asdict(limits), "clock": clock,
                "preload": list(preload), "python": sys.executable, "inside_dir": INSIDE_DIR,
                "uid": self._slot.uid if self._slot else None, **(extra_config or {})}
@@ -158,13 +158,27 @@ class SupervisedSandbox:
             self._cleanup.append(reply["cleanup_dir"])
         ws = f"/proc/{self._sup_pid}/root{reply['workspace']}"
         owner = (self._slot.uid, self._slot.uid) if self._slot else None
+        if reply.get("owner"):  # an image sandbox: the image user's ids in the slot's range
+            owner = tuple(reply["owner"])
         self._ws = Workspace(lambda: ws, owner=owner, inside_path=reply["inside_path"])
         self.host_uid = self._slot.uid if self._slot else None
         """the host uid this sandbox's processes run as (bubblewrap backend run as root)"""
+        self.host_uid_count = self._slot.count if self._slot else 1
+        """how many host uids from `host_uid` on are this sandbox's (65536 for an image)"""
         self.workspace_path = reply["inside_path"]
         """where the workspace is, as seen by commands in the sandbox"""
         self.info = SandboxInfo(backend=mode, image=image,
                                 layers=dict(layers or {}, **reply.get("layers", {})), clock=clock)
+        image_cfg = (extra_config or {}).get("image") or {}
+        self._service: list[str] | None = image_cfg.get("service")
+        """an image's ENTRYPOINT/CMD: started now and after every reset (part of its state)"""
+        self._service_cwd = image_cfg.get("workdir", "/")
+        if self._service:
+            try:
+                self.start_service()
+            except BaseException:
+                self._finalizer()
+                raise
 
     # -- plumbing ------------------------------------------------------------------------
     def _stderr_tail(self) -> str:
@@ -275,16 +289,42 @@ class SupervisedSandbox:
             raise ValueError(f"snapshot id must be a str, got {snapshot_id!r}")
         self._call({"op": "restore", "id": snapshot_id}, 60.0)
 
+    def commit(self, dest: str) -> None:
+        """An image build step: stop everything and write what the commands changed as a new
+        image layer at the host path `dest` (see `posttrain.images`)."""
+        self._call({"op": "commit", "dest": str(dest)}, 600.0)
+
     def kill_processes(self) -> int:
         """Kill every process earlier commands left running (background jobs, daemons); the
         sandbox stays usable. Returns how many were killed."""
         return int(self._call({"op": "kill_processes"}, 60.0)["killed"])
 
+    SERVICE_LOG = "/tmp/.posttrain-service.log"
+
+    def start_service(self) -> None:
+        """Start an image's service (ENTRYPOINT/CMD) in the background, in its own session, in
+        the image's WORKDIR, output to SERVICE_LOG; nothing for a sandbox without one."""
+        if not self._service:
+            return
+        # in the background of a non-interactive shell, setsid execs (no fork): $! is the
+        # service's pid and its session's id, which kill_processes then spares
+        script = f'cd "$1" && shift && setsid "$@" </dev/null >{self.SERVICE_LOG} 2>&1 & echo $!'
+        r = self.run(["/bin/sh", "-c", script, "service", self._service_cwd, *self._service],
+                     timeout=30)
+        if r.exit_code != 0 or not r.stdout.strip().isdigit():
+            raise SandboxError(f"sandbox {self.id}: the image's service {self._service} could "
+                               f"not start: {r.stderr[-300:]}")
+        self._call({"op": "service", "sid": int(r.stdout)}, 10.0)
+
     def reset(self) -> ResetReport:
-        """Back to pristine for the next episode (see `Sandbox.reset`). Never raises for a
-        sandbox that cannot be reset: the report says so (and why), and the caller closes it."""
+        """Back to pristine for the next episode (see `Sandbox.reset`); an image's service is
+        started again. Never raises for a sandbox that cannot be reset: the report says so (and
+        why), and the caller closes it."""
         try:
-            return ResetReport.from_dict(self._call({"op": "reset"}, 60.0)["report"])
+            report = ResetReport.from_dict(self._call({"op": "reset"}, 60.0)["report"])
+            if report.reusable:
+                self.start_service()
+            return report
         except SandboxError as e:
             return ResetReport(False, f"{type(e).__name__}: {e}")
 

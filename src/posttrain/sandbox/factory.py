@@ -44,7 +44,7 @@ def warn_unsandboxed(reason: str) -> None:
 
 def open_sandbox(limits: Limits = Limits(), *, backend: str = "auto",
                  allow_unsandboxed: bool = False, preload: Sequence[str] = (),
-                 clock: int | None = DEFAULT_CLOCK) -> Sandbox:
+                 clock: int | None = DEFAULT_CLOCK, image: dict | None = None) -> Sandbox:
     """Start a fresh sandbox and return it (a context manager: `with open_sandbox() as sb:`).
 
     backend: "bwrap" (bubblewrap; what "auto" means), or "process" (no isolation, opt-in).
@@ -53,7 +53,10 @@ def open_sandbox(limits: Limits = Limits(), *, backend: str = "auto",
     back to "process" with a loud warning. `preload`: modules the warm path imports once
     (e.g. ("numpy", "trimesh")), so that `run_python` jobs do not pay for them. `clock`: the
     fixed time clock-dependent tools see (git dates, SOURCE_DATE_EPOCH; see `base.clock_env`),
-    recorded in `info.clock`; None lets them read the real clock.
+    recorded in `info.clock`; None lets them read the real clock. `image`: a built image's
+    root (`posttrain.images.Image.sandbox_config()`): commands run as the image's user (root by
+    default, inside a user namespace) over a writable copy of it, in its working directory
+    (bubblewrap only; see `posttrain.sandbox.imageroot`).
     """
     from posttrain.sandbox.client import SupervisedSandbox
 
@@ -74,6 +77,12 @@ def open_sandbox(limits: Limits = Limits(), *, backend: str = "auto",
     from posttrain.sandbox.bwrap import bwrap_problem, host_config, image_digest
 
     problem = bwrap_problem()
+    if image is not None:
+        if problem is not None:
+            raise SandboxUnavailable(f"an image sandbox needs the bubblewrap backend: {problem}")
+        return SupervisedSandbox(limits, mode="bwrap", preload=preload, clock=clock,
+                                 image=str(image.get("digest", "image")),
+                                 extra_config={**host_config(), "image": image})
     if problem is not None:
         if backend == "auto" and allow:
             warn_unsandboxed(problem)

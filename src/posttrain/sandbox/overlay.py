@@ -157,12 +157,12 @@ class TmpfsStack:
     """/tmp or /dev/shm: a size-capped tmpfs owned by the sandbox's uid, stacked on a base
     mount; a reset replaces it with an empty one (the old one's pages are freed at once)."""
 
-    def __init__(self, target: str, size_bytes: int, uid: int) -> None:
-        self.target, self.size, self.uid, self.depth = target, size_bytes, uid, 0
+    def __init__(self, target: str, size_bytes: int, uid: int, mode: int = 0o755) -> None:
+        self.target, self.size, self.uid, self.depth, self.mode = target, size_bytes, uid, 0, mode
 
     def push(self) -> None:
         mounts.mount("tmpfs", self.target, "tmpfs", mounts.MS_NOSUID | mounts.MS_NODEV,
-                     f"size={self.size},mode=0755")
+                     f"size={self.size},mode={self.mode:04o}")
         os.chown(self.target, self.uid, self.uid)
         self.depth += 1
 

@@ -18,11 +18,16 @@ SLOT_UID_BASE = 2_100_000
 """first host uid used for sandboxes (far above any uid a distribution hands out)"""
 SLOT_COUNT = 8192
 LOCK_DIR = "/run/posttrain/sandbox-uids"
+RANGE_UID_BASE = 1 << 30
+"""first host uid of the uid ranges of image sandboxes (root inside a user namespace, see
+`idmap.py`): each live one holds 65536 uids of its own"""
+RANGE_COUNT = 4096
+RANGE_LOCK_DIR = "/run/posttrain/sandbox-ranges"
 
 
 class Slot:
-    def __init__(self, uid: int, fd: int) -> None:
-        self.uid = uid
+    def __init__(self, uid: int, fd: int, count: int = 1) -> None:
+        self.uid, self.count = uid, count
         self._fd: int | None = fd
 
     def release(self, clean: bool = False) -> None:
@@ -30,15 +35,16 @@ class Slot:
         so the /proc scan for leftovers (~20 ms) can be skipped, here and by the next owner."""
         if self._fd is not None:
             if not clean:
-                kill_uid(self.uid)  # nothing of this sandbox survives into the next owner's
+                kill_uid(self.uid, self.count)  # nothing of this sandbox survives into the next owner's
             os.ftruncate(self._fd, 0)
             os.pwrite(self._fd, b"clean", 0)
             os.close(self._fd)
             self._fd = None
 
 
-def kill_uid(uid: int) -> int:
-    """SIGKILL every live process whose real uid is `uid` (scans /proc); returns how many.
+def kill_uid(uid: int, count: int = 1) -> int:
+    """SIGKILL every live process whose real uid is in `uid`..`uid+count-1` (scans /proc);
+    returns how many.
     Zombies are not counted: they are dead already, only waiting for their parent."""
     n = 0
     for name in os.listdir("/proc"):
@@ -51,7 +57,7 @@ def kill_uid(uid: int) -> int:
                     if line.startswith(b"State:"):
                         state = line.split()[1]
                     elif line.startswith(b"Uid:"):
-                        if int(line.split()[1]) == uid and state not in (b"Z", b"X"):
+                        if uid <= int(line.split()[1]) < uid + count and state not in (b"Z", b"X"):
                             os.kill(int(name), signal.SIGKILL)
                             n += 1
                         break
@@ -60,12 +66,15 @@ def kill_uid(uid: int) -> int:
     return n
 
 
-def acquire_slot() -> Slot:
-    os.makedirs(LOCK_DIR, mode=0o700, exist_ok=True)
-    start = (os.getpid() * 7919) % SLOT_COUNT
-    for i in range(SLOT_COUNT):
-        uid = SLOT_UID_BASE + (start + i) % SLOT_COUNT
-        fd = os.open(os.path.join(LOCK_DIR, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+def acquire_slot(uid_range: bool = False) -> Slot:
+    """A free uid (`uid_range`: a free range of 65536 uids, for an image sandbox)."""
+    lock_dir, n, base, width = ((RANGE_LOCK_DIR, RANGE_COUNT, RANGE_UID_BASE, 65536) if uid_range
+                                else (LOCK_DIR, SLOT_COUNT, SLOT_UID_BASE, 1))
+    os.makedirs(lock_dir, mode=0o700, exist_ok=True)
+    start = (os.getpid() * 7919) % n
+    for i in range(n):
+        uid = base + ((start + i) % n) * width
+        fd = os.open(os.path.join(lock_dir, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
                      0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -73,8 +82,8 @@ def acquire_slot() -> Slot:
             os.close(fd)
             continue
         if os.pread(fd, 16, 0) != b"clean":
-            kill_uid(uid)  # leftovers of an owner that was killed before it could clean up
+            kill_uid(uid, width)  # leftovers of an owner killed before it could clean up
         os.ftruncate(fd, 0)
         os.pwrite(fd, b"in use", 0)
-        return Slot(uid, fd)
-    raise RuntimeError(f"all {SLOT_COUNT} sandbox uids are in use")
+        return Slot(uid, fd, width)
+    raise RuntimeError(f"all {n} sandbox uids (or uid ranges) are in use")

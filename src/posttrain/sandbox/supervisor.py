@@ -171,6 +171,8 @@ class Supervisor:
         if op == "restore":
             if req["id"] not in self.runner.snapshots:
                 raise ValueError(f"unknown snapshot id {req['id']!r}")
+            if getattr(self.runner, "service_sids", None):
+                self.runner.service_sids.clear()  # a restore kills everything
             self.kill_processes()  # nothing keeps writing into the workspace being replaced
             self.runner.restore(req["id"])
             return {}
@@ -178,6 +180,14 @@ class Supervisor:
             return {"killed": self.kill_processes()}
         if op == "reset":
             return {"report": self.reset().to_dict()}
+        if op == "service":  # an image's service runs in this session: spare it before grading
+            self.runner.service_sids.add(int(req["sid"]))
+            return {}
+        if op == "commit":
+            self.server.kill()  # nothing may write into the layer being copied
+            self.runner.kill_processes(None)
+            self.runner.commit(req["dest"])
+            return {}
         if op == "ping":
             return {}
         raise ValueError(f"unknown request {op!r}")
@@ -195,6 +205,18 @@ class Supervisor:
         """Back to pristine for the next episode (see `reset.py`); the report says whether the
         sandbox may serve again."""
         t0 = time.monotonic()
+        if getattr(self.runner, "image", None):
+            self.server.kill()
+
+            def start():  # a job server in the new tree, ready (it has pivoted into it)
+                self.server.start()
+                self.server.ensure()
+                return self.server.handle
+
+            facts = self.runner.reset_image(start)
+            ok, why = judge(facts)
+            return ResetReport(ok, why, facts.killed or 0, time.monotonic() - t0,
+                               {"places": [p.path for p in facts.places]})
         alive = self.server.handle is not None and self.server.alive()
         if alive and not self.server.ready:  # booted, but no job ran yet: wait for it
             try:

@@ -117,6 +117,7 @@ class CheckReport:
     def summary(self) -> dict[str, Any]:
         """The JSON printed by `posttrain tasks check --json`."""
         return {"domains": len(self.checked), "tasks": self.tasks,
+                "tasks_by_domain": {c.domain: c.tasks for c in self.checks},
                 "not_checked": len(self.checks) - len(self.checked),
                 "oracle_pass_rate": self.oracle_pass_rate, "negative_fail_rate": self.negative_fail_rate,
                 "flip_rate": self.flip_rate, "infra_errors": sum(c.infra_errors for c in self.checks),
@@ -232,8 +233,14 @@ def check_domain(domain: Domain, per_domain: int = 5, seeds: Sequence[int] | Non
                     f"stopped: {broken_in_a_row} tasks in a row failed on infrastructure only")))
                 break
             graded = _check_task(domain, seed, split, out, sandbox_factory)
-            if graded is not None:
-                broken_in_a_row = broken_in_a_row + 1 if graded == 0 else 0
+            if graded is None:  # a one-split domain (an imported task): check it in its split
+                other: Split = "eval" if split == "train" else "train"
+                graded = _check_task(domain, seed, other, out, sandbox_factory)
+            if graded is None:
+                out.failures.append(Failure(domain.name, "no_tasks", seed, split,
+                                            "the domain has no tasks in either split"))
+                break
+            broken_in_a_row = broken_in_a_row + 1 if graded == 0 else 0
     except _NotCheckable as e:
         out = DomainCheck(domain.name, domain.family, domain.env, not_checked=str(e))
     out.seconds = time.perf_counter() - t0

@@ -9,6 +9,8 @@ import json
 
 import typer
 
+from posttrain.tasks.sources.cli import apply_sources, source_option
+
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Task domains: list them, show a generated task, check oracles and negatives.")
 
@@ -31,8 +33,10 @@ def _select(family: str | None, domains: str | None):
 
 @app.command("list")
 def list_(family: str | None = typer.Option(None, "--family", "-f", help="only this family"),
-          as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table")) -> None:
+          as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+          source: list[str] | None = source_option()) -> None:
     """List domains with their family, environment kind and verifier."""
+    apply_sources(source)
     chosen = _select(family, None)
     rows = [{"name": d.name, "family": d.family, "env": d.env,
              "verifier": f"{d.verifier.name}@{d.verifier.version}"} for d in chosen]
@@ -52,10 +56,12 @@ def list_(family: str | None = typer.Option(None, "--family", "-f", help="only t
 def show(domain: str = typer.Argument(..., help="domain name, e.g. math.add.d2"),
          seed: int = typer.Option(0, "--seed", help="generator seed"),
          split: str = typer.Option("train", "--split", help="train or eval"),
-         as_json: bool = typer.Option(False, "--json", help="print the whole Task as JSON")) -> None:
+         as_json: bool = typer.Option(False, "--json", help="print the whole Task as JSON"),
+         source: list[str] | None = source_option()) -> None:
     """Generate one task and print its prompt, files and (hidden) reference."""
     from posttrain.tasks import registry
 
+    apply_sources(source)
     if split not in ("train", "eval"):
         raise typer.BadParameter(f"must be 'train' or 'eval', got {split!r}", param_hint="--split")
     try:
@@ -84,11 +90,16 @@ def check(family: str | None = typer.Option(None, "--family", "-f", help="only t
           workers: int = typer.Option(1, "--workers", "-w", min=1,
                                help="processes (2 did not help on a shared 2-core machine: "
                                     "see benchmarks/tasks_check.py)"),
-          as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables")) -> None:
+          as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables"),
+          source: list[str] | None = source_option()) -> None:
     """Self-check domains: oracle passes, negatives fail, grading is stable, generation is
-    deterministic. Exits 1 on any failure (including infrastructure errors)."""
+    deterministic. Exits 1 on any failure (including infrastructure errors). With --source and
+    no --domains/--family, checks the domains the sources add."""
     import fnmatch
 
+    added = apply_sources(source)
+    if added and not domains and not family:
+        domains = ",".join(added)
     from posttrain.tasks import registry
     from posttrain.tasks.check import check_domains
 
@@ -124,6 +135,15 @@ def _print_report(report) -> None:
                       str(sum(c.flips for c in checks)), str(sum(c.infra_errors for c in checks)),
                       f"{sum(c.seconds for c in checks):.2f}")
     console.print(table)
+    counts = [f"{c.domain} {c.tasks}" for c in report.checks]
+    if len(counts) <= 40:
+        console.print("tasks checked per domain: " + ", ".join(counts), highlight=False)
+    else:
+        by_n: dict[int, int] = {}
+        for c in report.checks:
+            by_n[c.tasks] = by_n.get(c.tasks, 0) + 1
+        console.print("tasks checked per domain: " + ", ".join(
+            f"{n} tasks: {k} domains" for n, k in sorted(by_n.items())), highlight=False)
     for c in report.checks:
         if c.not_checked:
             console.print(f"[yellow]not checked[/yellow] {c.domain}: {escape(c.not_checked)}")

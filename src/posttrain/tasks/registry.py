@@ -61,6 +61,9 @@ log = logging.getLogger("posttrain.tasks")
 _domains: dict[str, Domain] | None = None
 _sources: dict[str, str] = {}
 _broken: dict[str, BrokenDomain] = {}
+_added: dict[str, tuple[Domain, str]] = {}
+"""domains added at run time from a task source (`--source`, `[domains] sources`): name ->
+(domain, source); they survive a reload of the families"""
 
 
 def _add(found: Iterable[Domain | BrokenDomain], source: str, into: dict[str, Domain]) -> None:
@@ -101,8 +104,41 @@ def all_domains() -> dict[str, Domain]:
     """Every registered domain, by name (sorted)."""
     global _domains
     if _domains is None:
-        _domains = dict(sorted(_load().items()))
+        found = _load()
+        for name, (domain, source) in _added.items():
+            if name in found:
+                raise RegistryError(f"domain {name!r} is registered twice (by {_sources[name]} and by {source})")
+            found[name] = domain
+        _domains = dict(sorted(found.items()))
     return _domains
+
+
+def add_domains(domains: Iterable[Domain], source: str) -> None:
+    """Register domains from a task source given at run time (`posttrain.tasks.sources`). Adding the
+    same source again replaces its domains; a name another source or family has is an error."""
+    global _domains
+    current = all_domains()
+    new = list(domains)
+    for d in new:
+        if not isinstance(d, Domain):
+            raise RegistryError(f"{source} produced {type(d).__name__}, not a Domain")
+        owner = _added[d.name][1] if d.name in _added else _sources.get(d.name)
+        if owner is not None and owner != source:
+            raise RegistryError(f"domain {d.name!r} is registered twice (by {owner} and by {source}); "
+                                "give the source another name")
+    for d in new:
+        _added[d.name] = (d, source)
+    _domains = dict(sorted({**current, **{d.name: d for d in new}}.items()))
+
+
+def add_broken(items: Iterable[BrokenDomain]) -> None:
+    """Record task folders of a run-time source that did not load: reported once on stderr,
+    skipped, and named in the error when asked for by name (as for families)."""
+    all_domains()  # the families first: their load reports its own broken ones
+    for b in items:
+        if b.name not in _broken:
+            log.warning("posttrain: skipped %s: %s", b.name, b.error)
+        _broken[b.name] = b
 
 
 def broken() -> dict[str, BrokenDomain]:
@@ -153,3 +189,4 @@ def reset_cache() -> None:
     _domains = None
     _sources.clear()
     _broken.clear()
+    _added.clear()

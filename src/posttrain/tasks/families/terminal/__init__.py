@@ -16,6 +16,7 @@ from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.terminal import config, find, git, system, transform
 from posttrain.tasks.families.terminal.common import terminal_domain
 from posttrain.tasks.families.terminal.harbor import HarborTaskError, load_harbor_task
+from posttrain.tasks.families.terminal.harbor_source import harbor_domains
 from posttrain.tasks.registry import BrokenDomain
 
 GROUPS = (find.DOMAINS, transform.DOMAINS, config.DOMAINS, git.DOMAINS, system.DOMAINS)
@@ -28,16 +29,7 @@ def harbor_examples() -> list[Domain | BrokenDomain]:
     """The example folders as domains; a malformed one is a `BrokenDomain` (reported, skipped)."""
     if not EXAMPLES_DIR.is_dir():
         return []
-    out: list[Domain | BrokenDomain] = []
-    for p in sorted(EXAMPLES_DIR.iterdir()):
-        if (p / "task.toml").is_file():
-            try:
-                out.append(load_harbor_task(p))
-            except HarborTaskError as e:  # its message starts with "<folder>/<file>: "
-                msg = str(e)
-                where = f"{p.parent}/{msg}" if msg.startswith(p.name + "/") else f"{p}: {msg}"
-                out.append(BrokenDomain(f"terminal.harbor.{p.name}", where))
-    return out
+    return harbor_domains(EXAMPLES_DIR)
 
 
 def domains() -> list[Domain | BrokenDomain]:
@@ -46,4 +38,4 @@ def domains() -> list[Domain | BrokenDomain]:
     return out + harbor_examples()
 
 
-__all__ = ["HarborTaskError", "domains", "load_harbor_task"]
+__all__ = ["HarborTaskError", "domains", "harbor_domains", "load_harbor_task"]

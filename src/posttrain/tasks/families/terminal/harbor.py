@@ -4,10 +4,12 @@
       instruction.md          what the agent is told (required, non-empty)
       task.toml               [metadata] (optional table), [agent].timeout_sec,
                               [verifier].timeout_sec, [environment].memory_mb (all optional)
-      environment/Dockerfile  only `WORKDIR /app` and `COPY`/`ADD` of local files into /app are
-                              honoured (they build the initial workspace); FROM, RUN, ENV, ... are
-                              NOT executed: the sandbox's toolchain is the host's (`tasks check`
-                              runs the oracle and shows whether the task works here)
+      environment/Dockerfile  built into an image without Docker (`posttrain.images`): FROM a
+                              Debian/Ubuntu/Python base derived from the host, RUN (as root in
+                              a user namespace, no network), COPY/ADD, WORKDIR, ENV, USER,
+                              ENTRYPOINT/CMD (a service started before the first turn); what
+                              cannot be honoured is an error naming the line. The episode runs
+                              over a writable copy of the image, in its WORKDIR, as its USER
       tests/test.sh           the verifier entry point (required) + any test_*.py / data files
       solution/solve.sh       the reference solution (required: it is the domain's oracle)
       solution/wrong.sh       optional (our extension): a plausible wrong solution (a negative)
@@ -15,8 +17,10 @@
 `load_harbor_task(dir)` returns a `Domain` named `terminal.harbor.<folder name>`. A malformed
 folder raises `HarborTaskError` naming the file and field.
 
-How it maps onto the sandbox: `/app` is the workspace (the instruction says so, and `/app/...`
-paths in it are shown relative). After the episode (and after every process the agent left has
+How it maps onto the sandbox: with a Dockerfile the episode's sandbox is the task's image and
+its WORKDIR (usually `/app`) the workspace; the first observation is the instruction and at
+most 20 non-hidden names the Dockerfile puts in the WORKDIR. Without one, `/app` is the plain
+sandbox's workspace (the instruction says so, and `/app/...` paths in it are shown relative). After the episode (and after every process the agent left has
 been killed), the grading program creates a fresh directory with a random name under the
 sandbox's `/tmp`, writes `tests/` and an empty `logs/verifier/` into it, rewrites the absolute
 paths `/tests`, `/logs/verifier` and `/app` in the test files to those directories and the
@@ -40,9 +44,7 @@ for the other split raises `NoTasksInSplit` (a `ValueError`); every seed gives t
 from __future__ import annotations
 
 import json
-import posixpath
 import re
-import shlex
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -240,46 +242,52 @@ def _config(root: Path) -> dict[str, Any]:
             "metadata": config.get("metadata", {}), "split": split}
 
 
-def _workspace(root: Path) -> dict[str, str]:
-    """Files the Dockerfile COPYs/ADDs into the working directory /app."""
-    env_dir = root / "environment"
-    dockerfile = env_dir / "Dockerfile"
+def _environment(root: Path) -> tuple[dict | None, str, str]:
+    """(the task's image spec, its working directory, a short view of the workspace) from
+    environment/Dockerfile: every instruction is honoured or refused here with its line (see
+    `posttrain.images.dockerfile`); the image itself is built on first use. No Dockerfile:
+    (None, "/app", "") and the episode runs in a plain sandbox."""
+    from posttrain.images.base import BaseImageError, resolve_base
+    from posttrain.images.build import BuildError, copy_entries
+    from posttrain.images.dockerfile import DockerfileError, plan
+    from posttrain.images.episode import recipe_digest, register
+
+    dockerfile = root / "environment" / "Dockerfile"
     if not dockerfile.is_file():
-        return {}
+        return None, "/app", ""
     where = f"{root.name}/environment/Dockerfile"
-    workdir, files = "/app", {}
-    text = re.sub(r"\\\n", " ", _read_text(dockerfile, root))
-    for n, line in enumerate(text.splitlines(), start=1):
-        words = shlex.split(line, comments=True) if line.strip() else []
-        if not words:
-            continue
-        op = words[0].upper()
-        if op == "WORKDIR":
-            workdir = words[1] if len(words) > 1 else ""
-            if workdir.rstrip("/") != "/app":
-                raise HarborTaskError(f"{where}:{n}: WORKDIR must be /app here, got {workdir!r}")
-        elif op in ("COPY", "ADD"):
-            args = [w for w in words[1:] if not w.startswith("--")]
-            if len(args) < 2:
-                raise HarborTaskError(f"{where}:{n}: {op} needs a source and a destination")
-            *sources, dest = args
-            target = posixpath.normpath(dest if dest.startswith("/") else f"/app/{dest}")
-            if not (target == "/app" or target.startswith("/app/")):
-                raise HarborTaskError(f"{where}:{n}: {op} destination {dest!r} is outside /app")
-            prefix = target[len("/app"):].strip("/")
-            into_dir = dest.endswith("/") or dest in (".", "./") or len(sources) > 1 or not prefix
-            for src in sources:
-                if "://" in src or ".." in src.split("/"):
-                    raise HarborTaskError(f"{where}:{n}: {op} source {src!r} must be a local path")
-                path = env_dir / src
-                if path.is_dir():
-                    base = f"{prefix}/" if prefix else ""
-                    files.update({base + rel: t for rel, t in _tree(path, root).items()})
-                elif path.is_file():
-                    files[f"{prefix}/{path.name}".strip("/") if into_dir else prefix] = _read_text(path, root)
-                else:
-                    raise HarborTaskError(f"{where}:{n}: {op} source {src!r} not found in environment/")
-    return files
+    try:
+        p = plan(dockerfile)
+        try:
+            resolve_base(p.base)
+        except BaseImageError as e:
+            raise DockerfileError(f"{dockerfile}:{p.base_line}: {e}") from None
+        digest = recipe_digest(p, dockerfile.parent, str(dockerfile))
+        shown = []
+        for step in p.steps:
+            if step["kind"] == "copy":
+                shown += [e["path"] + ("/" if e["type"] == "dir" else "")
+                          for e in copy_entries(step, dockerfile.parent, "")]
+    except (DockerfileError, BuildError, UnicodeDecodeError) as e:
+        raise HarborTaskError(str(e).replace(str(dockerfile), where)) from None
+    register(digest, dockerfile)
+    return {"recipe": digest, "dockerfile": where}, p.workdir, _view(shown, p.workdir)
+
+
+MAX_SHOWN = 20
+
+
+def _view(paths: list[str], workdir: str) -> str:
+    """The top of the workspace as the Dockerfile fills it: at most MAX_SHOWN names, no hidden
+    ones (the policy can `ls -a`); what RUN steps create is not predicted here."""
+    prefix = workdir.rstrip("/") + "/"
+    names = sorted({p[len(prefix):].split("/")[0] + ("/" if "/" in p[len(prefix):] else "")
+                    for p in paths if p.startswith(prefix) and p != prefix})
+    names = [n for n in names if not n.startswith(".")]
+    if not names:
+        return ""
+    more = f" (and {len(names) - MAX_SHOWN} more)" if len(names) > MAX_SHOWN else ""
+    return f"\n\nIn {workdir}: " + ", ".join(names[:MAX_SHOWN]) + more
 
 
 def _app_relative(text: str) -> str:
@@ -306,13 +314,17 @@ def load_harbor_task(path: str | Path, name: str | None = None) -> Domain:
     for rel, content in solution.items():
         if "</python>" in content:
             raise HarborTaskError(f"{root.name}/solution/{rel}: contains '</python>', which the oracle cannot carry")
-    files = _workspace(root)
+    image, workdir, view = _environment(root)
+    files: dict[str, str] = {}
     slug = re.sub(r"[^a-z0-9-]+", "-", (name or root.name).lower()).strip("-")
     if not slug:
         raise HarborTaskError(f"{root}: cannot make a domain name from the folder name")
     domain_name = f"terminal.harbor.{slug}"
-    prompt = ("(You are in the task's working directory, which the instructions call /app; "
-              "paths below are relative to it.)\n\n" + _app_relative(instruction))
+    if image is None:
+        prompt = ("(You are in the task's working directory, which the instructions call /app; "
+                  "paths below are relative to it.)\n\n" + _app_relative(instruction))
+    else:  # the task's own image: its paths are real
+        prompt = f"(You are in {workdir}, the task's working directory.)\n\n{instruction}{view}"
     split: Split = cfg["split"] or content_split(prompt, files)
     limits = TaskLimits(max_turns=50, max_tokens=1024, context_tokens=16384, time_s=cfg["agent_timeout"],
                         command_timeout_s=min(cfg["agent_timeout"], 120.0), memory_mb=max(16, cfg["memory_mb"]))
@@ -326,7 +338,8 @@ def load_harbor_task(path: str | Path, name: str | None = None) -> Domain:
         return Task(domain=domain_name, prompt=prompt, files=files, env="tools", split=split, seed=0,
                     key=f"{domain_name}/{split}/0", limits=limits, tags=tags,
                     reference={"solution": solution, "wrong": wrong, "folder": root.name},
-                    verifier={"tests": tests, "timeout_s": cfg["verifier_timeout"]})
+                    verifier={"tests": tests, "timeout_s": cfg["verifier_timeout"],
+                              **({"image": image} if image else {})})
 
     def oracle(task: Task) -> list[str]:
         return [f"<python>{_oracle_program(task.reference['solution'], 'solve.sh')}</python>", "<submit></submit>"]

@@ -1,0 +1,92 @@
+"""Task sources given at run time: data files and datasets as domains, with no code.
+
+    posttrain tasks check --source data:qa.jsonl
+    posttrain eval --source data:qa.jsonl --tasks 'data.qa'
+    [domains] sources = ["data:qa.jsonl"]        # in a run config
+
+`use_sources(specs)` reads each source and registers its domains with the task registry, so every
+command that names domains (globs, `tasks check`, the scheduler, evaluation, replay) finds them
+like built-in ones. Kinds of source:
+
+* `data:PATH[?QUERY]`: a JSONL/JSON/Parquet file or a `datasets` save_to_disk folder, described
+  by a small TOML beside it or the query (`posttrain.tasks.sources.spec`, `posttrain.tasks.sources.data`).
+* `harbor:DIR`: a Harbor / Terminal-Bench task folder, or a folder of them
+  (`posttrain.tasks.families.terminal.harbor_source`); a folder that does not load is reported
+  by name and skipped (asking for its domain by name says why).
+
+A source that cannot be read is a `SourceError` (a `UserError`: one line, exit 2) naming the
+file, the row and the column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from posttrain.errors import UserError
+from posttrain.tasks.domain import Domain
+
+KINDS = ("data", "harbor")
+
+
+class SourceError(UserError):
+    """A task source that cannot be used; the message names the file, row and column."""
+
+
+_loaded: dict[tuple[str, str], list[Domain]] = {}
+"""(spec, working directory) -> its domains: a source named twice in one process is read once"""
+
+
+def load_source(spec: str, base: Path | None = None) -> list[Domain]:
+    """The domains of one source (not registered)."""
+    from posttrain.tasks.sources.data import DataSourceError, data_domain
+    from posttrain.tasks.sources.rows import RowsError
+    from posttrain.tasks.sources.spec import SpecError, parse_data_source
+
+    kind, sep, rest = spec.partition(":")
+    if not sep or kind not in KINDS:
+        raise SourceError(f"unknown task source {spec!r}: expected {' or '.join(k + ':...' for k in KINDS)} "
+                          "(e.g. data:qa.jsonl)")
+    key = (spec, str(base or Path.cwd()))
+    if kind == "harbor" and key not in _loaded:
+        _loaded[key] = _harbor(rest, base)
+    if key not in _loaded:
+        try:
+            parsed, data, where = parse_data_source(rest, base)
+            _loaded[key] = [data_domain(parsed, data, where)]
+        except (SpecError, DataSourceError, RowsError) as e:
+            raise SourceError(str(e)) from None
+        except ValueError as e:  # a verifier parameter (named.py names it)
+            raise SourceError(str(e)) from None
+    return _loaded[key]
+
+
+def _harbor(rest: str, base: Path | None) -> list[Domain]:
+    from posttrain.tasks.families.terminal.harbor_source import HarborSourceError, harbor_domains
+    from posttrain.tasks.registry import BrokenDomain, add_broken
+
+    path = Path(rest).expanduser()
+    if not path.is_absolute():
+        path = (base or Path.cwd()) / path
+    try:
+        found = harbor_domains(path)
+    except HarborSourceError as e:
+        raise SourceError(str(e)) from None
+    add_broken(d for d in found if isinstance(d, BrokenDomain))
+    return [d for d in found if isinstance(d, Domain)]
+
+
+def use_sources(specs: Iterable[str] | None, base: Path | None = None) -> list[Domain]:
+    """Read every source and register its domains; returns them. Relative paths resolve
+    against `base` (default: the current directory)."""
+    from posttrain.tasks.registry import RegistryError, add_domains
+
+    out: list[Domain] = []
+    for spec in specs or ():
+        domains = load_source(spec, base)
+        try:
+            add_domains(domains, f"source {spec}")
+        except RegistryError as e:
+            raise SourceError(str(e)) from None
+        out += domains
+    return out
