@@ -36,6 +36,7 @@ def _rewards(run_dir):
             for r in _rows(run_dir)]
 
 
+@pytest.mark.slow
 def test_resuming_a_checkpoint_repeats_the_uninterrupted_run(tmp_path):
     # Before the fix the groups in flight at the checkpoint were re-run at attempt + 1 (other
     # sampling seeds), so step 3 differed from the uninterrupted run, and the extended run kept

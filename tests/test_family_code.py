@@ -12,7 +12,8 @@ from posttrain.tasks.families.code.humaneval import problems, split_ids
 from posttrain.tasks.families.code.template import problem_split
 from posttrain.values.task import Task
 from posttrain.verifiers.base import Outcome, VerifierError
-from posttrain.verifiers.code import UNIT_TESTS, encode_value, extract_code, same_value
+from posttrain.verifiers.candidate import encode_value, extract_code, same_value
+from posttrain.verifiers.code import UNIT_TESTS
 
 DOMAINS = {d.name: d for d in code_family.domains()}
 WRITE = [d for n, d in DOMAINS.items() if d.env == "single" and n != "code.humaneval"]
@@ -42,7 +43,6 @@ def test_generation_is_deterministic_and_splits_are_content_disjoint():
         assert not keys["train"] & keys["eval"], t.name
 
 
-@pytest.mark.slow
 def test_write_domains_oracle_passes_and_negatives_fail(sandbox):
     for i, d in enumerate(WRITE):
         task = d.task(i % 3, "eval" if i % 2 else "train")
@@ -57,7 +57,6 @@ def test_write_domains_oracle_passes_and_negatives_fail(sandbox):
             assert not v.passed, (d.name, name)
 
 
-@pytest.mark.slow
 def test_repair_domains_through_the_tools_environment(sandbox):
     clean = sandbox.snapshot()
     for i, d in enumerate(REPAIR):
@@ -77,7 +76,6 @@ def test_repair_domains_through_the_tools_environment(sandbox):
     assert not sandbox.run("python3 test_solution.py").ok
 
 
-@pytest.mark.slow
 def test_humaneval_split_and_sampled_canonical_solutions(sandbox):
     assert len(problems()) == 164
     evals, trains = split_ids("eval"), split_ids("train")

@@ -182,6 +182,7 @@ def _cli(args, cwd):
                           env=env, cwd=cwd, timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_tasks_check_show_eval_and_rollout_take_a_source(tmp_path):
     write_jsonl(tmp_path / "qa.jsonl", qa_rows(100))
     p = _cli(["tasks", "check", "--source", "data:qa.jsonl", "--per-domain", "8", "--json"], tmp_path)

@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,14 +24,14 @@ STEPS = 4
 
 def run(trainer, out: Path, total: int) -> str:
     """Train to `total` steps, checkpointing after each; returns the final weights hash."""
-    from posttrain.rollout.runner import EpisodeSpec, run_episodes
+    from posttrain.scheduling.engine import WorkItem, run_episodes
     from posttrain.tasks.registry import get_domain
     from posttrain.values.generation import SamplingParams
 
     domain = get_domain("math.add.d2")
     while trainer.step_count < total:
         cursor = trainer.data_cursor  # the data position comes back from the checkpoint
-        specs = [EpisodeSpec(domain, domain.task(cursor + i, "train"), group_id=str(cursor + i))
+        specs = [WorkItem(domain, domain.task(cursor + i, "train"), group_id=str(cursor + i))
                  for i in range(4) for _ in range(6)]
         trajectories = run_episodes(specs, trainer.policy(), SamplingParams(temperature=1.0, max_tokens=5),
                                     workers=1)
@@ -55,7 +54,6 @@ def main(argv: list[str]) -> None:
     run(Trainer(MODEL, TrainerConfig(lr=2e-3, micro_batch_size=16, run_name="r")), Path(argv[1]), STEPS)
 
 
-@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
     from posttrain.training.config import TrainerConfig
     from posttrain.training.trainer import Trainer

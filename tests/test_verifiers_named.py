@@ -116,6 +116,7 @@ def _bwrap_problem():
     return bwrap_problem()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_bwrap_problem() is not None, reason="needs the sandbox (bubblewrap)")
 def test_unit_tests_and_script_verifiers_on_a_data_source(tmp_path):
     rows = [{"prompt": f"Write add{i}(x) returning x + {i}.", "solution": f"def add{i}(x):\n    return x + {i}\n",

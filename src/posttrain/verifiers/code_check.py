@@ -28,7 +28,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from posttrain.verifiers.base import Verdict, VerifierError, verdict
-from posttrain.verifiers.code import DECODE_SOURCE, encode_value, run_candidate
+from posttrain.verifiers.candidate import DECODE_SOURCE, encode_value, run_candidate
 from posttrain.verifiers.grading import GRADER_MARGIN_S, _fresh, run_grader
 
 if TYPE_CHECKING:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from posttrain.values.verdict import Verdict
 from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError, failed_grading, verdict
-from posttrain.verifiers.code import extract_code
+from posttrain.verifiers.candidate import extract_code
 from posttrain.verifiers.grading import GRADER_MARGIN_S, candidate_sandbox, grading_context, run_grader
 
 if TYPE_CHECKING:

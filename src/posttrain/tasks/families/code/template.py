@@ -24,7 +24,7 @@ from typing import Any
 
 from posttrain.tasks.families.common import content_split, draw_in_split
 from posttrain.values.task import Split, canonical_json
-from posttrain.verifiers.code import encode_value
+from posttrain.verifiers.candidate import encode_value
 
 Params = Mapping[str, Any]
 
