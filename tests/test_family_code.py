@@ -11,8 +11,7 @@ from posttrain.tasks.families import code as code_family
 from posttrain.tasks.families.code.humaneval import problems, split_ids
 from posttrain.tasks.families.code.template import problem_split
 from posttrain.values.task import Task
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError
+from posttrain.verifiers.base import Outcome, VerifierError
 from posttrain.verifiers.candidate import encode_value, extract_code, same_value
 from posttrain.verifiers.code import UNIT_TESTS
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from typing import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from posttrain.sandbox.base import DEFAULT_CLOCK, Limits, Sandbox
 from posttrain.sandbox.pool import MAX_EPISODES
@@ -52,12 +53,13 @@ class ConfigPool:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ConfigPool.{name} must be a positive integer, got {value!r}")
         self.max_idle_per_key, self.max_idle, self.max_episodes = max_idle_per_key, max_idle, max_episodes
-        if opener is None:
-            from posttrain.sandbox.factory import open_sandbox as opener
-        self._opener = opener
+        from posttrain.sandbox.factory import open_sandbox
+
+        self._opener: Callable[..., Sandbox] = opener if opener is not None else open_sandbox
         self._lock = threading.Lock()
-        self._idle: list[tuple[tuple, Sandbox]] = []
-        """(key, sandbox), least recently given back first"""
+        self._idle: list[tuple[tuple, Any]] = []
+        """(key, sandbox), least recently given back first (`SupervisedSandbox`es: `alive`,
+        `close(wait=)`, beyond the `Sandbox` protocol)"""
         self._uses: dict[str, int] = {}
         self._closed = False
         self.stats: dict = {"booted": 0, "reused": 0, "replaced": 0, "resets": 0, "discards": 0,
@@ -88,7 +90,7 @@ class ConfigPool:
         finally:
             self._give_back(key, sb)
 
-    def _take(self, key: tuple) -> Sandbox | None:
+    def _take(self, key: tuple) -> Any:
         while True:
             with self._lock:
                 i = next((i for i in range(len(self._idle) - 1, -1, -1) if self._idle[i][0] == key), None)
@@ -103,15 +105,15 @@ class ConfigPool:
                 self.stats["replaced"] += 1
             self._close(sb)
 
-    def _close(self, sb: Sandbox) -> None:
+    def _close(self, sb: Any) -> None:
         self._uses.pop(sb.id, None)
         # closing takes ~0.1 s (kill, unmount, free the cgroup): not on the grader's time
         try:
-            sb.close(wait=False)  # type: ignore[call-arg]
+            sb.close(wait=False)
         except TypeError:  # a Sandbox implementation without background closing
             sb.close()
 
-    def _give_back(self, key: tuple, sb: Sandbox) -> None:
+    def _give_back(self, key: tuple, sb: Any) -> None:
         with self._lock:
             uses = self._uses.get(sb.id, 0) + 1
             self._uses[sb.id] = uses
@@ -122,7 +124,7 @@ class ConfigPool:
             self._close(sb)
             return
         report = sb.reset()
-        evicted: list[Sandbox] = []
+        evicted: list[Any] = []
         with self._lock:
             self.stats["reset_s_total"] += report.seconds
             if not report.reusable:
@@ -154,7 +156,7 @@ class ConfigPool:
             self._uses.pop(sb.id, None)
             sb.close()
 
-    def __enter__(self) -> "ConfigPool":
+    def __enter__(self) -> ConfigPool:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -64,7 +64,7 @@ class UnitTestVerifier:
     version: str = "2"
     needs_sandbox: bool = True
 
-    def verify(self, task: "Task", outcome: Outcome) -> Verdict:
+    def verify(self, task: Task, outcome: Outcome) -> Verdict:
         s = task.verifier
         mode = s.get("mode", "io")
         entry = s.get("entry_point")
@@ -98,7 +98,7 @@ class UnitTestVerifier:
                                 timeout=timeout, label=label)
         return self._judge(task, run)
 
-    def _candidate_code(self, task: "Task", outcome: Outcome, sandbox: Any, entry: str) -> str | Verdict:
+    def _candidate_code(self, task: Task, outcome: Outcome, sandbox: Any, entry: str) -> str | Verdict:
         path = task.verifier.get("file")
         if path:
             from posttrain.sandbox.base import WorkspacePathError
@@ -117,7 +117,7 @@ class UnitTestVerifier:
             return verdict(self, False, reason=f"code longer than {MAX_CODE_CHARS} characters")
         return code
 
-    def _judge(self, task: "Task", run: CandidateRun) -> Verdict:
+    def _judge(self, task: Task, run: CandidateRun) -> Verdict:
         s = task.verifier
         common = {"seconds": run.seconds, "output_tail": run.output_tail}
         if run.load_error is not None:

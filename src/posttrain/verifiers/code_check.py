@@ -103,7 +103,7 @@ emit({"unknown": unknown[:2000], "error": error})
 '''
 
 
-def grade_check_mode(verifier: "Verifier", task: "Task", outcome: "Outcome", sandbox: Any,
+def grade_check_mode(verifier: Verifier, task: Task, outcome: Outcome, sandbox: Any,
                      code: str, stub: str, timeout: float, label: str) -> Verdict:
     s = task.verifier
     reference = task.reference.get("solution") if isinstance(task.reference, dict) else None

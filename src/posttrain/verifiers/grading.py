@@ -51,8 +51,9 @@ import json
 import os
 import secrets
 import threading
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError
 
@@ -100,7 +101,7 @@ def tail(text: str, n: int = 800) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-def run_grader(sandbox: "Sandbox", program: str, payload: Mapping[str, Any], *, timeout: float,
+def run_grader(sandbox: Sandbox, program: str, payload: Mapping[str, Any], *, timeout: float,
                label: str) -> dict[str, Any]:
     """Run `PRELUDE + program` in `sandbox` (warm path) with `payload` (JSON) on stdin and
     return the JSON object it `emit`s. `label` names the verifier and task in errors.
@@ -216,7 +217,7 @@ emit({"copied": copied})
 
 
 @contextmanager
-def candidate_sandbox(outcome: Outcome) -> Iterator["Sandbox"]:
+def candidate_sandbox(outcome: Outcome) -> Iterator[Sandbox]:
     """Where a grader *runs* candidate code (never where it judges): the episode's sandbox, or
     a default grading sandbox (given back, reset, afterwards) when the verifier is called
     without one."""
@@ -255,7 +256,7 @@ def set_grading_mode(mode: str | None) -> None:
         close_grading_pool()
 
 
-def grading_pool() -> "ConfigPool":
+def grading_pool() -> ConfigPool:
     """This process's pool of reset grading sandboxes (created on first use)."""
     global _pool
     with _pool_lock:
@@ -277,8 +278,8 @@ def close_grading_pool() -> None:
 
 
 @contextmanager
-def grading_sandbox(like: "Sandbox | None", preload: Sequence[str], image: dict | None = None,
-                    limits: Any = None) -> Iterator["Sandbox"]:
+def grading_sandbox(like: Sandbox | None, preload: Sequence[str], image: dict | None = None,
+                    limits: Any = None) -> Iterator[Sandbox]:
     """A pristine sandbox with the backend and limits of `like` (the episode's): an episode that
     was allowed the unisolated process backend is graded with it too. `image`: the task's image
     (`posttrain.images`), when its tests must run over it. The one place graders get sandboxes.
@@ -292,15 +293,12 @@ def grading_sandbox(like: "Sandbox | None", preload: Sequence[str], image: dict 
 
     limits = limits or (like.limits if like is not None else Limits())
     backend = like.info.backend if like is not None and like.info.backend in ("bwrap", "process") else "auto"
-    options = dict(backend=backend, allow_unsandboxed=backend == "process", preload=tuple(preload),
-                   **({"image": image} if image else {}))
     fresh = grading_mode() == "fresh"  # a bad setting is the user's error, not infrastructure
     stack = ExitStack()
     try:
-        if fresh:
-            sandbox = stack.enter_context(open_sandbox(limits, **options))
-        else:
-            sandbox = stack.enter_context(grading_pool().sandbox(limits, **options))
+        opener = open_sandbox if fresh else grading_pool().sandbox
+        sandbox = stack.enter_context(opener(limits, backend=backend, allow_unsandboxed=backend == "process",
+                                             preload=tuple(preload), image=image or None))
     except Exception as e:  # SandboxError and backend start-up failures are infrastructure
         stack.close()
         raise VerifierError(f"could not open a sandbox to grade in: {e}") from e
@@ -312,7 +310,7 @@ def grading_sandbox(like: "Sandbox | None", preload: Sequence[str], image: dict 
 def grading_context(outcome: Outcome, *, include: Sequence[str] | None = None,
                     pristine: Mapping[str, str] | None = None, writable: Sequence[str] = (),
                     preload: Sequence[str] = (), image: dict | None = None, limits: Any = None,
-                    label: str = "grader") -> Iterator["Sandbox"]:
+                    label: str = "grader") -> Iterator[Sandbox]:
     """A fresh sandbox holding copies of the episode's artifacts (see the module docstring).
 
     `include`: workspace globs to copy (None: everything); `pristine`: the task's input files.
