@@ -173,7 +173,7 @@ def test_a_verifier_that_accepts_anything_fails_the_self_check(tmp_path):
     path = write_jsonl(tmp_path / "lax.jsonl", qa_rows(30))
     [d] = load_source(f"data:{path}?verifier=regex&verifier.pattern=.*")
     report = check_domains([d], per_domain=3)
-    assert not report.ok and {f.kind for f in report.failures} == {"negative_passed"}
+    assert not report.ok and "negative_passed" in {f.kind for f in report.failures}
 
 
 def _cli(args, cwd):

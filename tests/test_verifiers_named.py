@@ -94,7 +94,9 @@ def _jsonl(path: Path, rows) -> Path:
 
 @pytest.mark.parametrize("name,rows,query", [
     ("normalized", [{"question": f"capital {i}?", "answer": f"City {i}."} for i in range(30)], ""),
-    ("math", [{"problem": f"Simplify {i}/{2 * i}", "answer": "\\frac{1}{2}" if i % 2 else f"{i}"}
+    # the prompt holds no expression equal to the answer (echoing it would pass, and the
+    # self-check's echo-prompt adversary says so)
+    ("math", [{"problem": f"What is half of {i}?", "answer": f"\\frac{{{i}}}{{2}}" if i % 2 else f"{i // 2}"}
               for i in range(1, 30)], ""),
     ("json", [{"question": f"total of {i} and {i}?", "answer": json.dumps({"total": 2 * i})} for i in range(30)],
      '&verifier.schema={type="object",required=["total"]}'),
