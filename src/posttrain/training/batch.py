@@ -18,8 +18,8 @@ Either way the loss mask is implicit: only generated tokens get a log-prob, prom
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
