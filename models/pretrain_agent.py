@@ -37,9 +37,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agentic_corpus import (  # noqa: E402 - the sibling script, not a package
-    HELD_OUT, TRAINED, CorpusConfig, Transcript, build, single_domains, single_transcript,
+    HELD_OUT,
+    TRAINED,
+    CorpusConfig,
+    Transcript,
+    build,
+    single_domains,
+    single_transcript,
 )
-from pretrain import SPECIALS, build_tokenizer as char_tokenizer  # noqa: E402
+from pretrain import SPECIALS  # noqa: E402
+from pretrain import build_tokenizer as char_tokenizer
 
 TAG = r"</?[a-z_]+>"
 """tool tags are whole pre-tokens, so an action's tokens never run into its stop string"""
@@ -250,12 +257,12 @@ def main(cfg: AgentPretrainConfig) -> dict:
 
 def evaluate_agent(path: Path, n_tasks: int, n_samples: int) -> dict:
     """pass@1 / pass@k / greedy on the eval split of the agentic job's domains."""
+    from posttrain.evaluation.quick import pass_rates
     from posttrain.policies.local import TorchPolicy
     from posttrain.tasks.registry import get_domain
-    from posttrain.training.passk import evaluate
 
     policy = TorchPolicy(path, device="cpu")
-    result = evaluate(policy, [get_domain(n) for n in TRAINED + HELD_OUT], n_tasks=n_tasks,
+    result = pass_rates(policy, [get_domain(n) for n in TRAINED + HELD_OUT], n_tasks=n_tasks,
                       n_samples=n_samples, max_tokens=160)
     for name, r in result.items():
         print(f"{name:32s} pass@1 {r['pass1']:.3f}  pass@{n_samples} {r['passk']:.3f}  greedy {r['greedy']:.3f}")
