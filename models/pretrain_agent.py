@@ -263,7 +263,7 @@ def evaluate_agent(path: Path, n_tasks: int, n_samples: int) -> dict:
 
     policy = TorchPolicy(path, device="cpu")
     result = pass_rates(policy, [get_domain(n) for n in TRAINED + HELD_OUT], n_tasks=n_tasks,
-                      n_samples=n_samples, max_tokens=160)
+                      n_samples=n_samples, max_tokens=160, workers=2)
     for name, r in result.items():
         print(f"{name:32s} pass@1 {r['pass1']:.3f}  pass@{n_samples} {r['passk']:.3f}  greedy {r['greedy']:.3f}")
     return result
