@@ -26,6 +26,7 @@ import dataclasses
 import json
 import math
 import random
+import shutil
 import statistics
 import sys
 import time
@@ -75,6 +76,10 @@ class AgentPretrainConfig:
     eval_tasks: int = 10
     """eval-split tasks per trained / held-out agentic domain for the closing report (0 = skip)"""
     eval_samples: int = 8
+    save_every: int = 50
+    """steps between resumable snapshots in <out>/.partial (0 = none): on a shared machine the
+    run can take hours of wall time; rerunning the same command continues from the last one,
+    with the same batches and the same result as an uninterrupted run"""
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "n_embd", "n_layer", "n_head", "n_positions", "threads"):
@@ -187,7 +192,19 @@ def main(cfg: AgentPretrainConfig) -> dict:
     corpus_s = time.perf_counter() - t_corpus
     sample_singles = [single_transcript(d, s, False) for d in singles for s in range(20)]
     texts = [x for t in tool + sample_singles for x in transcript_texts(t)]
-    tok = build_bpe(texts, cfg.vocab_size) if cfg.vocab_size else char_tokenizer()
+    partial = Path(cfg.out) / ".partial"
+    state = None
+    if (partial / "state.pt").is_file():
+        state = torch.load(partial / "state.pt", weights_only=False)
+        if state["config"] != dataclasses.asdict(cfg):
+            raise ValueError(f"{partial}: a snapshot of other settings ({state['config']}); "
+                             f"delete it or rerun with those settings")
+    if state is not None:
+        from transformers import PreTrainedTokenizerFast
+
+        tok = PreTrainedTokenizerFast.from_pretrained(partial)
+    else:
+        tok = build_bpe(texts, cfg.vocab_size) if cfg.vocab_size else char_tokenizer()
     probe = rng.sample(tool, min(300, len(tool)))
     per_transcript = {"bpe": tokens_per_transcript(tok, probe),
                       "char": tokens_per_transcript(char_tokenizer(), probe)}
@@ -218,8 +235,16 @@ def main(cfg: AgentPretrainConfig) -> dict:
           f"{cfg.n_positions} positions", flush=True)
     rows = Rows(cfg, tool, singles, tok, rng)
     t0, cpu0, seen, queue, loss = time.perf_counter(), time.process_time(), 0, [], torch.tensor(0.0)
+    first, before_s, before_cpu_s = 0, 0.0, 0.0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        rng.setstate(state["rng"])
+        first, seen, queue, rows.dropped = state["step"], state["seen"], state["queue"], state["dropped"]
+        before_s, before_cpu_s = state["train_s"], state["train_cpu_s"]
+        print(f"resuming from {partial} at step {first}", flush=True)
     model.train()
-    for step in range(cfg.steps):
+    for step in range(first, cfg.steps):
         if not queue:
             queue = rows.batches(8)
         ids, mask, labels = pad_batch(queue.pop(), tok.pad_token_id)
@@ -234,8 +259,19 @@ def main(cfg: AgentPretrainConfig) -> dict:
         if step % 50 == 0 or step == cfg.steps - 1:
             el = time.perf_counter() - t0
             print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(step):.2e}  "
-                  f"{seen / el:,.0f} tok/s  {(step + 1) / el:.3f} steps/s  {el:.0f}s", flush=True)
-    train_s, train_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
+                  f"{(step + 1 - first) / el:.3f} steps/s  {before_s + el:.0f}s  "
+                  f"{before_cpu_s + time.process_time() - cpu0:.0f} CPU-s", flush=True)
+        if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
+            partial.mkdir(parents=True, exist_ok=True)
+            tok.save_pretrained(partial)
+            snapshot = {"config": dataclasses.asdict(cfg), "step": step + 1, "model": model.state_dict(),
+                        "opt": opt.state_dict(), "rng": rng.getstate(), "queue": queue, "seen": seen,
+                        "dropped": rows.dropped, "train_s": before_s + time.perf_counter() - t0,
+                        "train_cpu_s": before_cpu_s + time.process_time() - cpu0}
+            torch.save(snapshot, partial / "state.tmp")
+            (partial / "state.tmp").replace(partial / "state.pt")  # atomic: a kill never leaves half
+    train_s = before_s + time.perf_counter() - t0
+    train_cpu_s = before_cpu_s + time.process_time() - cpu0
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -243,6 +279,7 @@ def main(cfg: AgentPretrainConfig) -> dict:
     model.save_pretrained(out)
     tok.save_pretrained(out)
     (out / "policy_version.json").write_text(json.dumps({"name": "tiny-agent", "parent": None}) + "\n")
+    shutil.rmtree(partial, ignore_errors=True)
     report: dict = {"config": dataclasses.asdict(cfg), "params": n_params, "corpus_s": round(corpus_s, 1),
                     "corpus_transcripts": len(tool), "corpus_domains": len(corpus_domains),
                     "tokens_per_transcript": {k: round(v, 1) for k, v in per_transcript.items()},

@@ -63,3 +63,43 @@ def test_rows_are_the_token_in_token_out_history_with_loss_on_actions_only():
     assert ids[:len(prompt1)] == prompt1  # the history the episode will build, id for id
     trained = [i for i, lab in zip(ids, labels) if lab != -100]
     assert trained == act0 + tok("<submit>12</submit>", add_special_tokens=False)["input_ids"]
+
+
+def test_pretraining_resumes_from_its_snapshot_to_the_same_weights(tmp_path, monkeypatch):
+    import pretrain_agent as pa
+    import torch
+
+    corpus = [ac.Transcript("terminal.count.words", s, [f"How many words in story{s}.txt?", "[bash] exit 0\n12"],
+                            [f"<bash>wc -w < story{s}.txt</bash>", f"<submit>{s}2</submit>"], ["</bash>", "</submit>"],
+                            False, 1.0) for s in range(8)]
+    monkeypatch.setattr(pa, "build", lambda cfg: corpus)
+    monkeypatch.setattr(pa, "single_domains", lambda: [])
+    small = dict(vocab_size=300, single_share=0.0, steps=5, batch_size=2, warmup_steps=1, n_embd=16, n_layer=1,
+                 n_head=2, n_positions=128, threads=1, eval_tasks=0, save_every=2)
+
+    def weights(out):
+        from safetensors.torch import load_file
+        return load_file(str(out / "model.safetensors"))
+
+    whole = tmp_path / "whole"
+    pa.main(pa.AgentPretrainConfig(out=str(whole), **small))
+    assert not (whole / ".partial").exists()  # removed once the model is written
+
+    killed = tmp_path / "killed"
+    real, calls = pa.pad_batch, []
+
+    def dies_at_step_4(*a):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(*a)
+
+    monkeypatch.setattr(pa, "pad_batch", dies_at_step_4)
+    with pytest.raises(KeyboardInterrupt):
+        pa.main(pa.AgentPretrainConfig(out=str(killed), **small))
+    assert (killed / ".partial" / "state.pt").is_file()
+    monkeypatch.setattr(pa, "pad_batch", real)
+    report = pa.main(pa.AgentPretrainConfig(out=str(killed), **small))
+    a, b = weights(whole), weights(killed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert report["tokens_seen"] > 0
