@@ -48,30 +48,6 @@ def _check_model(cfg, field: str) -> None:
         raise UserError(f"unknown device {device!r} (cpu, cuda or cuda:N)", field="model.device")
 
 
-def _check_trainer(cfg) -> None:
-    """[trainer] values have the type and range of their `TrainerConfig` field (the message
-    names the field; the section is a plain table until it is that class)."""
-    from pydantic import TypeAdapter, ValidationError
-
-    from posttrain.pipeline.config import ConfigError
-    from posttrain.training.config import TrainerConfig
-
-    import dataclasses
-
-    known = {f.name for f in dataclasses.fields(TrainerConfig)}
-    for key in cfg.trainer:
-        if key not in known:
-            raise ConfigError(f"trainer.{key}: unknown field (check the spelling; known: "
-                              f"{', '.join(sorted(known))})")
-    try:
-        TypeAdapter(TrainerConfig).validate_python(dict(cfg.trainer))
-    except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(["trainer", *map(str, err["loc"])])
-        got = "" if not err["loc"] else f" (got {err['input']!r})"
-        raise ConfigError(f"{field}: {err['msg'].removeprefix('Value error, ')}{got}") from None
-
-
 def _refuse_untrustworthy(run_dir: Path, max_infra_rate: float) -> list[str]:
     from posttrain.evaluation.result import EvalResult
     from posttrain.evaluation.trust import untrustworthy
@@ -117,11 +93,8 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
         run_dir = cfg.run_dir
         try:
             _check_model(cfg, "--model" if model is not None else "model.path")
-            _check_trainer(cfg)
         except UserError as e:
             raise ConfigError(e.line() if e.field == "--model" else f"{source}: {e.line()}") from None
-        except ConfigError as e:
-            raise ConfigError(f"{source}: {e}") from None
         created = not run_dir.exists()
         runlock.acquire(run_dir, "posttrain run")  # before the check: two runs cannot both pass it
         # a run exists once it has recorded something (its store); a run refused before its

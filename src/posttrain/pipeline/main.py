@@ -27,7 +27,7 @@ from typing import Any
 
 from rich.console import Console
 
-from posttrain.pipeline import checks, report
+from posttrain.pipeline import checks, mix, report
 from posttrain.pipeline.config import ConfigError, RunConfig
 from posttrain.pipeline.metrics import MetricsLog, step_row
 from posttrain.tasks.registry import RegistryError, match_domains
@@ -38,6 +38,22 @@ def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
     os.replace(tmp, path)
+
+
+def _backend(scfg: Any, factory: Any) -> Any:
+    """Where episodes run: None is the scheduler's local thread pool; 'ray' joins (or starts) a
+    Ray cluster and spreads `max_running` episodes over `workers` actors."""
+    if scfg.backend == "local":
+        return None
+    from posttrain.scheduling.ray_backend import RayBackend
+
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("scheduler.backend: 'ray' needs Ray (pip install 'ray>=2.30')") from None
+    if not ray.is_initialized():
+        ray.init(address=scfg.address, include_dashboard=False, log_to_driver=False)
+    return RayBackend(factory, num_workers=scfg.workers, concurrency=max(1, scfg.max_running // scfg.workers))
 
 
 class Job:
@@ -60,22 +76,10 @@ class Job:
                                 if config.domains.heldout else [])
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.checkpoints = RunCheckpoints(self.run_dir / "checkpoints", keep=config.keep_checkpoints)
-        self.trainer_config = self._trainer_config()
+        self.trainer_config = config.trainer
         self.stopped_early: str | None = None
         self.tracker: Any = None
         """the experiment trackers of `[logging]` (open while `run` runs)"""
-
-    def _trainer_config(self) -> Any:
-        """The trainer's settings, checked before anything runs (errors name the field)."""
-        from posttrain.training.config import TrainerConfig
-
-        cfg = self.config
-        try:
-            return TrainerConfig.from_dict({"run_name": cfg.name, "seed": cfg.seed, "device": cfg.model.device,
-                                            "temperature": cfg.rollout.temperature, **cfg.trainer},
-                                           where="config [trainer]")
-        except (TypeError, ValueError) as e:
-            raise ConfigError(str(e)) from None
 
     # -- steps of the job -------------------------------------------------------------
     def eval_tasks(self) -> list:
@@ -87,7 +91,7 @@ class Job:
         superseded, its rows leave the store. Samples are seeded by identity, so an evaluation
         cut short by a kill and run again writes each sample once (the store keeps one row per
         identity)."""
-        from posttrain.evaluation import EvalConfig, EvalResult, run_eval
+        from posttrain.evaluation import EvalResult, run_eval
 
         path = self.run_dir / "evals" / f"{name}.json"
         if path.exists():
@@ -99,14 +103,10 @@ class Job:
             store.delete_run(f"eval:{name}")
             path.unlink()
         cfg = self.config
-        ks = tuple(sorted({1, cfg.eval.samples}))
         t0 = time.perf_counter()
         with self.console.status(f"evaluating {policy.version.name} ({name}): {len(tasks)} tasks "
                                  f"x {cfg.eval.samples} samples"):
-            result = run_eval(policy, tasks, EvalConfig(k=ks, temperature=cfg.eval.temperature,
-                                                        max_tokens=cfg.rollout.max_tokens,
-                                                        workers=cfg.scheduler.workers, seed=cfg.seed),
-                              name=name, policy_spec=policy.version.name, store=store,
+            result = run_eval(policy, tasks, cfg.eval, name=name, policy_spec=policy.version.name, store=store,
                               sandbox_factory=sandbox_factory)
         result.save_to_run(self.run_dir)
         self.console.print(f"{name}: {len(tasks)} tasks evaluated in {time.perf_counter() - t0:.1f}s")
@@ -136,7 +136,7 @@ class Job:
 
     async def train(self, trainer: Any, sched_state: dict, store: Any, sandbox_factory: Any) -> None:
         from posttrain.values.generation import SamplingParams
-        from posttrain.scheduling import BatchConfig, DomainSpec, Scheduler, SchedulerConfig, SchedulerStalled
+        from posttrain.scheduling import Scheduler, SchedulerStalled
         from posttrain.scheduling.episodes import RolloutEpisodeFactory
         from posttrain.pipeline.progress import RoundProgress
         from posttrain.training.publish import PolicyPublisher
@@ -147,21 +147,21 @@ class Job:
             return
         if sched_state:  # failures stored after the save move their members on, as they did
             sched_state = advance_recorded_failures(sched_state, store.infra_attempts(cfg.name))
-        lookup = {d.name: d for d in self.train_domains}
+        quarantined = mix.load_quarantines(mix.quarantine_dirs(cfg))
+        if quarantined:
+            self.console.print(f"quarantine: {len(quarantined)} task(s) are never drawn for training")
+        lookup = {d.name: d for d in mix.without_quarantined(self.train_domains, quarantined)}
         sampling = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                   max_tokens=cfg.rollout.max_tokens)
-        factory = RolloutEpisodeFactory(lookup, sampling=sampling, sandbox_factory=sandbox_factory,
-                                        run_id=cfg.name)
-        specs = [DomainSpec(d.name, weight=cfg.domains.weights.get(d.name, 1.0)) for d in self.train_domains]
-        per_step = cfg.rollout.groups_per_step * cfg.rollout.group_size
-        # One step's episodes fit in one generate call: a CPU model runs a batch of 256 tiny
-        # prompts barely slower than a batch of 64.
-        scfg = SchedulerConfig(group_size=cfg.rollout.group_size, groups_per_step=cfg.rollout.groups_per_step,
-                               max_staleness=cfg.scheduler.max_staleness, seed=cfg.seed,
-                               max_running=max(64, per_step), batch=BatchConfig(max_batch=max(64, per_step)))
+        scfg = cfg.scheduler  # group shape, seed and batch sizes filled in from the run (config.py)
+        # Ray actors are other processes: they open their own sandboxes (a pool's handles
+        # cannot be pickled to them)
+        factory = RolloutEpisodeFactory(lookup, sampling=sampling, run_id=cfg.name,
+                                        sandbox_factory=sandbox_factory if scfg.backend == "local" else None)
+        specs = mix.domain_specs(cfg, self.train_domains)
         # The sampler reads its own copy of the weights when samples may be stale (generation
         # then overlaps training); with staleness 0 it shares the trained module.
-        policy = PolicyPublisher(trainer, copy=cfg.scheduler.max_staleness > 0)
+        policy = PolicyPublisher(trainer, copy=scfg.max_staleness != 0)
 
         def on_group(group: Any) -> None:
             store.put_trajectories([(t, lookup[t.domain].task(group.task_seed, "train"), None)
@@ -175,7 +175,8 @@ class Job:
             return list(store.trajectories(run_id=cfg.name, group_id=group_id))
 
         completed = store.group_ids(cfg.name)
-        sched = Scheduler(scfg, specs, policy, factory=factory, workers=cfg.scheduler.workers,
+        sched = Scheduler(scfg, specs, policy, factory=factory, backend=_backend(scfg, factory),
+                          workers=scfg.workers,
                           state=sched_state or None, completed=completed, load_group=load_group,
                           on_group=on_group, on_failure=on_failure, version_name=trainer.version.name)
         policy.subscribe(sched.set_policy_version)  # the trainer's step is the scheduler's version
@@ -276,7 +277,7 @@ class Job:
         trained = [d.name for d in self.train_domains]
         forgetting = forgetting_report(before, after, trained)
         write_forgetting(self.run_dir, forgetting, cfg.name)
-        k = cfg.eval.samples
+        k = cfg.eval.n_samples
         summary = report.summarize(cfg.name, cfg.steps, k, before, after, trained,
                                    [d.name for d in self.heldout_domains], train_s,
                                    time.perf_counter() - t_start, self.stopped_early)
