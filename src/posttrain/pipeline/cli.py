@@ -66,6 +66,9 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
         model: str = typer.Option(None, "--model", help="starting model dir or checkpoint (e.g. a "
                                                         "previous round's runs/X/checkpoints/step-N)"),
         resume: bool = typer.Option(False, "--resume", help="continue a killed run from its last checkpoint"),
+        skip_unfit: bool = typer.Option(False, "--skip-unfit", help="leave out the domains whose prompts do "
+                                                                    "not fit the model's context (named once), "
+                                                                    "instead of refusing to start"),
         max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", min=0.0, max=1.0,
                                              help="exit 3 when the before/after evaluation has more "
                                                   "infrastructure errors than this share (or a domain "
@@ -84,7 +87,8 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     from posttrain.storage.store import StoreError
     from posttrain.tasks.registry import RegistryError
 
-    overrides = {k: v for k, v in (("name", name), ("steps", steps), ("model.path", model)) if v is not None}
+    overrides = {k: v for k, v in (("name", name), ("steps", steps), ("model.path", model),
+                                   ("domains.skip_unfit", skip_unfit or None)) if v is not None}
     source = str(config) if config is not None else "<default config>"
     cfg = None
     created = job_started = False

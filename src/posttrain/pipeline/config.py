@@ -69,6 +69,9 @@ class DomainsSection(_Section):
                                description="task sources whose domains join the registry, e.g. "
                                            "'data:qa.jsonl' (posttrain.tasks.sources); when `train` is not "
                                            "given, their domains are what is trained")
+    skip_unfit: bool = Field(False, description="leave out (and name once) the domains whose prompts "
+                                                "do not fit the model's context, instead of refusing "
+                                                "to start (`posttrain run --skip-unfit`)")
     quarantine: list[str] = Field(default_factory=list,
                                   description="run directories (or their quarantine.json) whose "
                                               "quarantined tasks (`posttrain tasks noise`) are never "

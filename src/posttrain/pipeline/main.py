@@ -78,6 +78,8 @@ class Job:
         self.checkpoints = RunCheckpoints(self.run_dir / "checkpoints", keep=config.keep_checkpoints)
         self.trainer_config = config.trainer
         self.stopped_early: str | None = None
+        self.unfit: list[str] = []
+        """domains left out because their prompts do not fit the model (`skip_unfit`)"""
         self.tracker: Any = None
         """the experiment trackers of `[logging]` (open while `run` runs)"""
 
@@ -246,7 +248,15 @@ class Job:
                                                   // max(1, len(self.train_domains))),
                                    allow=cfg.allow_contamination, console=self.console)
         trainer, sched_state = self.make_trainer()
-        checks.check_context(trainer.policy(), self.train_domains, eval_tasks)
+        unfit = checks.check_context(trainer.policy(), self.train_domains, eval_tasks,
+                                     skip=cfg.domains.skip_unfit, console=self.console)
+        if unfit:  # left out, said once above and recorded in summary.json
+            self.unfit = sorted(unfit)
+            self.train_domains = [d for d in self.train_domains if d.name not in unfit]
+            self.heldout_domains = [d for d in self.heldout_domains if d.name not in unfit]
+            eval_tasks = [(d, t) for d, t in eval_tasks if d.name not in unfit]
+            if not self.train_domains:
+                raise ConfigError("no trained domain fits the model's context (all were left out)")
         with ExitStack() as stack:
             store = stack.enter_context(Store.for_run_dir(self.run_dir))
             from posttrain.tracking import eval_scalars, open_tracker
@@ -281,6 +291,7 @@ class Job:
         summary = report.summarize(cfg.name, cfg.steps, k, before, after, trained,
                                    [d.name for d in self.heldout_domains], train_s,
                                    time.perf_counter() - t_start, self.stopped_early)
+        summary["unfit_domains"] = self.unfit
         _write_json(self.run_dir / "summary.json", summary)
         report.print_table(self.console, cfg.steps, k, before, after, trained, summary)
         try:
