@@ -76,8 +76,9 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON line at the end")) -> None:
     """Post-train a model with GRPO: evaluate, train on the scheduler, evaluate again.
 
-    Exit codes: 0 done; 2 bad config or input; 3 the evaluation is not trustworthy
-    (infrastructure errors, see --max-infra-rate); 130 interrupted."""
+    Exit codes: 0 done; 1 a significant regression against `[eval] baseline`; 2 bad config or
+    input; 3 the evaluation is not trustworthy (infrastructure errors, see --max-infra-rate);
+    130 interrupted."""
     from posttrain import runlock, runs
     from posttrain.errors import EXIT_BAD_INPUT, EXIT_UNTRUSTWORTHY, UserError
     from posttrain.evaluation.contamination import ContaminationError
@@ -142,6 +143,10 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     if reasons:
         typer.echo("not trustworthy:\n  " + "\n  ".join(reasons), err=True)
         raise typer.Exit(EXIT_UNTRUSTWORTHY)
+    if summary.get("gate") and not summary["gate"]["passed"]:  # [eval] baseline: a regression
+        typer.echo(f"error: significant regression against {summary['gate']['baseline']}: "
+                   f"{', '.join(summary['gate']['regressions'])}", err=True)
+        raise typer.Exit(1)
 
 
 def _forget(run_dir: Path) -> None:

@@ -98,6 +98,11 @@ class EvalSection(EvalConfig):
     tasks_per_domain: int = 50
     """eval-split tasks per domain (seeds 0..N-1; a small domain that repeats a problem keeps it once)"""
 
+    baseline: str | None = None
+    """a baseline file (`posttrain eval baseline create`): after training, the trained policy is
+    run on its frozen tasks, and the run exits 1 on a significant regression, as
+    `posttrain eval --baseline` does (`evals/gate.json`, `summary.json` "gate")"""
+
     @model_validator(mode="before")
     @classmethod
     def _samples(cls, data: Any) -> Any:

@@ -74,6 +74,7 @@ class Job:
         trained = {d.name for d in self.train_domains}
         self.heldout_domains = ([d for d in match_domains(config.domains.heldout) if d.name not in trained]
                                 if config.domains.heldout else [])
+        self.baseline = self._baseline()
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.checkpoints = RunCheckpoints(self.run_dir / "checkpoints", keep=config.keep_checkpoints)
         self.trainer_config = config.trainer
@@ -82,6 +83,29 @@ class Job:
         """domains left out because their prompts do not fit the model (`skip_unfit`)"""
         self.tracker: Any = None
         """the experiment trackers of `[logging]` (open while `run` runs)"""
+
+    def _baseline(self) -> Any:
+        """`[eval] baseline`, loaded before anything runs (a bad file fails the run at once)."""
+        if self.config.eval.baseline is None:
+            return None
+        from posttrain.evaluation.baseline import Baseline
+
+        try:
+            return Baseline.load(self.config.eval.baseline)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"eval.baseline: {e}") from None
+
+    def gate(self, policy: Any, store: Any) -> dict[str, Any]:
+        """The trained policy against `[eval] baseline`, like `posttrain eval --baseline`."""
+        from posttrain.evaluation.baseline import gate
+
+        outcome = gate(self.baseline, policy, name="gate", policy_spec=policy.version.name, store=store)
+        outcome.candidate.save_to_run(self.run_dir)
+        outcome.report.save_to_run(self.run_dir, "gate-vs-baseline")
+        for line in outcome.lines():
+            self.console.print(line)
+        return {"baseline": self.config.eval.baseline, "passed": outcome.passed,
+                "regressions": outcome.report.regressions}
 
     # -- steps of the job -------------------------------------------------------------
     def eval_tasks(self) -> list:
@@ -284,6 +308,7 @@ class Job:
             train_s = time.perf_counter() - t_train
             after = self.evaluate(trainer.policy(), "after", eval_tasks, store, sandbox_factory)
             self.tracker.log(trainer.step_count, eval_scalars(after.summary, "after"))
+            gate = self.gate(trainer.policy(), store) if self.baseline is not None else None
         trained = [d.name for d in self.train_domains]
         forgetting = forgetting_report(before, after, trained)
         write_forgetting(self.run_dir, forgetting, cfg.name)
@@ -292,6 +317,8 @@ class Job:
                                    [d.name for d in self.heldout_domains], train_s,
                                    time.perf_counter() - t_start, self.stopped_early)
         summary["unfit_domains"] = self.unfit
+        if gate is not None:
+            summary["gate"] = gate
         _write_json(self.run_dir / "summary.json", summary)
         report.print_table(self.console, cfg.steps, k, before, after, trained, summary)
         try:
