@@ -4,11 +4,12 @@ validated one way; per-domain scheduler overrides by glob; quarantined tasks are
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from posttrain.evaluation.config import EvalConfig
-from posttrain.pipeline import mix
+from posttrain.pipeline import checks, mix
 from posttrain.pipeline.config import (ConfigError, DomainOverride, EvalSection, RunConfig,
                                        SchedulerSection, load_config)
 from posttrain.scheduling.config import (AdaptiveConfig, BatchConfig, DomainSpec, QuarantineConfig,
@@ -16,6 +17,8 @@ from posttrain.scheduling.config import (AdaptiveConfig, BatchConfig, DomainSpec
 from posttrain.settings import describe_fields
 from posttrain.tasks.registry import get_domain
 from posttrain.training.config import TrainerConfig
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SETTINGS_CLASSES = [TrainerConfig, SchedulerConfig, RetryConfig, QuarantineConfig, AdaptiveConfig,
                     BatchConfig, DomainSpec, EvalConfig, EvalSection, SchedulerSection, DomainOverride]
@@ -114,3 +117,20 @@ def test_quarantined_tasks_are_never_drawn_and_the_draw_stays_seeded(tmp_path):
     assert wrapped.generate.skipped >= 20
     with pytest.raises(ConfigError, match="no quarantine.json there"):
         mix.quarantine_dirs(load_config(None, {"domains.quarantine": [str(tmp_path / "none")]}))
+
+
+def test_train_star_selects_every_domain_with_a_train_split_except_the_held_out(tmp_path):
+    from rich.console import Console
+
+    from posttrain.pipeline.main import Job
+    from posttrain.tasks.registry import match_domains
+
+    cfg = load_config(ROOT / "configs" / "breadth.toml", {"runs_dir": str(tmp_path)})
+    job = Job(cfg, Console(quiet=True))
+    trained = {d.name for d in job.train_domains}
+    held = {d.name for d in job.heldout_domains}
+    assert held == set(cfg.domains.heldout) and not trained & held
+    assert len(trained) + len(held) >= 300 and {d.split(".")[0] for d in trained} >= \
+        {"math", "text", "code", "terminal", "geometry", "docs", "rg"}
+    assert trained == {d.name for d in match_domains(["*"])
+                       if d.name not in held and checks.has_split(d, "train")}

@@ -61,8 +61,9 @@ class DomainsSection(_Section):
     train: list[str] = Field(default_factory=lambda: list(DEFAULT_TRAIN),
                              description="domain globs trained on")
     heldout: list[str] = Field(default_factory=lambda: list(DEFAULT_HELDOUT),
-                               description="domain globs never trained on, evaluated before and "
-                                           "after to measure forgetting")
+                               description="domain globs never trained on (even where a `train` "
+                                           "glob matches them), evaluated before and after to "
+                                           "measure forgetting")
     weights: dict[str, float] = Field(default_factory=dict,
                                       description="domain -> sampling weight (default 1)")
     sources: list[str] = Field(default_factory=list,

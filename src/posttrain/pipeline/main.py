@@ -68,12 +68,13 @@ class Job:
 
         added = [d.name for d in use_sources(config.domains.sources)]
         train = added if added and "train" not in config.domains.model_fields_set else config.domains.train
-        self.train_domains = [d for d in match_domains(train) if checks.has_split(d, "train")]
+        # held-out domains are never trained, even where a train glob matches them (train = ["*"])
+        self.heldout_domains = match_domains(config.domains.heldout) if config.domains.heldout else []
+        heldout = {d.name for d in self.heldout_domains}
+        self.train_domains = [d for d in match_domains(train)
+                              if d.name not in heldout and checks.has_split(d, "train")]
         if not self.train_domains:
-            raise RegistryError(f"no domain matching {train} has train-split tasks")
-        trained = {d.name for d in self.train_domains}
-        self.heldout_domains = ([d for d in match_domains(config.domains.heldout) if d.name not in trained]
-                                if config.domains.heldout else [])
+            raise RegistryError(f"no domain matching {train} (and not held out) has train-split tasks")
         self.baseline = self._baseline()
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.checkpoints = RunCheckpoints(self.run_dir / "checkpoints", keep=config.keep_checkpoints)
@@ -184,7 +185,7 @@ class Job:
         # cannot be pickled to them)
         factory = RolloutEpisodeFactory(lookup, sampling=sampling, run_id=cfg.name,
                                         sandbox_factory=sandbox_factory if scfg.backend == "local" else None)
-        specs = mix.domain_specs(cfg, self.train_domains)
+        specs = mix.domain_specs(cfg, self.train_domains, left_out=self.unfit)
         # The sampler reads its own copy of the weights when samples may be stale (generation
         # then overlaps training); with staleness 0 it shares the trained module.
         policy = PolicyPublisher(trainer, copy=scfg.max_staleness != 0)
@@ -266,11 +267,6 @@ class Job:
         self.console.print(f"[bold]posttrain run[/] {cfg.name}: {len(self.train_domains)} trained domains, "
                            f"{len(self.heldout_domains)} held out -> {self.run_dir}")
         eval_tasks = self.eval_tasks()
-        cfg_r = cfg.rollout
-        checks.check_contamination(self.train_domains, eval_tasks, run_dir=self.run_dir,
-                                   per_domain=max(200, cfg_r.groups_per_step * cfg.steps
-                                                  // max(1, len(self.train_domains))),
-                                   allow=cfg.allow_contamination, console=self.console)
         trainer, sched_state = self.make_trainer()
         unfit = checks.check_context(trainer.policy(), self.train_domains, eval_tasks,
                                      skip=cfg.domains.skip_unfit, console=self.console)
@@ -281,6 +277,12 @@ class Job:
             eval_tasks = [(d, t) for d, t in eval_tasks if d.name not in unfit]
             if not self.train_domains:
                 raise ConfigError("no trained domain fits the model's context (all were left out)")
+        # after the context check: a domain left out is not trained, so it cannot leak
+        cfg_r = cfg.rollout
+        checks.check_contamination(self.train_domains, eval_tasks, run_dir=self.run_dir,
+                                   per_domain=max(200, cfg_r.groups_per_step * cfg.steps
+                                                  // max(1, len(self.train_domains))),
+                                   allow=cfg.allow_contamination, console=self.console)
         with ExitStack() as stack:
             store = stack.enter_context(Store.for_run_dir(self.run_dir))
             from posttrain.tracking import eval_scalars, open_tracker

@@ -27,9 +27,12 @@ REDRAWS = 64
 """seeds tried after a quarantined one before the domain is declared exhausted"""
 
 
-def domain_specs(cfg: RunConfig, domains: Sequence[Domain]) -> list[DomainSpec]:
+def domain_specs(cfg: RunConfig, domains: Sequence[Domain], left_out: Iterable[str] = ()) -> list[DomainSpec]:
+    """`left_out`: domains the run selected but left out (`skip_unfit`); a glob that matches
+    only those is not a typo."""
     overrides = cfg.scheduler.domains
-    unmatched = [g for g in overrides if not any(fnmatch.fnmatchcase(d.name, g) for d in domains)]
+    names = [d.name for d in domains] + list(left_out)
+    unmatched = [g for g in overrides if not any(fnmatch.fnmatchcase(n, g) for n in names)]
     if unmatched:
         raise ConfigError(f"scheduler.domains: {', '.join(repr(g) for g in unmatched)} match(es) no "
                           f"trained domain ({len(domains)} trained)")
