@@ -67,6 +67,8 @@ def main() -> None:
     ap.add_argument("--tasks-per-domain", type=int, default=4)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--model", default=None, help="starting model (default: the config's)")
+    ap.add_argument("--allow-contamination", action="store_true",
+                    help="run even if the contamination guard refuses (reported in the JSON line)")
     args = ap.parse_args()
     runs = Path(args.runs_dir)
     shutil.rmtree(runs, ignore_errors=True)
@@ -75,6 +77,8 @@ def main() -> None:
                  "logging.backends": []}
     if args.model:
         overrides["model.path"] = args.model
+    if args.allow_contamination:
+        overrides["allow_contamination"] = True
     cfg = load_config(args.config, overrides)
     if not Path(cfg.model.path).is_absolute():  # the config's paths are relative to the repository
         cfg = load_config(args.config, {**overrides, "model.path": str(ROOT / cfg.model.path)})
@@ -124,6 +128,7 @@ def main() -> None:
         "heldout_delta": sum(held) / len(held) if held else None,
         "base_pass1": summary.get("base_pass1"), "final_pass1": summary.get("final_pass1"),
         "wall_s": round(wall_s, 1),
+        "contamination_overridden": json.loads((cfg.run_dir / "contamination.json").read_text())["overridden"],
     }
     table = Table(title=f"breadth: {len(trained)} trained domains, {cfg.steps} steps (shortened)")
     table.add_column("figure")
