@@ -89,9 +89,12 @@ def test_domain_overrides_by_glob_later_globs_win():
                                                    "math.add.*": {"tier": "background"}}})
     domains = [get_domain(n) for n in ("math.add.d1", "math.max.d1", "text.upper.l3")]
     specs = {s.name: s for s in mix.domain_specs(cfg, domains)}
-    assert specs["math.add.d1"] == DomainSpec("math.add.d1", weight=2.0, max_concurrency=2, tier="background")
-    assert specs["math.max.d1"] == DomainSpec("math.max.d1", weight=2.0, max_concurrency=2)
-    assert specs["text.upper.l3"] == DomainSpec("text.upper.l3")
+    light = {"light": True}  # in-process domains: no sandbox (set from the domain, not the config)
+    assert specs["math.add.d1"] == DomainSpec("math.add.d1", weight=2.0, max_concurrency=2, tier="background", **light)
+    assert specs["math.max.d1"] == DomainSpec("math.max.d1", weight=2.0, max_concurrency=2, **light)
+    assert specs["text.upper.l3"] == DomainSpec("text.upper.l3", **light)
+    code = mix.domain_specs(cfg, [get_domain("code.list.chunk")] + domains)[0]
+    assert code.sandboxed and not code.light
     typo = load_config(None, {"scheduler.domains": {"maths.*": {"weight": 2.0}}})
     with pytest.raises(ConfigError, match="'maths.\\*' match\\(es\\) no trained domain"):
         mix.domain_specs(typo, domains)

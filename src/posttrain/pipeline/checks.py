@@ -30,10 +30,6 @@ def has_split(domain: Domain, split: str) -> bool:
     return True
 
 
-def needs_sandbox(domains: Sequence[Domain]) -> bool:
-    return any(d.env == "tools" or d.verifier.needs_sandbox for d in domains)
-
-
 def eval_tasks(domains: Sequence[Domain], per_domain: int) -> list[tuple[Domain, Task]]:
     out, seen = [], set()
     for d in domains:

@@ -190,19 +190,17 @@ class Job:
         # then overlaps training); with staleness 0 it shares the trained module.
         policy = PolicyPublisher(trainer, copy=scfg.max_staleness != 0)
 
-        def on_group(group: Any) -> None:
-            store.put_trajectories([(t, lookup[t.domain].task(group.task_seed, "train"), None)
-                                    for t in group.trajectories])
+        def on_group(group: Any) -> None:  # results arrive intact: task and final workspace
+            store.put_trajectories([(r.trajectory, r.task, r.workspace_archive) for r in group.results])
 
-        def on_failure(traj: Any) -> None:
-            store.put_trajectory(traj, lookup[traj.domain].task(int(traj.seed), "train")
-                                 if traj.seed is not None else None)
+        def on_failure(result: Any) -> None:  # stored against its own task, never a regenerated one
+            store.put_trajectory(result.trajectory, result.task, result.workspace_archive)
 
         def load_group(group_id: str) -> list:
             return list(store.trajectories(run_id=cfg.name, group_id=group_id))
 
         completed = store.group_ids(cfg.name)
-        sched = Scheduler(scfg, specs, policy, factory=factory, backend=_backend(scfg, factory),
+        sched = Scheduler(scfg, specs, policy, factory=factory, tasks=factory, backend=_backend(scfg, factory),
                           workers=scfg.workers,
                           state=sched_state or None, completed=completed, load_group=load_group,
                           on_group=on_group, on_failure=on_failure, version_name=trainer.version.name)
@@ -290,14 +288,10 @@ class Job:
             self.tracker = open_tracker(cfg.logging, self.run_dir, cfg.name, cfg.model_dump(mode="json"))
             stack.callback(self.tracker.close)
             store.start_run(cfg.name, cfg.model_dump(mode="json"))
-            sandbox_factory = None
-            if checks.needs_sandbox(self.train_domains + self.heldout_domains):
-                from posttrain.envs import sandbox_preload
-                from posttrain.sandbox import SandboxPool
+            from posttrain.scheduling.engine import sandbox_pool
 
-                preload = sandbox_preload(self.train_domains + self.heldout_domains)
-                sandbox_factory = stack.enter_context(SandboxPool(size=cfg.scheduler.workers,
-                                                                  preload=preload)).sandbox
+            sandbox_factory = stack.enter_context(sandbox_pool(self.train_domains + self.heldout_domains,
+                                                               cfg.scheduler.workers))
             start = trainer.version
             if trainer.step_count == 0:
                 store.put_policy_version(start.name, start.parent, start.weights_hash, cfg.model.path)

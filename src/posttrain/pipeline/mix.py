@@ -16,6 +16,7 @@ import fnmatch
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from posttrain.envs import needs_sandbox
 from posttrain.evaluation.noise import QUARANTINE_FILE, load_quarantine
 from posttrain.pipeline.config import ConfigError, RunConfig
 from posttrain.scheduling.config import DomainSpec
@@ -38,7 +39,9 @@ def domain_specs(cfg: RunConfig, domains: Sequence[Domain], left_out: Iterable[s
                           f"trained domain ({len(domains)} trained)")
     specs = []
     for d in domains:
-        fields: dict[str, object] = {"weight": cfg.domains.weights.get(d.name, 1.0)}
+        sandboxed = needs_sandbox(d)
+        fields: dict[str, object] = {"weight": cfg.domains.weights.get(d.name, 1.0), "sandboxed": sandboxed,
+                                     "light": not sandboxed}
         for glob, override in overrides.items():
             if fnmatch.fnmatchcase(d.name, glob):
                 fields.update(override.given())
