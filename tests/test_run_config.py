@@ -10,10 +10,15 @@ import pytest
 
 from posttrain.evaluation.config import EvalConfig
 from posttrain.pipeline import checks, mix
-from posttrain.pipeline.config import (ConfigError, DomainOverride, EvalSection, RunConfig,
-                                       SchedulerSection, load_config)
-from posttrain.scheduling.config import (AdaptiveConfig, BatchConfig, DomainSpec, QuarantineConfig,
-                                         RetryConfig, SchedulerConfig)
+from posttrain.pipeline.config import ConfigError, DomainOverride, EvalSection, RunConfig, SchedulerSection, load_config
+from posttrain.scheduling.config import (
+    AdaptiveConfig,
+    BatchConfig,
+    DomainSpec,
+    QuarantineConfig,
+    RetryConfig,
+    SchedulerConfig,
+)
 from posttrain.settings import describe_fields
 from posttrain.tasks.registry import get_domain
 from posttrain.training.config import TrainerConfig

@@ -120,12 +120,12 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
         if job_started and cfg is not None:
             runs.mark(cfg.run_dir, "failed", str(e))  # for `posttrain runs` (kept only if the dir is)
         typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(EXIT_BAD_INPUT)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
     except StoreError as e:  # a full disk, a store another process holds, a corrupt file
         if job_started and cfg is not None:
             runs.mark(cfg.run_dir, "failed", str(e))
         typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     except KeyboardInterrupt:
         if job_started and cfg is not None:
             runs.mark(cfg.run_dir, "interrupted")

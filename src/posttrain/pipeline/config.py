@@ -12,9 +12,9 @@
 
 The trainer's, evaluation's and scheduler's sections are their own settings classes (with the
 run's defaults), so there is one definition of every knob, documented where it is used, and one
-validation (pydantic, `posttrain.settings`). Unknown keys are errors (a typo never silently falls back to a default), and every error names
-the file and the dotted field, e.g. ``my.toml: rollout.group_size: Input should be greater than
-or equal to 2``.
+validation (pydantic, `posttrain.settings`). Unknown keys are errors (a typo never silently falls
+back to a default), and every error names the file and the dotted field, e.g. ``my.toml:
+rollout.group_size: Input should be greater than or equal to 2``.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ class TrainerConfig:
     """torch device of the model being trained ('cpu', 'cuda', 'cuda:1')"""
 
     @model_validator(mode="after")
-    def _rules(self) -> "TrainerConfig":
+    def _rules(self) -> TrainerConfig:
         check(self.lr > 0, self, "lr", "must be > 0")
         check(self.weight_decay >= 0, self, "weight_decay", "must be >= 0")
         check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), self, "betas",
