@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, dataclass_transform
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass as _pydantic_dataclass
 
 T = TypeVar("T")
@@ -32,6 +32,7 @@ T = TypeVar("T")
 SETTINGS = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, Field))
 def settings(cls: type[T]) -> type[T]:
     """Make `cls` a frozen, validated settings dataclass (unknown fields are errors)."""
     return _pydantic_dataclass(frozen=True, config=SETTINGS)(cls)  # type: ignore[return-value]
@@ -104,8 +105,4 @@ def describe_fields(cls: type) -> dict[str, str]:
     """field -> its docstring, for help texts and generated documentation."""
     fields: dict[str, Any] = getattr(cls, "__pydantic_fields__", {})
     return {name: info.description or "" for name, info in fields.items()}
-
-
-def field_names(cls: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
 
