@@ -237,9 +237,12 @@ class Job:
                                max_running=max(64, per_step), batch=BatchConfig(max_batch=max(64, per_step)))
         # The sampler reads its own copy of the weights when samples may be stale (generation
         # then overlaps training); with staleness 0 it shares the trained module.
-        policy = SyncedPolicy(trainer, copy=cfg.scheduler.max_staleness > 0)
+        served = self._served_policy(trainer) if cfg.rollout.engine != "local" else None
+        policy = served or SyncedPolicy(trainer, copy=cfg.scheduler.max_staleness > 0)
 
         def on_group(group: Any) -> None:
+            if served is not None:  # the version each episode was really served under
+                served.record(group.trajectories)
             store.put_trajectories([(t, lookup[t.domain].task(group.task_seed, "train"), None)
                                     for t in group.trajectories])
 
@@ -267,7 +270,11 @@ class Job:
                         break
                     if not groups:
                         break
+                    served_metrics: dict[str, Any] = {}
+                    if served is not None:  # the bound, on the versions really served
+                        groups, served_metrics = served.filter_stale(groups, cfg.scheduler.max_staleness)
                     metrics = await asyncio.to_thread(trainer.step, [g.trajectories for g in groups])
+                    metrics.update(served_metrics)
                     policy.sync()
                     sched.set_policy_version(trainer.version.name)
                     at_checkpoint = trainer.step_count % cfg.checkpoint_every == 0 or trainer.step_count == steps
@@ -284,6 +291,22 @@ class Job:
                     self.checkpoint(trainer, sched, store)
                 sched_metrics = sched.metrics(per_domain=True)
         _write_json(self.run_dir / "scheduler.json", sched_metrics)
+
+    def _served_policy(self, trainer: Any) -> Any:
+        """Generation on inference servers kept at the trainer's weights (`rollout.engine`)."""
+        from posttrain.pipeline.config import ConfigError
+        from posttrain.policies.server.routed import ServedPolicy
+        from posttrain.training.sync import ServerSyncedPolicy, WeightSync
+
+        cfg = self.config
+        try:
+            served = ServedPolicy.from_spec(cfg.rollout.engine, tokenizer=trainer.tokenizer,
+                                            version=trainer.version)
+            sync = WeightSync(served.roots, self.run_dir / "weights", method=cfg.rollout.sync)
+        except ValueError as e:
+            raise ConfigError(f"config [rollout]: {e}") from None
+        # the servers start from exactly the trainer's weights (and a resumed run's)
+        return ServerSyncedPolicy(trainer, served, sync)
 
     @staticmethod
     def _sched_brief(sched: Any) -> dict[str, Any]:
