@@ -16,7 +16,10 @@ Four measurements, then one JSON line:
 3. **greedy identity** -- `--identical` prompts across every task family (prompts and oracle
    transcripts cut at varied lengths, with and without stop strings): fast output must equal
    standard output token for token (`greedy_mismatches` = 0).
-4. **reuse across turns** -- 8-turn token-in/token-out episodes (each turn: prompt +
+4. **pass@1 on the same eval** -- the RL mix's eval split sampled at temperature 1 by standard
+   mode and by fast mode as shipped (prompt lookup + prefix cache): fast must fall inside the
+   standard mode's 95% interval (binomial over samples, averaged over domains).
+5. **reuse across turns** -- 8-turn token-in/token-out episodes (each turn: prompt +
    completion + "\\n" + a new problem): the share of turn 8's prompt served by the prefix
    cache, and the wall time of whole episodes with reuse vs without.
 
@@ -89,6 +92,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="rows per generate call (copy-heavy workload)")
     parser.add_argument("--batches", default="1,80", help="other batch sizes reported for the copy-heavy workload")
     parser.add_argument("--episodes", type=int, default=32)
+    parser.add_argument("--pass1-tasks", type=int, default=30, help="eval tasks per domain for pass@1 (0 to skip)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
@@ -163,7 +167,22 @@ def main() -> None:
         identity[vname] = (len(requests), bad)
     families = sorted({f for f, *_ in prompts})
 
-    # 4. reuse across turns, token in / token out
+    # 4. pass@1, standard vs fast as shipped
+    pass1: dict[str, float] = {}
+    if args.pass1_tasks:
+        from posttrain.training.passk import evaluate
+        from posttrain.training.recipe import DEFAULT_MIX
+
+        mix = [get_domain(n) for n in DEFAULT_MIX.split(",")]
+        shipped = TorchPolicy(standard.model, standard.tokenizer, mode="fast")
+        for name, policy in (("standard", standard), ("fast", shipped)):
+            res = evaluate(policy, mix, n_tasks=args.pass1_tasks, n_samples=8, greedy=False)
+            pass1[name] = sum(r["pass1"] for r in res.values()) / len(res)
+            if name == "standard":
+                n = args.pass1_tasks * 8
+                half = 1.96 * sum(r["pass1"] * (1 - r["pass1"]) / n for r in res.values()) ** 0.5 / len(res)
+
+    # 5. reuse across turns, token in / token out
     tok = standard.tokenizer
     ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
     reuse = TorchPolicy(standard.model, tok, prefix_cache_mb=64)
@@ -216,6 +235,9 @@ def main() -> None:
           f"{share:.3f}; outputs identical with reuse: {same}")
     for name, s in ep_times.items():
         print(f"  {name:14s} {s:7.3f} s  {ep_times['without reuse'] / s:5.2f}x")
+    if pass1:
+        print(f"\npass@1 (RL mix, eval split, {args.pass1_tasks} tasks x 8 samples per domain): standard "
+              f"{pass1['standard']:.3f} +- {half:.3f}, fast {pass1['fast']:.3f}")
     fast_name = "fast (prompt lookup)"
     result = {
         "speedup_tokens_per_s": round(copy_speed[fast_name] / copy_speed["standard"], 2),
@@ -230,11 +252,16 @@ def main() -> None:
         "greedy_mismatches": identity[fast_name][1],
         "greedy_families": len(families),
         "prefill_reused_share": round(share, 3),
+        "turn8_prompt_tokens": round(turn8_len, 1),
         "reuse_outputs_identical": same,
         "episode_speedup": round(ep_times["without reuse"] / ep_times["with reuse"], 2),
         "episode_speedup_fast": round(ep_times["without reuse"] / ep_times["fast + reuse"], 2),
         "threads": args.threads, "load_avg": round(load_before, 2),
     }
+    if pass1:
+        result.update(pass1_standard=round(pass1["standard"], 4), pass1_fast=round(pass1["fast"], 4),
+                      pass1_ci95=round(half, 4),
+                      pass1_fast_within_ci=abs(pass1["fast"] - pass1["standard"]) <= half)
     if "fast (draft model)" in variants:
         result["draft_speedup_tokens_per_s"] = round(copy_speed["fast (draft model)"] / copy_speed["standard"], 2)
         result["draft_own_answers_speedup"] = round(own_speed["fast (draft model)"] / own_speed["standard"], 2)

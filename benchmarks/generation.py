@@ -32,13 +32,13 @@ def main() -> None:
     from posttrain.values.generation import GenerationRequest, Message, SamplingParams
     from posttrain.policies.local import TorchPolicy
     from posttrain.tasks.registry import get_domain
-    from posttrain.training.recipe import DEFAULT_MIX
+    from posttrain.pipeline.config import DEFAULT_TRAIN
 
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]
     policy = TorchPolicy(args.model, device="cpu")
     policy.eos_ids = set()  # run every row the full length: equal work for all variants
-    domains = [get_domain(n) for n in DEFAULT_MIX.split(",")]
+    domains = [get_domain(n) for n in DEFAULT_TRAIN]
     prompts = [domains[i % len(domains)].task(i, "train").prompt for i in range(args.batch)]
     sampling = SamplingParams(temperature=1.0, max_tokens=args.new_tokens)
     requests = [GenerationRequest((Message("user", p),), sampling) for p in prompts]

@@ -81,13 +81,13 @@ def main() -> None:
     from posttrain.tasks.registry import get_domain
     from posttrain.tracking import LoggingConfig, flatten, open_tracker
     from posttrain.training.config import TrainerConfig
-    from posttrain.training.recipe import DEFAULT_MIX
+    from posttrain.pipeline.config import DEFAULT_TRAIN
     from posttrain.training.trainer import Trainer
 
     torch.set_num_threads(args.threads)
     load = os.getloadavg()[0]
     rng = random.Random(0)
-    domains = DEFAULT_MIX.split(",")
+    domains = list(DEFAULT_TRAIN)
     prompts = [get_domain(domains[i % len(domains)]).task(i, "train").prompt for i in range(args.groups)]
     trainer = Trainer(args.model, TrainerConfig(lr=1e-5))
     groups = _groups(trainer.policy(), prompts, args.group_size, rng)

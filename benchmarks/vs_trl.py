@@ -31,7 +31,7 @@ import time
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="models/tiny-base")
-    parser.add_argument("--domains", default=None, help="comma-separated (default: the recipe's mix)")
+    parser.add_argument("--domains", default=None, help="comma-separated (default: the main job's mix)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--prompts", type=int, default=16, help="prompts (groups) per step")
     parser.add_argument("--group", type=int, default=8, help="samples per prompt")
@@ -51,13 +51,13 @@ def main() -> None:
     from posttrain.rollout.runner import EpisodeSpec, run_episodes
     from posttrain.tasks.registry import get_domain
     from posttrain.training.config import TrainerConfig
-    from posttrain.training.passk import evaluate
+    from posttrain.evaluation.quick import pass_rates as evaluate
     from posttrain.training.trainer import Trainer
     from posttrain.verifiers.base import Outcome
 
-    from posttrain.training.recipe import DEFAULT_MIX
+    from posttrain.pipeline.config import DEFAULT_TRAIN
 
-    args.domains = args.domains or DEFAULT_MIX
+    args.domains = args.domains or ",".join(DEFAULT_TRAIN)
     domains = [get_domain(n) for n in args.domains.split(",")]
     by_name = {d.name: d for d in domains}
     n_rows = args.steps * args.prompts

@@ -34,8 +34,8 @@ import torch
 
 from posttrain.tasks.families.common import perturb
 
-# The domains of the corpus: the default RL mix (`posttrain.training.recipe.DEFAULT_MIX`) plus
-# the held-out ones the recipe checks for forgetting (`HELD_OUT`).
+# The domains of the corpus: the default RL mix (`posttrain.pipeline.config.DEFAULT_TRAIN`) plus
+# the held-out ones the main job checks for forgetting (`DEFAULT_HELDOUT`).
 CORPUS_DOMAINS = (
     "text.reverse.l3,text.reverse.l5,text.upper.l3,text.upper.l5,text.lower.l3,text.lower.l5,"
     "text.swapcase.l3,text.swapcase.l5,text.double.l3,text.sort.l3,text.first.l5,text.last.l5,"
@@ -235,10 +235,10 @@ def main(cfg: PretrainConfig) -> dict:
                     "final_loss": round(loss.item(), 4)}
     if cfg.eval_tasks:
         from posttrain.policies.local import TorchPolicy
-        from posttrain.training.passk import evaluate
+        from posttrain.evaluation.quick import pass_rates
 
         policy = TorchPolicy(out, device="cpu")
-        report["eval"] = evaluate(policy, domains, n_tasks=cfg.eval_tasks, n_samples=cfg.eval_samples)
+        report["eval"] = pass_rates(policy, domains, n_tasks=cfg.eval_tasks, n_samples=cfg.eval_samples)
         for name, r in report["eval"].items():
             print(f"{name:18s} pass@1 {r['pass1']:.3f}  pass@{cfg.eval_samples} "
                   f"{r['passk']:.3f}  greedy {r['greedy']:.3f}")

@@ -41,9 +41,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("tasks/check.py", "envs"): "the domain self-check becomes a workload on the episode engine",
     ("policies/scripted.py", "tasks"): "scripted policies get their actions without the Task "
                                        "riding in generation requests (episode engine)",
-    ("training/passk.py", "rollout"): "one evaluator: training/passk.py goes (one training path)",
-    ("training/recipe.py", "rollout"): "training/recipe.py becomes a script on the library "
-                                       "(one training path)",
 }
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # a real `posttrain run`
 
 CONFIG = """
 name = "byo"
@@ -60,6 +61,10 @@ def test_train_on_a_question_answer_file_with_one_config_edit(tmp_path):
     assert [e.step for e in acc.Scalars("loss")] == [1, 2, 3]
     assert [e.value for e in acc.Scalars("domain/data.qa/reward")] == pytest.approx(
         [r["domain/data.qa/reward"] for r in rows])
+    p = subprocess.run([sys.executable, "-m", "posttrain.cli", "runs", "runs", "--json"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    [listed] = json.loads(p.stdout)["runs"]
+    assert listed["status"] == "finished" and listed["step"] == 3 and "final_pass1" in listed["figures"]
     from posttrain.storage.store import Store
 
     with Store.for_run_dir(run, readonly=True) as store:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from posttrain.evaluation.policy import SeededPolicy
-from posttrain.pipeline.sync import SyncedPolicy
+from posttrain.training.publish import PolicyPublisher as SyncedPolicy
 from posttrain.policies.base import Policy
 from posttrain.policies.openai_compat import OpenAIConfig, OpenAIPolicy
 from posttrain.policies.scripted import ScriptedPolicy

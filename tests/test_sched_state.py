@@ -74,14 +74,15 @@ def test_killed_and_resumed_run_loses_and_duplicates_nothing():
     assert set(store) | dropped == admitted  # nothing lost
     assert not set(store) & dropped
     assert set(sched.recovered) <= stored_at_kill  # found in the store: not run again
-    # groups open at the save and not stored were re-run; members that had run got attempt + 1
+    # groups open at the save and not stored were re-run, every member at (or, after a retry,
+    # past) the attempt it was at: the same identity, so the same sampling seed
     rerun = open_at_save - stored_at_kill - dropped
     assert rerun
     launched = {g["gid"]: g for g in state["groups"]}
     for gid in rerun:
         for m, traj in enumerate(store[gid]):
             saved = launched[gid]
-            assert traj.attempt >= saved["attempts"][m] + int(saved["launched"][m])
+            assert traj.member == m and traj.attempt >= saved["attempts"][m]
     assert m2["counters"]["episodes_abandoned"] >= 1 and m2["lost"] == 0
 
 
@@ -124,7 +125,8 @@ def test_core_state_round_trip_keeps_deficits_windows_and_counters():
     saved = {g["gid"]: g for g in state["groups"]}
     for spec in specs[:len(expect)]:
         g = saved[spec.group_id]
-        assert spec.attempt == g["attempts"][spec.member] + int(g["launched"][spec.member])
+        # the attempt it was at: the same identity and sampling seed as in the interrupted run
+        assert spec.attempt == g["attempts"][spec.member]
     with pytest.raises(ValueError, match="seed"):
         SchedulerCore.from_state(state, SchedulerConfig(seed=4, tiers=("train",)), doms, completed=set())
     with pytest.raises(ValueError, match="format"):

@@ -23,6 +23,7 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("posttrain.rollout.cli", "replay", "replay"),
     ("posttrain.storage.cli", "export", "export"),
     ("posttrain.pipeline.cli", "run", "run"),
+    ("posttrain.runs_cli", "runs", "runs"),
     ("posttrain.evaluation.cli", "app", "eval"),
     ("posttrain.evaluation.cli", "report", "report"),
     ("posttrain.evaluation.cli", "contamination", "tasks contamination"),

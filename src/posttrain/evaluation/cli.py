@@ -11,11 +11,11 @@ from typing import NoReturn, Optional
 
 import typer
 
+from posttrain.tasks.sources.cli import apply_sources, source_option
+
 app = typer.Typer(add_completion=False, help="Evaluate a policy on the eval split; compare two; gate on a baseline.")
 baseline_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Frozen regression baselines.")
 app.add_typer(baseline_app, name="baseline")
-
-from posttrain.tasks.sources.cli import apply_sources, source_option
 
 DEFAULT_TASKS = "math.*,text.*"
 
@@ -35,11 +35,11 @@ def _config(k: str, per_domain: int, temperature: float, seed: int, workers: int
         _fail(str(e))
 
 
-def _policy(spec: str, run_dir: Optional[Path]):
+def _policy(spec: str, run_dir: Optional[Path], mode: str = "standard"):
     from posttrain.evaluation.policy import PolicySpecError, resolve_policy
 
     try:
-        return resolve_policy(spec, run_dir)
+        return resolve_policy(spec, run_dir, mode)
     except (PolicySpecError, ValueError, ImportError) as e:
         _fail(f"--policy: {e}")
 
@@ -183,6 +183,7 @@ def eval_(ctx: typer.Context,
                                                help="exit 3 when more than this share of episodes are "
                                                     "infrastructure errors (or a domain has nothing else)"),
           as_json: bool = typer.Option(False, "--json", help="print JSON"),
+          mode: str = typer.Option("standard", "--mode", help="standard, or fast (speculative decoding; model directories)"),
           source: Optional[list[str]] = source_option()) -> None:
     """Evaluate a policy: per-domain and per-family pass@k with CIs, rework, cost, latency.
 
@@ -203,7 +204,7 @@ def eval_(ctx: typer.Context,
 
     config = _config(k, per_domain, temperature, seed, workers, ci)
     task_list = _tasks(tasks, per_domain)
-    pol = _policy(policy, run_dir)
+    pol = _policy(policy, run_dir, mode)
     store = _store(run_dir)
     name = _eval_name(name, run_dir, store, pol.version.name)
     result = run_eval(pol, task_list, config, name=name, policy_spec=policy, task_source=tasks, store=store)

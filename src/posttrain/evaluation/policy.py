@@ -31,13 +31,13 @@ class PolicySpecError(ValueError):
     """A --policy value that names nothing we can load; says what was tried."""
 
 
-def _torch_policy(path: Path) -> Policy:
+def _torch_policy(path: Path, mode: str = "standard") -> Policy:
     from transformers.utils import logging as hf_logging
 
     from posttrain.policies.local import TorchPolicy
 
     hf_logging.disable_progress_bar()  # the evaluation's own display says what is happening
-    return TorchPolicy(str(path))
+    return TorchPolicy(str(path), mode=mode)
 
 
 def _openai_policy(spec: str) -> Policy:
@@ -55,13 +55,20 @@ def _openai_policy(spec: str) -> Policy:
     return OpenAIPolicy(config)
 
 
-def resolve_policy(spec: str, run_dir: str | Path | None = None) -> Policy:
-    """The policy `spec` names (see the module docstring); raises PolicySpecError otherwise."""
+def resolve_policy(spec: str, run_dir: str | Path | None = None, mode: str = "standard") -> Policy:
+    """The policy `spec` names (see the module docstring); raises PolicySpecError otherwise.
+    `mode` ('standard' or 'fast': speculative decoding, `TorchPolicy`) applies to model
+    directories and policy versions; other policies only take 'standard'."""
     from posttrain.policies.scripted import ScriptedPolicy
 
     spec = spec.strip()
     if not spec:
         raise PolicySpecError("--policy is empty")
+    if mode not in ("standard", "fast"):
+        raise PolicySpecError(f"--mode {mode!r}: expected 'standard' or 'fast'")
+    if mode != "standard" and (spec in SCRIPTED or spec.startswith(("scripted:", "openai:", "openai-chat:"))):
+        raise PolicySpecError(f"--mode {mode} needs a model directory or policy version (TorchPolicy), "
+                              f"not {spec!r}")
     if spec in SCRIPTED or spec.startswith("scripted:"):
         return ScriptedPolicy.named(spec.removeprefix("scripted:"))
     if spec.startswith(("openai:", "openai-chat:")):
@@ -71,7 +78,7 @@ def resolve_policy(spec: str, run_dir: str | Path | None = None) -> Policy:
         if not (path / "config.json").is_file():
             raise PolicySpecError(f"--policy {spec}: the directory has no config.json (not a Hugging "
                                   "Face model directory)")
-        return _torch_policy(path)
+        return _torch_policy(path, mode)
     tried = ["scripted names (oracle, empty, wrong)", "openai:URL#MODEL", "a model directory (config.json)"]
     if run_dir is not None:
         from posttrain.storage.store import Store, StoreError
@@ -86,7 +93,7 @@ def resolve_policy(spec: str, run_dir: str | Path | None = None) -> Policy:
             if not ckpt or not Path(ckpt).is_dir():
                 raise PolicySpecError(f"--policy {spec}: policy version found in {run_dir}, but its "
                                       f"checkpoint path {ckpt!r} is not a directory")
-            return _torch_policy(Path(ckpt))
+            return _torch_policy(Path(ckpt), mode)
         known = ", ".join(sorted(versions)[:10]) or "none"
         tried.append(f"a policy version of {run_dir} (it has: {known})")
     else:

@@ -99,7 +99,7 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
 
     Exit codes: 0 done; 2 bad config or input; 3 the evaluation is not trustworthy
     (infrastructure errors, see --max-infra-rate); 130 interrupted."""
-    from posttrain import runlock
+    from posttrain import runlock, runs
     from posttrain.errors import EXIT_BAD_INPUT, EXIT_UNTRUSTWORTHY, UserError
     from posttrain.evaluation.contamination import ContaminationError
     from posttrain.pipeline.config import ConfigError, load_config
@@ -111,7 +111,7 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     overrides = {k: v for k, v in (("name", name), ("steps", steps), ("model.path", model)) if v is not None}
     source = str(config) if config is not None else "<default config>"
     cfg = None
-    created = False
+    created = job_started = False
     try:
         cfg = load_config(config, overrides)
         run_dir = cfg.run_dir
@@ -132,18 +132,25 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
                               "--name NEW for a new run")
         if resume and not started:
             raise ConfigError(f"--resume: {run_dir} holds no run to resume")
+        (run_dir / runs.STATUS_FILE).unlink(missing_ok=True)  # a resumed run is not failed any more
+        job_started = True
         job = Job(cfg)
         summary = job.run()
     except (ConfigError, RegistryError, ContaminationError, PolicyError, UserError) as e:
         if created and cfg is not None and not isinstance(e, ContaminationError):
             _forget(cfg.run_dir)
+        if job_started and cfg is not None:
+            runs.mark(cfg.run_dir, "failed", str(e))  # for `posttrain runs` (kept only if the dir is)
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT)
     except StoreError as e:  # a full disk, a store another process holds, a corrupt file
+        if job_started and cfg is not None:
+            runs.mark(cfg.run_dir, "failed", str(e))
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1)
     except KeyboardInterrupt:
-        if cfg is not None:
+        if job_started and cfg is not None:
+            runs.mark(cfg.run_dir, "interrupted")
             _interrupted(cfg.run_dir)
         # Leave now, without the interpreter's shutdown: a worker thread may be inside a torch
         # call, and finalizing under it aborts the process ("terminate called without an active

@@ -20,51 +20,24 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import time
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from posttrain.pipeline.config import RunConfig
-from posttrain.tasks.domain import Domain, NoTasksInSplit
+from posttrain.pipeline import checks, report
+from posttrain.pipeline.config import ConfigError, RunConfig
+from posttrain.pipeline.metrics import MetricsLog, step_row
 from posttrain.tasks.registry import RegistryError, match_domains
-from posttrain.policies.base import Policy
-
-LATEST = "latest.json"
+from posttrain.training.resume import RunCheckpoints, advance_recorded_failures
 
 
 def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
     os.replace(tmp, path)
-
-
-def _pass(result: Any, domain: str, key: str) -> float | None:
-    entry = result.summary["domains"].get(domain, {}).get(key)
-    return None if entry is None else entry.get("value")
-
-
-def _has_split(domain: Domain, split: str) -> bool:
-    try:
-        domain.task(0, split)  # type: ignore[arg-type]
-    except NoTasksInSplit:
-        return False
-    return True
-
-
-def _needs_sandbox(domains: list[Domain]) -> bool:
-    return any(d.env == "tools" or d.verifier.needs_sandbox for d in domains)
-
-
-DOMAIN_SCHED_KEYS = ("quota", "sample_share", "cost_share", "effective_weight", "samples", "cost",
-                     "sandbox_s", "gen_s", "tokens", "queue_wait_p50_s", "queue_wait_p99_s",
-                     "max_service_gap_s", "infra_errors", "retries", "groups_dropped", "signal_share")
-"""the scheduler's per-domain figures written into metrics.jsonl every `checkpoint_every` steps"""
 
 
 class Job:
@@ -79,13 +52,14 @@ class Job:
 
         added = [d.name for d in use_sources(config.domains.sources)]
         train = added if added and "train" not in config.domains.model_fields_set else config.domains.train
-        self.train_domains = [d for d in match_domains(train) if _has_split(d, "train")]
+        self.train_domains = [d for d in match_domains(train) if checks.has_split(d, "train")]
         if not self.train_domains:
             raise RegistryError(f"no domain matching {train} has train-split tasks")
         trained = {d.name for d in self.train_domains}
         self.heldout_domains = ([d for d in match_domains(config.domains.heldout) if d.name not in trained]
                                 if config.domains.heldout else [])
-        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
+        self.checkpoints = RunCheckpoints(self.run_dir / "checkpoints", keep=config.keep_checkpoints)
         self.trainer_config = self._trainer_config()
         self.stopped_early: str | None = None
         self.tracker: Any = None
@@ -93,7 +67,6 @@ class Job:
 
     def _trainer_config(self) -> Any:
         """The trainer's settings, checked before anything runs (errors name the field)."""
-        from posttrain.pipeline.config import ConfigError
         from posttrain.training.config import TrainerConfig
 
         cfg = self.config
@@ -106,66 +79,25 @@ class Job:
 
     # -- steps of the job -------------------------------------------------------------
     def eval_tasks(self) -> list:
-        out, seen = [], set()
-        for d in self.train_domains + self.heldout_domains:
-            if not _has_split(d, "eval"):
-                continue  # an imported single task that lives in the train split only
-            for seed in range(self.config.eval.tasks_per_domain):
-                task = d.task(seed, "eval")
-                if task.hash not in seen:
-                    seen.add(task.hash)
-                    out.append((d, task))
-        return out
-
-    def check_contamination(self, eval_tasks: list) -> None:
-        from posttrain.evaluation.contamination import check_contamination, guard_training
-
-        per_domain = max(200, self.config.rollout.groups_per_step * self.config.steps
-                         // max(1, len(self.train_domains)))
-        train = [d.task(seed, "train") for d in self.train_domains for seed in range(min(per_domain, 2000))]
-        report = check_contamination(train, [t for _, t in eval_tasks])
-        guard_training(report, self.run_dir, allow=self.config.allow_contamination)
-        if not report.ok:
-            self.console.print(f"[yellow]contamination: {len(report.matches)} eval tasks overlap the "
-                               "training sample; allowed by the config (recorded in contamination.json)")
-
-    def check_context(self, policy: Policy, eval_tasks: list, per_domain: int = 4) -> None:
-        """Refuse to start when a domain's prompts do not fit the model's context: such an
-        episode can never run (it is not an infrastructure failure that a retry would cure).
-        Looks at the first `per_domain` train tasks of each trained domain and at the eval tasks."""
-        from posttrain.envs import initial_observation
-        from posttrain.pipeline.config import ConfigError
-        from posttrain.values.generation import GenerationRequest, Message, SamplingParams
-
-        limit = policy.max_positions
-        if limit is None:
-            return  # the backend does not say (a server checks on its own)
-        tasks = [(d, d.task(seed, "train")) for d in self.train_domains for seed in range(per_domain)]
-        worst: dict[str, tuple[int, str]] = {}
-        for d, task in tasks + list(eval_tasks):
-            text = initial_observation(d, task)
-            ids = policy.render(GenerationRequest((Message("user", text),), SamplingParams()))
-            if ids is None:
-                return  # no tokenizer to measure with
-            n = len(ids)
-            if n >= limit and n > worst.get(d.name, (0, ""))[0]:
-                worst[d.name] = (n, task.key)
-        if worst:
-            trained = {d.name for d in self.train_domains}
-            lines = [f"  {name} ({'domains.train' if name in trained else 'domains.heldout'}): "
-                     f"{n} prompt tokens (task {key})" for name, (n, key) in sorted(worst.items())]
-            raise ConfigError(f"{len(worst)} domain(s) have prompts that do not fit the model's context "
-                              f"of {limit} positions ({policy.version.name}), leaving no room to answer:\n"
-                              + "\n".join(lines) + "\nRemove them from the config, or use a model "
-                              "with a longer context.")
+        return checks.eval_tasks(self.train_domains + self.heldout_domains, self.config.eval.tasks_per_domain)
 
     def evaluate(self, policy: Any, name: str, tasks: list, store: Any, sandbox_factory: Any) -> Any:
+        """`evals/<name>.json` for `policy`: loaded if a killed run already wrote it for these very
+        weights; an evaluation of other weights (a finished run resumed to train further) is
+        superseded, its rows leave the store. Samples are seeded by identity, so an evaluation
+        cut short by a kill and run again writes each sample once (the store keeps one row per
+        identity)."""
         from posttrain.evaluation import EvalConfig, EvalResult, run_eval
 
         path = self.run_dir / "evals" / f"{name}.json"
         if path.exists():
-            self.console.print(f"{name}: loaded {path}")
-            return EvalResult.load(path)
+            old = EvalResult.load(path)
+            if old.policy == policy.version.name:
+                self.console.print(f"{name}: loaded {path}")
+                return old
+            self.console.print(f"{name}: {path} evaluated {old.policy}, not {policy.version.name}: evaluating again")
+            store.delete_run(f"eval:{name}")
+            path.unlink()
         cfg = self.config
         ks = tuple(sorted({1, cfg.eval.samples}))
         t0 = time.perf_counter()
@@ -181,48 +113,40 @@ class Job:
         return result
 
     def make_trainer(self) -> tuple[Any, dict[str, Any]]:
+        """A fresh trainer, or the latest checkpoint's with the scheduler state to resume (what a
+        kill left half-done is cleaned up first: interrupted checkpoint directories, metrics lines
+        of steps past the checkpoint, a torn last line)."""
         from posttrain.training.trainer import Trainer
 
         cfg = self.config
-        latest = self.run_dir / "checkpoints" / LATEST
-        if latest.exists():
-            ckpt = json.loads(latest.read_text())["path"]
-            trainer = Trainer.resume(ckpt, None)
-            self.console.print(f"resumed from {ckpt} (step {trainer.step_count})")
-            return trainer, dict(trainer.extra.get("scheduler") or {})
-        return Trainer(cfg.model.path, self.trainer_config), {}
+        self.checkpoints.clean_interrupted()
+        trainer = self.checkpoints.resume()
+        if trainer is None:
+            self.metrics.resume(0)
+            return Trainer(cfg.model.path, self.trainer_config), {}
+        self.console.print(f"resumed from {self.checkpoints.latest()['path']} (step {trainer.step_count})")
+        self.metrics.resume(trainer.step_count)
+        return trainer, dict(trainer.extra.get("scheduler") or {})
 
     def checkpoint(self, trainer: Any, scheduler: Any, store: Any) -> Path:
-        path = self.run_dir / "checkpoints" / f"step-{trainer.step_count}"
-        trainer.save(path, extra={"scheduler": scheduler.state_dict()})
+        path = self.checkpoints.save(trainer, scheduler.state_dict())
         v = trainer.version
         store.put_policy_version(v.name, v.parent, v.weights_hash, str(path))
-        _write_json(self.run_dir / "checkpoints" / LATEST, {"path": str(path), "step": trainer.step_count,
-                                                           "version": v.name})
-        self.prune_checkpoints()
         return path
-
-    def prune_checkpoints(self) -> list[Path]:
-        """Delete all but the newest `keep_checkpoints` step-N directories (after `latest.json`
-        points at the new one, so a crash in here loses nothing that resuming needs)."""
-        ckpts = sorted((p for p in (self.run_dir / "checkpoints").glob("step-*")
-                        if p.is_dir() and p.name[5:].isdigit()), key=lambda p: int(p.name[5:]))
-        old = ckpts[:-self.config.keep_checkpoints]
-        for p in old:
-            shutil.rmtree(p, ignore_errors=True)
-        return old
 
     async def train(self, trainer: Any, sched_state: dict, store: Any, sandbox_factory: Any) -> None:
         from posttrain.values.generation import SamplingParams
         from posttrain.scheduling import BatchConfig, DomainSpec, Scheduler, SchedulerConfig, SchedulerStalled
         from posttrain.scheduling.episodes import RolloutEpisodeFactory
         from posttrain.pipeline.progress import RoundProgress
-        from posttrain.pipeline.sync import SyncedPolicy
+        from posttrain.training.publish import PolicyPublisher
 
         cfg = self.config
         steps = cfg.steps
         if trainer.step_count >= steps:
             return
+        if sched_state:  # failures stored after the save move their members on, as they did
+            sched_state = advance_recorded_failures(sched_state, store.infra_attempts(cfg.name))
         lookup = {d.name: d for d in self.train_domains}
         sampling = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                   max_tokens=cfg.rollout.max_tokens)
@@ -238,7 +162,7 @@ class Job:
         # The sampler reads its own copy of the weights when samples may be stale (generation
         # then overlaps training); with staleness 0 it shares the trained module.
         served = self._served_policy(trainer) if cfg.rollout.engine != "local" else None
-        policy = served or SyncedPolicy(trainer, copy=cfg.scheduler.max_staleness > 0)
+        policy = served or PolicyPublisher(trainer, copy=cfg.scheduler.max_staleness > 0)
 
         def on_group(group: Any) -> None:
             if served is not None:  # the version each episode was really served under
@@ -257,6 +181,7 @@ class Job:
         sched = Scheduler(scfg, specs, policy, factory=factory, workers=cfg.scheduler.workers,
                           state=sched_state or None, completed=completed, load_group=load_group,
                           on_group=on_group, on_failure=on_failure, version_name=trainer.version.name)
+        policy.subscribe(sched.set_policy_version)  # the trainer's step is the scheduler's version
         names = [d.name for d in self.train_domains]
         with RoundProgress(self.console, f"GRPO {cfg.name}", steps, names, trainer.step_count) as view:
             async with sched:
@@ -275,11 +200,14 @@ class Job:
                         groups, served_metrics = served.filter_stale(groups, cfg.scheduler.max_staleness)
                     metrics = await asyncio.to_thread(trainer.step, [g.trajectories for g in groups])
                     metrics.update(served_metrics)
-                    policy.sync()
-                    sched.set_policy_version(trainer.version.name)
+                    policy.publish()
                     at_checkpoint = trainer.step_count % cfg.checkpoint_every == 0 or trainer.step_count == steps
                     # per-domain scheduler figures go into metrics.jsonl at checkpoints only
-                    self._log(trainer.step_count, metrics, groups, sched.metrics(per_domain=at_checkpoint))
+                    row = step_row(trainer.step_count, metrics, groups, sched.metrics(per_domain=at_checkpoint))
+                    if self.metrics.write(row) and self.tracker is not None:
+                        from posttrain.tracking import flatten
+
+                        self.tracker.log(trainer.step_count, flatten(row))
                     rewards: dict[str, list[float]] = {}
                     for g in groups:
                         rewards.setdefault(g.domain, []).extend(g.rewards)
@@ -296,7 +224,7 @@ class Job:
         """Generation on inference servers kept at the trainer's weights (`rollout.engine`)."""
         from posttrain.pipeline.config import ConfigError
         from posttrain.policies.server.routed import ServedPolicy
-        from posttrain.training.sync import ServerSyncedPolicy, WeightSync
+        from posttrain.training.sync import ServerPublisher, WeightSync
 
         cfg = self.config
         try:
@@ -306,44 +234,13 @@ class Job:
         except ValueError as e:
             raise ConfigError(f"config [rollout]: {e}") from None
         # the servers start from exactly the trainer's weights (and a resumed run's)
-        return ServerSyncedPolicy(trainer, served, sync)
+        return ServerPublisher(trainer, served, sync)
 
     @staticmethod
     def _sched_brief(sched: Any) -> dict[str, Any]:
         m = sched.metrics(per_domain=False)
         return {"generator_busy": m.get("generator_busy"),
                 "infra_errors_total": m.get("infra_errors", 0)}
-
-    def _log(self, step: int, metrics: dict, groups: list, sched: dict) -> None:
-        row: dict[str, Any] = {"step": step, "time": time.time(), **{k: v for k, v in metrics.items()
-                                                                      if isinstance(v, (int, float))}}
-        by_family: dict[str, list[float]] = {}
-        for g in groups:
-            by_family.setdefault(g.domain.split(".")[0], []).extend(g.rewards)
-            row.setdefault(f"domain/{g.domain}/reward", [])
-            row[f"domain/{g.domain}/reward"].extend(g.rewards)
-        for key in [k for k in row if k.startswith("domain/")]:
-            vals = row[key]
-            row[key] = sum(vals) / len(vals) if vals else None
-        for fam, vals in by_family.items():
-            row[f"family/{fam}/reward"] = sum(vals) / len(vals)
-            row[f"family/{fam}/pass_rate"] = sum(v >= 1.0 for v in vals) / len(vals)
-        row["staleness_max"] = max((g.staleness for g in groups), default=0)
-        for key in ("generator_busy", "worker_utilization", "infra_errors", "retries", "lost",
-                    "queue_wait_p50_s", "queue_wait_p99_s", "max_wait_s"):
-            if key in sched:
-                row[f"sched/{key}"] = sched[key]
-        for key in ("quarantined", "retired"):  # domain -> why; the per-domain table is in scheduler.json
-            row[f"sched/{key}"] = sorted(sched.get(key) or {})
-        if "domains" in sched:  # every checkpoint_every steps: per domain, against its quota
-            row["sched/domains"] = {d: {k: v[k] for k in DOMAIN_SCHED_KEYS if k in v}
-                                    for d, v in sched["domains"].items()}
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row, default=str) + "\n")
-        if self.tracker is not None:
-            from posttrain.tracking import flatten
-
-            self.tracker.log(step, flatten(row))
 
     # -- the whole job ----------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -365,9 +262,13 @@ class Job:
         self.console.print(f"[bold]posttrain run[/] {cfg.name}: {len(self.train_domains)} trained domains, "
                            f"{len(self.heldout_domains)} held out -> {self.run_dir}")
         eval_tasks = self.eval_tasks()
-        self.check_contamination(eval_tasks)
+        cfg_r = cfg.rollout
+        checks.check_contamination(self.train_domains, eval_tasks, run_dir=self.run_dir,
+                                   per_domain=max(200, cfg_r.groups_per_step * cfg.steps
+                                                  // max(1, len(self.train_domains))),
+                                   allow=cfg.allow_contamination, console=self.console)
         trainer, sched_state = self.make_trainer()
-        self.check_context(trainer.policy(), eval_tasks)
+        checks.check_context(trainer.policy(), self.train_domains, eval_tasks)
         with ExitStack() as stack:
             store = stack.enter_context(Store.for_run_dir(self.run_dir))
             from posttrain.tracking import eval_scalars, open_tracker
@@ -376,7 +277,7 @@ class Job:
             stack.callback(self.tracker.close)
             store.start_run(cfg.name, cfg.model_dump(mode="json"))
             sandbox_factory = None
-            if _needs_sandbox(self.train_domains + self.heldout_domains):
+            if checks.needs_sandbox(self.train_domains + self.heldout_domains):
                 from posttrain.envs import sandbox_preload
                 from posttrain.sandbox import SandboxPool
 
@@ -398,53 +299,17 @@ class Job:
         trained = [d.name for d in self.train_domains]
         forgetting = forgetting_report(before, after, trained)
         write_forgetting(self.run_dir, forgetting, cfg.name)
-        summary = self.summarize(before, after, trained, train_s, time.perf_counter() - t_start)
+        k = cfg.eval.samples
+        summary = report.summarize(cfg.name, cfg.steps, k, before, after, trained,
+                                   [d.name for d in self.heldout_domains], train_s,
+                                   time.perf_counter() - t_start, self.stopped_early)
         _write_json(self.run_dir / "summary.json", summary)
-        self.print_table(before, after, trained, summary)
+        report.print_table(self.console, cfg.steps, k, before, after, trained, summary)
         try:
             from posttrain.evaluation import build_report
 
-            report = build_report(self.run_dir)
-            self.console.print(f"report: {report}")
+            html = build_report(self.run_dir)
+            self.console.print(f"report: {html}")
         except Exception as e:  # noqa: BLE001 - a report failure must not lose the run's results
             self.console.print(f"[yellow]report not written: {type(e).__name__}: {e}")
         return summary
-
-    def summarize(self, before: Any, after: Any, trained: list[str], train_s: float, total_s: float) -> dict:
-        def mean(result: Any, names: list[str], key: str) -> float | None:
-            vals = [_pass(result, n, key) for n in names]
-            vals = [v for v in vals if v is not None]
-            return sum(vals) / len(vals) if vals else None
-
-        k = self.config.eval.samples
-        held = [d.name for d in self.heldout_domains]
-        out = {"run": self.config.name, "steps": self.config.steps,
-               "base_pass1": mean(before, trained, "pass@1"), f"base_pass{k}": mean(before, trained, f"pass@{k}"),
-               "final_pass1": mean(after, trained, "pass@1"), f"final_pass{k}": mean(after, trained, f"pass@{k}"),
-               "heldout_base_pass1": mean(before, held, "pass@1"),
-               "heldout_final_pass1": mean(after, held, "pass@1"),
-               "train_s": round(train_s, 1), "total_s": round(total_s, 1), "stopped_early": self.stopped_early}
-        if out["heldout_base_pass1"] is not None and out["heldout_final_pass1"] is not None:
-            out["untrained_delta"] = out["heldout_final_pass1"] - out["heldout_base_pass1"]
-        return out
-
-    def print_table(self, before: Any, after: Any, trained: list[str], summary: dict) -> None:
-        k = self.config.eval.samples
-        table = Table(title=f"held-out pass@1 per domain (eval split), before -> after {self.config.steps} steps")
-        for col in ("domain", "trained", "before pass@1", f"before pass@{k}", "after pass@1", "delta"):
-            if col == "domain":  # never cut a domain name, whatever the terminal's width
-                table.add_column(col, no_wrap=True, min_width=max(map(len, before.summary["domains"]), default=6))
-            else:
-                table.add_column(col, justify="right")
-        for name in sorted(set(before.summary["domains"]) | set(after.summary["domains"]), key=lambda n: (n not in trained, n)):
-            p0, pk, p1 = _pass(before, name, "pass@1"), _pass(before, name, f"pass@{k}"), _pass(after, name, "pass@1")
-            delta = "" if p0 is None or p1 is None else f"{p1 - p0:+.3f}"
-            table.add_row(name, "yes" if name in trained else "held out",
-                          *("-" if v is None else f"{v:.3f}" for v in (p0, pk, p1)), delta)
-        self.console.print(table)
-        fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-        self.console.print(
-            f"trained domains: pass@1 {fmt(summary['base_pass1'])} -> {fmt(summary['final_pass1'])} "
-            f"(base pass@{k} {fmt(summary[f'base_pass{k}'])}); held out: "
-            f"{fmt(summary['heldout_base_pass1'])} -> {fmt(summary['heldout_final_pass1'])}; "
-            f"training {summary['train_s']}s, total {summary['total_s']}s")

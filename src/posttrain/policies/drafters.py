@@ -33,7 +33,7 @@ the draft, i.e. a deterministic drafter, or a greedy row, whose test needs no q)
 class PromptLookup:
     """n-gram copy drafting over each row's own prompt and history."""
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2) -> None:
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 3) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"PromptLookup needs 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
@@ -91,7 +91,8 @@ class DraftModel:
         self.batch: RaggedBatch | None = None
         self.backlog: list[list[int]] = []
         """per row: tokens of its sequence the draft model has not computed yet"""
-        self.full: list[list[int]] = []  # the last proposal, before cutting to each budget
+        self.full: list[list[int]] = []  # the last proposal of each row
+        self.budgets: list[int] = []
         self.k = 0
         self.temps: list[float] = []
         self.top_ps: list[float] = []
@@ -102,53 +103,55 @@ class DraftModel:
         self.batch = RaggedBatch(self.model, self.pad_id, [([], None)] * len(seqs))
         self.backlog = [list(s) for s in seqs]
         self.temps, self.top_ps, self.gens = list(temps), list(top_ps), list(generators)
-        self.full, self.k = [[] for _ in seqs], 0
+        self.full, self.budgets, self.k = [[] for _ in seqs], [0] * len(seqs), 0
 
-    def _pick(self, logits: torch.Tensor) -> tuple[list[int], list[torch.Tensor | None]]:
+    def _pick(self, logits: torch.Tensor, rows: Sequence[int]) -> tuple[dict[int, int], dict[int, torch.Tensor | None]]:
+        """The next draft token (and q for sampled rows) of each row in `rows`."""
         device = logits.device
         temps = torch.tensor(self.temps, dtype=torch.float32, device=device)
         top_ps = torch.tensor(self.top_ps, dtype=torch.float32, device=device)
         _, probs = sampling_dist(logits, temps, top_ps)
-        tokens = probs.argmax(dim=-1)
-        qs: list[torch.Tensor | None] = [None] * len(self.temps)
-        for r, t in enumerate(self.temps):
-            if t > 0:
+        greedy = probs.argmax(dim=-1).tolist()
+        tokens, qs = {}, {}
+        for r in rows:
+            tokens[r], qs[r] = greedy[r], None
+            if self.temps[r] > 0:
                 q = probs[r] / probs[r].sum()
-                tokens[r] = torch.multinomial(q, 1, generator=self.gens[r])[0]
+                tokens[r] = int(torch.multinomial(q, 1, generator=self.gens[r])[0])
                 qs[r] = q
-        return tokens.tolist(), qs
+        return tokens, qs
 
     @torch.inference_mode()
     def propose(self, budgets: Sequence[int]) -> Drafts:
         assert self.batch is not None, "DraftModel.propose before start"
+        self.budgets = list(budgets)
+        self.full = [[] for _ in budgets]
         self.k = max(budgets, default=0)
         if self.k == 0:
-            self.full = [[] for _ in budgets]
             return [[] for _ in budgets], [None] * len(budgets)
         logits, _ = self.batch.forward(self.backlog)
         self.backlog = [[] for _ in budgets]
-        self.full = [[] for _ in budgets]
-        q_steps: list[list[torch.Tensor | None]] = []
+        qs: list[list[torch.Tensor | None]] = [[] for _ in budgets]
         for step in range(self.k):
-            tokens, qs = self._pick(logits[:, -1, :])
-            for r, tok in enumerate(tokens):
-                self.full[r].append(tok)
-            q_steps.append(qs)
+            # a row drafts only up to its budget: past it, it feeds nothing (its positions may
+            # not exist: the budget keeps drafts inside the model's context)
+            rows = [r for r, b in enumerate(budgets) if step < b]
+            tokens, q = self._pick(logits[:, -1, :], rows)
+            for r in rows:
+                self.full[r].append(tokens[r])
+                qs[r].append(q[r])
             if step < self.k - 1:  # the last draft is proposed, not computed
-                logits, _ = self.batch.forward([[t] for t in tokens])
-        drafts = [f[:b] for f, b in zip(self.full, budgets)]
-        qs_out: list[torch.Tensor | None] = []
-        for r, b in enumerate(budgets):
-            rows = [q_steps[s][r] for s in range(b)]
-            qs_out.append(torch.stack(rows) if b and rows[0] is not None else None)  # type: ignore[misc]
-        return drafts, qs_out
+                logits, _ = self.batch.forward([[tokens[r]] if step + 1 < b else []
+                                                for r, b in enumerate(budgets)])
+        qs_out = [torch.stack(q) if q and q[0] is not None else None for q in qs]  # type: ignore[misc]
+        return [list(f) for f in self.full], qs_out
 
     def commit(self, row: int, accepted: int, emitted: Sequence[int]) -> None:
         assert self.batch is not None
         if self.k == 0:
             self.backlog[row].extend(emitted)
             return
-        computed = self.k - 1  # drafts whose keys/values the draft model holds
+        computed = max(0, self.budgets[row] - 1)  # drafts whose keys/values the draft model holds
         self.batch.retract(row, computed - min(accepted, computed))
         self.backlog[row].extend(self.full[row][computed:accepted])
         self.backlog[row].append(emitted[-1])
@@ -158,6 +161,7 @@ class DraftModel:
         self.batch.select(keep)
         self.backlog = [self.backlog[i] for i in keep]
         self.full = [self.full[i] for i in keep]
+        self.budgets = [self.budgets[i] for i in keep]
         self.temps = [self.temps[i] for i in keep]
         self.top_ps = [self.top_ps[i] for i in keep]
         self.gens = [self.gens[i] for i in keep]

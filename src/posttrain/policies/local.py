@@ -22,7 +22,8 @@ What comes back, per request:
 Modes (`mode=`): 'standard' decodes one token per row per step (`posttrain.policies.decode`);
 'fast' decodes speculatively (`posttrain.policies.speculative`): prompt-lookup drafts by default
 (no second model), or a small draft model (`draft=` a directory or module with the same
-tokenizer, e.g. `models/tiny-base-draft`), verified by this model in one forward per step. Greedy
+tokenizer, e.g. `models/tiny-base-draft`), verified by this model in one forward per step (at most `verify_tokens` positions: rows x
+draft length, the CPU's sweet spot; raise it on a GPU). Greedy
 output is standard output token for token, sampled output follows the same distribution,
 log-probs are this model's. Fast mode also keeps a prefix cache (`prefix_cache_mb`, default 256
 in fast mode, 0 = off in standard mode): an episode's next turn reuses the keys/values of its
@@ -56,7 +57,7 @@ from posttrain.policies.drafters import DraftModel, PromptLookup
 from posttrain.policies.prefix_cache import PrefixCache, weights_fingerprint
 from posttrain.policies.ragged import supports_ragged
 from posttrain.policies.speculative import SpecStats, generate as generate_ragged
-from posttrain.policies.render import render_ids
+from posttrain.policies.render import continue_ids, render_ids
 
 MODES = ("standard", "fast")
 FAST_PREFIX_CACHE_MB = 256.0
@@ -120,14 +121,16 @@ class TorchPolicy:
                  version: PolicyVersion | None = None, device: str | torch.device | None = None,
                  dtype: str | torch.dtype | None = None, max_batch_size: int = 256,
                  use_cache: bool = True, mode: str = "standard",
-                 draft: str | os.PathLike | torch.nn.Module | None = None, max_draft: int = 8,
-                 prefix_cache_mb: float | None = None) -> None:
+                 draft: str | os.PathLike | torch.nn.Module | None = None, max_draft: int = 16,
+                 verify_tokens: int = 256, prefix_cache_mb: float | None = None) -> None:
         if max_batch_size < 1:
             raise ValueError(f"TorchPolicy max_batch_size must be >= 1, got {max_batch_size}")
         if mode not in MODES:
             raise ValueError(f"TorchPolicy mode must be one of {MODES}, got {mode!r}")
         if max_draft < 1:
             raise ValueError(f"TorchPolicy max_draft must be >= 1, got {max_draft}")
+        if verify_tokens < 1:
+            raise ValueError(f"TorchPolicy verify_tokens must be >= 1, got {verify_tokens}")
         if draft is not None and mode != "fast":
             raise ValueError(f"TorchPolicy draft= is only used with mode='fast' (got mode={mode!r})")
         if prefix_cache_mb is not None and prefix_cache_mb < 0:
@@ -160,7 +163,7 @@ class TorchPolicy:
         self.pad_id = pad if pad is not None else (min(eos) if eos else 0)
         probe = tokenizer("Hello world, 12 + 3 = 15.\n  (x)", add_special_tokens=False)["input_ids"]
         self._piecewise = self._text(probe) == "".join(self._text([i]) for i in probe)
-        self.mode, self.max_draft = mode, max_draft
+        self.mode, self.max_draft, self.verify_tokens = mode, max_draft, verify_tokens
         self.spec_stats = SpecStats()
         self.draft_model = None if draft is None else self._load_draft(draft)
         mb = prefix_cache_mb if prefix_cache_mb is not None else (FAST_PREFIX_CACHE_MB if mode == "fast" else 0.0)
@@ -206,6 +209,12 @@ class TorchPolicy:
         return next(self.model.parameters()).device
 
     def render(self, request: GenerationRequest) -> list[int]:
+        """The prompt's ids: token-in/token-out when the request carries the episode's ids so far
+        (`prefix_ids`), else the rendered messages (`posttrain.policies.render`)."""
+        if request.prefix_ids is not None:
+            ids = continue_ids(self.tokenizer, request.prefix_ids, request.messages[request.prefix_messages:])
+            if ids is not None:
+                return ids
         return render_ids(self.tokenizer, request.messages)
 
     def _text(self, ids: Sequence[int]) -> str:
@@ -215,8 +224,9 @@ class TorchPolicy:
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Complete every request, in order (see the module docstring for what comes back)."""
         rendered: dict[tuple, list[int]] = {}  # a GRPO group repeats its prompt: render it once
-        prompts = [rendered[r.messages] if r.messages in rendered
-                   else rendered.setdefault(r.messages, self.render(r)) for r in requests]
+        keys = [(r.messages, r.prefix_ids) for r in requests]
+        prompts = [rendered[k] if k in rendered else rendered.setdefault(k, self.render(r))
+                   for k, r in zip(keys, requests)]
         return self.generate_ids(prompts, [r.sampling for r in requests])
 
     def generate_ids(self, prompts: Sequence[Sequence[int]], sampling: Sequence[SamplingParams]
@@ -270,7 +280,8 @@ class TorchPolicy:
                 results = generate_ragged(self.model, rows, pad_id=self.pad_id, eos_ids=self.eos_ids,
                                           max_positions=self.max_positions, stop_check=stop_check,
                                           drafter=drafter, prefix_cache=self.prefix_cache,
-                                          max_draft=self.max_draft, stats=self.spec_stats)
+                                          max_draft=self.max_draft, verify_tokens=self.verify_tokens,
+                                          stats=self.spec_stats)
             else:
                 results = decode(self.model, rows, pad_id=self.pad_id, eos_ids=self.eos_ids,
                                  max_positions=self.max_positions, stop_check=stop_check,

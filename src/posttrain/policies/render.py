@@ -11,6 +11,14 @@ Two renderings, chosen by the tokenizer:
   tokenizer then adds its usual special tokens (the tiny model's tokenizer prepends `<bos>`;
   GPT-2's adds nothing).
 
+**Token-in/token-out** (`continue_ids`): in a multi-turn episode the next prompt is the previous
+prompt's ids, the completion's ids as sampled, and the ids of the new messages only -- the
+history is never re-tokenized (re-tokenizing decoded text can give other ids than the ones
+sampled, and a trainer would then train on tokens the model never produced). Under the plain
+template the new messages are "\n" + their contents joined with "\n"; a completion follows its
+prompt directly. With a chat template the history is re-rendered (the template's turn
+delimiters would have to be spliced around sampled ids; not done here).
+
 The plain template is *not* a chat format: it does not mark who said what. A multi-turn episode
 on a base model reads as one transcript (prompt, answer, next observation, ...), which is what
 a completion model trained on such transcripts expects, and nothing more.
@@ -53,3 +61,14 @@ def render_ids(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
     # A chat template writes its special tokens (BOS included) into the text itself.
     add_special = not has_chat_template(tokenizer)
     return list(tokenizer(text, add_special_tokens=add_special)["input_ids"])
+
+
+def continue_ids(tokenizer: Any, prefix_ids: Sequence[int], new_messages: Sequence[Message]) -> list[int] | None:
+    """Token-in/token-out: `prefix_ids` + the ids of `new_messages` (plain template), or None
+    when the tokenizer has a chat template (the caller renders the whole history then)."""
+    if not new_messages:
+        raise ValueError("continue_ids needs at least one new message")
+    if has_chat_template(tokenizer):
+        return None
+    tail = PLAIN_SEPARATOR + plain_text(new_messages)
+    return list(prefix_ids) + list(tokenizer(tail, add_special_tokens=False)["input_ids"])

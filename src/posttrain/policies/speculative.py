@@ -75,7 +75,7 @@ def accept_sampled(p: torch.Tensor, drafts: Sequence[int], q: torch.Tensor | Non
     p = p / p.sum(dim=-1, keepdim=True)
     for i, d in enumerate(drafts):
         qd = 1.0 if q is None else float(q[i, d])
-        u = float(torch.rand((), generator=generator))
+        u = float(torch.rand((), generator=generator, device=p.device))
         if u * qd < float(p[i, d]):  # u < p/q without dividing by a q(d) of 0
             continue
         if q is None:
@@ -92,9 +92,13 @@ def accept_sampled(p: torch.Tensor, drafts: Sequence[int], q: torch.Tensor | Non
 @torch.inference_mode()
 def generate(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids: set[int],
              max_positions: int | None, stop_check: Callable[[int, list[int]], bool] | None = None,
-             drafter: Any = None, prefix_cache: PrefixCache | None = None, max_draft: int = 8,
-             stats: SpecStats | None = None) -> list[RowResult]:
-    """Complete every row, like `decode.decode`, speculatively when a drafter is given."""
+             drafter: Any = None, prefix_cache: PrefixCache | None = None, max_draft: int = 16,
+             verify_tokens: int = 256, stats: SpecStats | None = None) -> list[RowResult]:
+    """Complete every row, like `decode.decode`, speculatively when a drafter is given.
+
+    `verify_tokens` caps the positions one verification forward computes (rows x width): a
+    forward's cost is a fixed part plus a part per position, so a large batch gets short drafts
+    (a batch of `verify_tokens` rows or more decodes one token per row, like standard)."""
     device = next(model.parameters()).device
     stats = stats if stats is not None else SpecStats()
     results = [RowResult() for _ in rows]
@@ -149,7 +153,9 @@ def generate(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_id
     done = [emit(r, tok, lp) for r, (tok, lp) in enumerate(zip(pending, first_logp.tolist()))]
     if drafter is not None:
         drafter.start([rows[i].prompt_ids + [pending[r]] for r, i in enumerate(slot)], temps, top_ps, gens)
-    depth = [max_draft] * len(slot)  # per-row draft length: grows on full acceptance, shrinks on misses
+    # per-row draft length: starts short, doubles while every draft is accepted, falls back to
+    # what was accepted on a miss (a wrong draft costs a wider forward for nothing)
+    depth = [min(4, max_draft)] * len(slot)
 
     while True:
         if any(done):
@@ -166,9 +172,11 @@ def generate(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_id
             done = [False] * len(keep)
             temps, top_ps, gens = [temps[r] for r in keep], [top_ps[r] for r in keep], [gens[r] for r in keep]
             batch.compact()
-        budgets = [min(depth[r], limit[i] - len(results[i].token_ids) - 1) for r, i in enumerate(slot)]
+        cap = verify_tokens // len(slot) - 1
+        budgets = [max(0, min(depth[r], cap, limit[i] - len(results[i].token_ids) - 1)) for r, i in enumerate(slot)]
         drafts, qs = drafter.propose(budgets) if drafter is not None else ([[] for _ in slot], [None] * len(slot))
-        logits, lengths = batch.forward([[pending[r]] + drafts[r] for r in range(len(slot))])
+        chunks = [[pending[r]] + drafts[r] for r in range(len(slot))]
+        logits, lengths = batch.forward(chunks)
         width = logits.shape[1]
         stats.forwards += 1
         flat = logits.reshape(-1, logits.shape[-1])
@@ -176,8 +184,14 @@ def generate(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_id
         temps_t, top_ps_t = rep(temps), rep(top_ps)
         # one pass over every position: greedy picks are `sample_next`'s own (argmax of these)
         logp_all, probs = sampling_dist(flat, temps_t, top_ps_t)
-        picks_all = probs.argmax(dim=-1).view(len(slot), width).tolist()
+        picks = probs.argmax(dim=-1)
+        pick_lp = logp_all.gather(-1, picks[:, None]).view(len(slot), width).tolist()
+        picks_all = picks.view(len(slot), width).tolist()
         logp_all, probs = logp_all.view(len(slot), width, -1), probs.view(len(slot), width, -1)
+        sampled = [r for r in range(len(slot)) if temps[r] > 0]
+        if sampled:  # log-prob of each fed draft token at the position that predicted it
+            fed = torch.tensor([[pad_id] * (width - len(c)) + c for c in chunks], device=device)
+            draft_lp = logp_all[:, :-1].gather(-1, fed[:, 1:, None]).squeeze(-1).tolist()
         for r in range(len(slot)):
             d, off = drafts[r], width - lengths[r]
             if temps[r] <= 0:
@@ -189,7 +203,10 @@ def generate(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_id
             else:
                 a, nxt = accept_sampled(probs[r, off:], d, qs[r], gens[r])  # type: ignore[index]
             new = d[:a] + [nxt]
-            lps = logp_all[r, off:off + a + 1].gather(-1, torch.tensor(new, device=device)[:, None]).flatten().tolist()
+            if temps[r] <= 0:  # every emitted token is the pick at its position
+                lps = pick_lp[r][off:off + a + 1]
+            else:
+                lps = draft_lp[r][off:off + a] + [float(logp_all[r, off + a, nxt])]
             stats.row_steps += 1
             stats.drafted += len(d)
             stats.accepted += a
@@ -203,5 +220,5 @@ def generate(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_id
                 drafter.commit(r, a, new)
             pending[r] = nxt
             if d:
-                depth[r] = min(max_draft, 2 * depth[r]) if a == len(d) else max(2, a + 1)
+                depth[r] = min(max_draft, 2 * depth[r]) if a == len(d) else max(1, a)
         batch.compact()

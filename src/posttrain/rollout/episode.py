@@ -64,6 +64,7 @@ class Episode:
         self._observation = ""
         self._observation_cut = 0
         self._context_used = 0  # tokens of the last request's prompt + its completion
+        self._prefix: tuple[int, ...] | None = None  # token-in/token-out: the ids so far
         self._env: Any = None
         self._started = 0.0
         self._result: Trajectory | None = None
@@ -117,6 +118,9 @@ class Episode:
         if step.terminated or step.truncated:
             return self._finish(step.verdict, truncated=step.truncated)
         self.messages += [Message("assistant", completion.text), Message("user", step.observation.text)]
+        # token-in/token-out: the next prompt extends the ids sampled so far (no re-tokenizing)
+        ids = completion.prompt_token_ids, completion.token_ids
+        self._prefix = None if None in ids else tuple(ids[0]) + tuple(ids[1])  # type: ignore[operator]
         self._observation, self._observation_cut = step.observation.text, step.observation.truncated_chars
         return self._request()
 
@@ -160,7 +164,9 @@ class Episode:
         meta = {"episode": self.id, "domain": self.domain.name, "task_key": self.task.key,
                 "turn": len(self.turns), "task": self.task, "group_id": self.group_id}
         return GenerationRequest(messages=tuple(self.messages), sampling=sampling,
-                                 request_id=f"{self.id}:{len(self.turns)}", meta=meta)
+                                 request_id=f"{self.id}:{len(self.turns)}", meta=meta,
+                                 prefix_ids=self._prefix,
+                                 prefix_messages=len(self.messages) - 1 if self._prefix is not None else 0)
 
     def _finish(self, verdict: Verdict | None, truncated: bool) -> None:
         assert verdict is not None

@@ -51,6 +51,9 @@ class SchedulerCore(CoreState):
         self._rng = random.Random(derive_seed(config.seed, "retry-jitter"))
         self.worker_slots, self.generator_slots = config.max_running, config.batch.max_inflight
         self.outage = PolicyOutage(config.retry.policy_outage_s)
+        self._unlearned: list[Group] = []
+        """groups recovered from the store whose learning signal the adaptive weights have not
+        seen yet (see `_recover`)"""
 
     # == what runs next ===============================================================
     def next_episode(self) -> EpisodeSpec | None:
@@ -100,7 +103,7 @@ class SchedulerCore(CoreState):
         st.gen_s += usage.gen_s
         st.tokens += usage.tokens
         g = self.groups.get(spec.group_id)
-        traj.group_id, traj.attempt = spec.group_id, spec.attempt
+        traj.group_id, traj.attempt, traj.member = spec.group_id, spec.attempt, spec.member
         if traj.status == "infra_error":
             self.counters["episodes_infra_error"] += 1
             st.infra_errors += 1
@@ -150,6 +153,13 @@ class SchedulerCore(CoreState):
         they are ready); then the oldest ready ones. Each trajectory's `policy_staleness` is set.
         More than `n` only if the trainer took fewer than `groups_per_step` before."""
         tier = self.config.trainer_tier
+        while self._unlearned:  # recovered groups, in the order they were admitted
+            group = self._unlearned.pop(0)
+            mult, retire = self.signal.record(group.domain, group.has_signal, group.all_passed)
+            self.dom[group.domain].signal_groups += group.has_signal
+            self.fair[tier].set_weight(group.domain, self.specs[group.domain].weight * mult)
+            if retire:
+                self._update_block(group.domain)
         if len(self.ready[tier]) < n:
             return None
         open_groups = list(self.open[tier].values())  # admission order
@@ -407,6 +417,12 @@ class SchedulerCore(CoreState):
         self.ready[g.tier][g.gid] = g
         if g.tier == self.config.trainer_tier and running:
             self.staleness.accept()
+        if g.tier == self.config.trainer_tier and running and self._load_group is not None:
+            # It completed after the save: the adaptive weights learn from it as they did in the
+            # run that was interrupted, so the resumed run draws the same domains. Not now but
+            # when the trainer takes groups: the interrupted run's groups completed after the
+            # admission of their step's other groups, which were charged at the old weights.
+            self._unlearned.append(g.group)
 
     def _forget(self, g: GroupState) -> None:
         self.groups.pop(g.gid, None)
@@ -433,12 +449,15 @@ class SchedulerCore(CoreState):
     def from_state(cls, state: dict[str, Any], config: SchedulerConfig, domains: Sequence[DomainSpec],
                    *, completed: Completed, **kwargs: Any) -> "SchedulerCore":
         """Resume: groups open at save time are re-issued exactly once (members re-run from
-        scratch with `attempt + 1` if they had been launched), unless `completed` (the store's
-        group ids) says they finished after the save: those are handed over from the store
-        (see `recovered`, `load_group`)."""
+        scratch at the attempt they were at: seeded by identity, they sample the same), unless
+        `completed` (the store's group ids) says they finished after the save: those are handed
+        over from the store (see `recovered`, `load_group`)."""
         core = cls(config, domains, completed=completed, **kwargs)
         core._load_state(state, recover=lambda g, running: core._recover(g, running=running))
-        for d in core.specs:
+        for d, spec in core.specs.items():
+            # the adaptive weights as they were at the save (the fair queue's state holds tags,
+            # not weights): without this a resumed run charges its next groups at weight 1
+            core.fair[spec.tier].set_weight(d, spec.weight * core.signal.multiplier(d))
             core._update_block(d)
         for d in list(core.quarantine.quarantined):
             if d in core.specs:

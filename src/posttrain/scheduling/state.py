@@ -256,9 +256,12 @@ class CoreState:
             if self._is_completed(g.gid):
                 recover(g, not was_ready)
                 continue
-            # Re-issue: every member runs again, a member that had run at attempt k now at k + 1
-            # (a fresh sandbox, and never a duplicate of an attempt that may have been recorded).
-            g.attempts = [a + bool(launched) for a, launched in zip(s["attempts"], s["launched"])]
+            # Re-issue: every member runs again from scratch (a fresh sandbox) at the attempt it
+            # was at. Its sampling seed derives from (group, member, attempt), so it samples what
+            # the interrupted run sampled, and the store keeps one row per (run, group, member,
+            # attempt). A caller that knows an attempt was stored as an infra_error after the save
+            # moves the member on in the state first (`posttrain.training.resume`).
+            g.attempts = [int(a) for a in s["attempts"]]
             g.retries = [int(r) for r in s["retries"]]
             g.unlaunched.extend(range(g.size))
             g.ready_since = {m: now for m in range(g.size)}

@@ -8,6 +8,12 @@ leaves half of one visible. Scale-out exports the same rows to Parquet (`posttra
 Tables: runs, tasks (full task, by content hash), trajectories (one row each, searchable
 columns + the full record as JSON), turns, verdicts (the episode's verdict plus later re-scores),
 blobs (zlib-compressed workspace archives by SHA-256), policy_versions (lineage).
+
+Exactly once: a process may die at any point and a resumed run writes again what it had written
+after its last checkpoint. Every row therefore has an identity and a second write of it changes
+nothing: a trajectory is (run, group id, member, attempt) (a write of an identity already stored
+is skipped, except that a trainable record replaces an `infra_error` one of the same identity);
+a task is its content hash, a blob its SHA-256, a run its id, a policy version its name.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from posttrain.values.trajectory import Trajectory
 from posttrain.values.task import Task, sha256_text
 from posttrain.values.verdict import Verdict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STORE_FILE = "store.sqlite"
 
 _SCHEMA = """
@@ -37,7 +43,8 @@ CREATE TABLE IF NOT EXISTS trajectories (
     id TEXT PRIMARY KEY, run_id TEXT NOT NULL, task_hash TEXT NOT NULL, task_key TEXT NOT NULL,
     domain TEXT NOT NULL, split TEXT NOT NULL, group_id TEXT NOT NULL, attempt INTEGER NOT NULL,
     policy_version TEXT NOT NULL, status TEXT NOT NULL, reward REAL, passed INTEGER,
-    n_turns INTEGER NOT NULL, created_at REAL NOT NULL, body TEXT NOT NULL);
+    n_turns INTEGER NOT NULL, created_at REAL NOT NULL, body TEXT NOT NULL,
+    member INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS traj_run ON trajectories (run_id, domain, status);
 CREATE INDEX IF NOT EXISTS traj_group ON trajectories (run_id, group_id);
 CREATE TABLE IF NOT EXISTS turns (
@@ -53,6 +60,11 @@ CREATE TABLE IF NOT EXISTS policy_versions (
     name TEXT PRIMARY KEY, parent TEXT, weights_hash TEXT NOT NULL, path TEXT,
     created_at REAL NOT NULL, meta TEXT NOT NULL);
 """
+
+
+# A trajectory's identity; episodes outside any group (group_id '') are identified by id alone.
+_IDENTITY_INDEX = ("CREATE {unique} INDEX IF NOT EXISTS {name} ON trajectories "
+                   "(run_id, group_id, member, attempt) WHERE group_id != ''")
 
 
 class StoreError(RuntimeError):
@@ -76,12 +88,26 @@ class Store:
                 self._db.executescript(_SCHEMA)
                 self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
                                  (str(SCHEMA_VERSION),))
+                self._migrate()
             row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         except sqlite3.DatabaseError as e:
             raise StoreError(self._explain(e)) from e
         if row is None or int(row[0]) != SCHEMA_VERSION:
             raise StoreError(f"{self.path}: store schema version {row and row[0]} is not "
                              f"{SCHEMA_VERSION}; export it with the posttrain version that wrote it")
+
+    def _migrate(self) -> None:
+        """Schema 1 -> 2: trajectories get their `member` (0 for old rows) and the identity index."""
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is not None and int(row[0]) == 1:
+            cols = {r[1] for r in self._db.execute("PRAGMA table_info(trajectories)")}
+            if "member" not in cols:
+                self._db.execute("ALTER TABLE trajectories ADD COLUMN member INTEGER NOT NULL DEFAULT 0")
+            self._db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+        try:  # a store of schema 1 may already hold duplicates: then the index cannot be unique
+            self._db.execute(_IDENTITY_INDEX.format(unique="UNIQUE", name="traj_identity"))
+        except sqlite3.IntegrityError:
+            self._db.execute(_IDENTITY_INDEX.format(unique="", name="traj_identity_legacy"))
 
     @classmethod
     def for_run_dir(cls, run_dir: str | Path, **kwargs: Any) -> "Store":
@@ -120,7 +146,9 @@ class Store:
 
     # -- writes ---------------------------------------------------------------------------
     def start_run(self, run_id: str, config: Mapping[str, Any], meta: Mapping[str, Any] | None = None) -> None:
-        self._tx(lambda c: c.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?)",
+        # a resumed run keeps its first creation time (one row per run id, however often started)
+        self._tx(lambda c: c.execute("INSERT INTO runs VALUES (?,?,?,?) ON CONFLICT(id) DO UPDATE SET "
+                                     "config=excluded.config, meta=excluded.meta",
                                      (run_id, time.time(), json.dumps(config, default=str),
                                       json.dumps(meta or {}, default=str))))
 
@@ -131,7 +159,9 @@ class Store:
 
     def put_trajectories(self, items: Sequence[tuple[Trajectory, Task | None, bytes | None]]) -> None:
         """Write several trajectories (e.g. a whole GRPO group) in one transaction: after a crash
-        either all of them are stored or none."""
+        either all of them are stored or none. A trajectory whose identity (run, group, member,
+        attempt) is already stored is skipped (a resumed run writing again what it had written),
+        unless the stored one is an `infra_error` and this one is not: then this one replaces it."""
         rows = []
         for traj, task, workspace in items:
             if workspace is not None and traj.final_workspace_sha256 is None:
@@ -142,23 +172,43 @@ class Store:
 
         def write(c: sqlite3.Cursor) -> None:
             for traj, task, workspace, body, turns in rows:
+                if not self._claim(c, traj):
+                    continue
                 if task is not None:
                     c.execute("INSERT OR IGNORE INTO tasks VALUES (?,?,?,?,?)",
                               (task.hash, task.key, task.domain, task.split, task.model_dump_json()))
                 if workspace is not None:
                     c.execute("INSERT OR IGNORE INTO blobs VALUES (?,?)",
                               (traj.final_workspace_sha256, zlib.compress(workspace, 6)))
-                c.execute("INSERT INTO trajectories VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                c.execute("INSERT INTO trajectories VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                           (traj.id, traj.run_id, traj.task_hash, traj.task_key, traj.domain, traj.split,
                            traj.group_id, traj.attempt, traj.policy_version, traj.status, traj.reward,
                            None if traj.passed is None else int(traj.passed), len(turns),
-                           traj.created_at or time.time(), json.dumps(body, default=str)))
+                           traj.created_at or time.time(), json.dumps(body, default=str), traj.member))
                 c.executemany("INSERT INTO turns VALUES (?,?,?)",
                               [(traj.id, t["index"], json.dumps(t)) for t in turns])
                 if traj.verdict is not None:
                     self._insert_verdict(c, traj.id, traj.verdict, "episode")
 
         self._tx(write)
+
+    @staticmethod
+    def _claim(c: sqlite3.Cursor, traj: Trajectory) -> bool:
+        """Whether `traj` is to be written: its id and identity are free, or its identity holds
+        an infra_error that this trainable record supersedes (which is then deleted)."""
+        if c.execute("SELECT 1 FROM trajectories WHERE id=?", (traj.id,)).fetchone():
+            return False
+        if not traj.group_id:
+            return True
+        row = c.execute("SELECT id, status FROM trajectories WHERE run_id=? AND group_id=? AND member=? "
+                        "AND attempt=?", (traj.run_id, traj.group_id, traj.member, traj.attempt)).fetchone()
+        if row is None:
+            return True
+        if row[1] != "infra_error" or traj.status == "infra_error":
+            return False
+        for table, col in (("turns", "trajectory_id"), ("verdicts", "trajectory_id"), ("trajectories", "id")):
+            c.execute(f"DELETE FROM {table} WHERE {col}=?", (row[0],))
+        return True
 
     @staticmethod
     def _insert_verdict(c: sqlite3.Cursor, traj_id: str, v: Verdict, kind: str) -> None:
@@ -172,9 +222,25 @@ class Store:
 
     def put_policy_version(self, name: str, parent: str | None, weights_hash: str,
                            path: str | None = None, meta: Mapping[str, Any] | None = None) -> None:
-        self._tx(lambda c: c.execute("INSERT OR REPLACE INTO policy_versions VALUES (?,?,?,?,?,?)",
+        self._tx(lambda c: c.execute("INSERT INTO policy_versions VALUES (?,?,?,?,?,?) ON CONFLICT(name) "
+                                     "DO UPDATE SET parent=excluded.parent, weights_hash=excluded.weights_hash, "
+                                     "path=excluded.path, meta=excluded.meta",
                                      (name, parent, weights_hash, path, time.time(),
                                       json.dumps(meta or {}, default=str))))
+
+    def delete_run(self, run_id: str) -> int:
+        """Remove a run's trajectories (turns and verdicts with them) and its row, in one
+        transaction; returns how many trajectories went. For a result that was superseded (an
+        evaluation of weights a resumed run has since trained further)."""
+        def delete(c: sqlite3.Cursor) -> int:
+            ids = "SELECT id FROM trajectories WHERE run_id=?"
+            c.execute(f"DELETE FROM turns WHERE trajectory_id IN ({ids})", (run_id,))
+            c.execute(f"DELETE FROM verdicts WHERE trajectory_id IN ({ids})", (run_id,))
+            n = c.execute("DELETE FROM trajectories WHERE run_id=?", (run_id,)).rowcount
+            c.execute("DELETE FROM runs WHERE id=?", (run_id,))
+            return n
+
+        return self._tx(delete)
 
     # -- reads ----------------------------------------------------------------------------
     def get_task(self, task_hash: str) -> Task:
@@ -242,6 +308,26 @@ class Store:
         if trainable_only:
             sql += " AND status IN ('completed', 'truncated')"
         return {g for (g,) in self._query(sql, (run_id,))}
+
+    def infra_attempts(self, run_id: str) -> dict[tuple[str, int], int]:
+        """(group id, member) -> the highest attempt recorded as `infra_error` (a resumed run
+        moves such members on to their next attempt, as the interrupted run would have)."""
+        rows = self._query("SELECT group_id, member, MAX(attempt) FROM trajectories WHERE run_id=? "
+                           "AND status='infra_error' AND group_id != '' GROUP BY group_id, member", (run_id,))
+        return {(g, int(m)): int(a) for g, m, a in rows}
+
+    def duplicates(self) -> dict[str, int]:
+        """Rows beyond one per identity, per table (0 everywhere in a healthy store)."""
+        queries = {
+            "trajectories": "SELECT COALESCE(SUM(n - 1), 0) FROM (SELECT COUNT(*) n FROM trajectories "
+                            "WHERE group_id != '' GROUP BY run_id, group_id, member, attempt)",
+            "turns": "SELECT COALESCE(SUM(n - 1), 0) FROM (SELECT COUNT(*) n FROM turns GROUP BY trajectory_id, idx)",
+            "episode_verdicts": "SELECT COALESCE(SUM(n - 1), 0) FROM (SELECT COUNT(*) n FROM verdicts "
+                                "WHERE kind='episode' GROUP BY trajectory_id)",
+            "runs": "SELECT COUNT(*) - COUNT(DISTINCT id) FROM runs",
+            "policy_versions": "SELECT COUNT(*) - COUNT(DISTINCT name) FROM policy_versions",
+        }
+        return {k: int(self._query(q)[0][0]) for k, q in queries.items()}
 
     def runs(self) -> list[dict[str, Any]]:
         return [{"id": i, "created_at": t, "config": json.loads(c), "meta": json.loads(m)}

@@ -3,8 +3,8 @@
     TrainerConfig(lr=6e-5, clip_high=0.28, kl_beta=0.0, loss_agg="token")
     TrainerConfig.from_dict(json.load(f), where="run.json:trainer")   # unknown keys are errors
 
-The defaults are the recipe measured on the shipped tiny model (see
-`posttrain.training.recipe` and `models/README.md`); a larger model wants a smaller `lr`.
+The defaults are the recipe measured on the shipped tiny model (see `models/README.md`); a
+larger model wants a smaller `lr`.
 """
 
 from __future__ import annotations

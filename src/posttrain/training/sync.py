@@ -36,6 +36,7 @@ from typing import Any, Sequence
 import torch
 
 from posttrain.policies.server.weights import untied_state_dict, write_weights
+from posttrain.training.publish import VersionListener, VersionMismatch
 
 SYNC_METHODS = ("reload",)
 
@@ -106,12 +107,14 @@ class WeightSync:
             _post(f"{root}/resume", None, t)  # never leave a server paused
 
 
-class ServerSyncedPolicy:
+class ServerPublisher:
     """The training loop's sampler when generation runs on servers: a `ServedPolicy` kept at the
-    trainer's weights by a `WeightSync` (the server-side twin of `pipeline.sync.SyncedPolicy`).
+    trainer's weights by a `WeightSync` (the server-side twin of `publish.PolicyPublisher`, with
+    the same `subscribe`/`publish` contract).
 
-    `sync()` publishes after each trainer step and only then marks the new version served, so an
-    episode admitted afterwards records weights the servers really have. `record` writes onto
+    `publish()` (after each trainer step) updates every server, then marks the new version
+    served, then announces it to the listeners (the scheduler), so an episode admitted afterwards
+    records weights the servers really have. `record` writes onto
     each finished trajectory the version its first request was sent under, and `filter_stale`
     enforces the staleness bound on those recorded versions: a group holding a sample older than
     the bound is never trained on (`stale_dropped`); `stale_trained` counts samples trained on
@@ -125,7 +128,8 @@ class ServerSyncedPolicy:
         """trajectories whose admission version differed from the version actually served"""
         self.stale_dropped = 0
         self.stale_trained = 0
-        self.sync()
+        self._listeners: list[VersionListener] = []
+        self._push()
 
     @property
     def version(self) -> Any:
@@ -141,12 +145,26 @@ class ServerSyncedPolicy:
     def generate(self, requests: Sequence[Any]) -> list[Any]:
         return self.served.generate(requests)
 
-    def sync(self) -> float:
+    def subscribe(self, listener: VersionListener) -> None:
+        """`listener(name)` is called by every `publish()` (e.g. `Scheduler.set_policy_version`)."""
+        self._listeners.append(listener)
+
+    def _push(self) -> Any:
         version = self.trainer.version
-        seconds = self.weights.publish(self.trainer.model, version)
+        self.weights.publish(self.trainer.model, version)
         self.step_of[version.name] = self.trainer.step_count
         self.served.set_version(version)
-        return seconds
+        return version
+
+    def publish(self) -> Any:
+        """Put the trainer's current weights on every server, then announce the version."""
+        version = self._push()
+        for listener in self._listeners:
+            number = listener(version.name)
+            if number != self.trainer.step_count:
+                raise VersionMismatch(f"{version.name}: a listener numbers it {number}, the trainer "
+                                      f"is at step {self.trainer.step_count}")
+        return version
 
     def record(self, trajectories: Sequence[Any]) -> None:
         """Set each trajectory's `policy_version` to the version its episode was served under."""

@@ -48,6 +48,18 @@ class GenerationRequest:
     request_id: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict)
     """opaque routing data (episode id, domain); backends may use it for sticky routing"""
+    prefix_ids: tuple[int, ...] | None = None
+    """token-in/token-out: the token ids of the episode so far (the previous turn's prompt ids
+    followed by its completion ids), which stand for `messages[:prefix_messages]`. A backend
+    that tokenizes appends only the ids of the messages after them and never re-tokenizes the
+    history (`posttrain.policies.render.continue_ids`); others render `messages` as usual"""
+    prefix_messages: int = 0
+    """how many leading messages `prefix_ids` covers"""
+
+    def __post_init__(self) -> None:
+        if self.prefix_ids is not None and not 0 < self.prefix_messages < len(self.messages):
+            raise ValueError(f"GenerationRequest.prefix_messages must be in [1, {len(self.messages) - 1}] "
+                             f"when prefix_ids is set, got {self.prefix_messages}")
 
 
 @dataclass

@@ -82,6 +82,9 @@ class Trajectory:
     """trajectories sampled together for one task (a GRPO group) share this id"""
     attempt: int = 0
     """0 for the first try; retries of an infra_error increment it"""
+    member: int = 0
+    """this sample's place in its group (0..G-1); (run_id, group_id, member, attempt) is the
+    trajectory's identity, under which the store keeps it exactly once"""
     run_id: str = ""
     sandbox: Mapping[str, Any] = field(default_factory=dict)
     """backend, image hash and active isolation layers"""

@@ -1,0 +1,85 @@
+"""What the job checks before it starts: the task sets, contamination, and context fit.
+
+* `eval_tasks`: the eval split of the trained and held-out domains (one entry per distinct task);
+* `check_contamination`: refuse to start when eval tasks leak into the training distribution
+  (`contamination.json`; `allow_contamination = true` overrides, and the override is recorded);
+* `check_context`: refuse to start when a domain's prompts do not fit the model's context.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from rich.console import Console
+
+from posttrain.envs import initial_observation
+from posttrain.evaluation.contamination import check_contamination as _contamination, guard_training
+from posttrain.pipeline.config import ConfigError
+from posttrain.policies.base import Policy
+from posttrain.tasks.domain import Domain, NoTasksInSplit
+from posttrain.values.generation import GenerationRequest, Message, SamplingParams
+from posttrain.values.task import Task
+
+
+def has_split(domain: Domain, split: str) -> bool:
+    try:
+        domain.task(0, split)  # type: ignore[arg-type]
+    except NoTasksInSplit:
+        return False
+    return True
+
+
+def needs_sandbox(domains: Sequence[Domain]) -> bool:
+    return any(d.env == "tools" or d.verifier.needs_sandbox for d in domains)
+
+
+def eval_tasks(domains: Sequence[Domain], per_domain: int) -> list[tuple[Domain, Task]]:
+    out, seen = [], set()
+    for d in domains:
+        if not has_split(d, "eval"):
+            continue  # an imported single task that lives in the train split only
+        for seed in range(per_domain):
+            task = d.task(seed, "eval")
+            if task.hash not in seen:
+                seen.add(task.hash)
+                out.append((d, task))
+    return out
+
+
+def check_contamination(train_domains: Sequence[Domain], evals: Sequence[tuple[Domain, Task]], *,
+                        per_domain: int, run_dir: Path, allow: bool, console: Console) -> None:
+    train = [d.task(seed, "train") for d in train_domains for seed in range(min(per_domain, 2000))]
+    report = _contamination(train, [t for _, t in evals])
+    guard_training(report, run_dir, allow=allow)
+    if not report.ok:
+        console.print(f"[yellow]contamination: {len(report.matches)} eval tasks overlap the "
+                      "training sample; allowed by the config (recorded in contamination.json)")
+
+
+def check_context(policy: Policy, train_domains: Sequence[Domain], evals: Sequence[tuple[Domain, Task]],
+                  per_domain: int = 4) -> None:
+    """Refuse to start when a domain's prompts do not fit the model's context: such an
+    episode can never run (it is not an infrastructure failure that a retry would cure).
+    Looks at the first `per_domain` train tasks of each trained domain and at the eval tasks."""
+    limit = policy.max_positions
+    if limit is None:
+        return  # the backend does not say (a server checks on its own)
+    tasks = [(d, d.task(seed, "train")) for d in train_domains for seed in range(per_domain)]
+    worst: dict[str, tuple[int, str]] = {}
+    for d, task in tasks + list(evals):
+        text = initial_observation(d, task)
+        ids = policy.render(GenerationRequest((Message("user", text),), SamplingParams()))
+        if ids is None:
+            return  # no tokenizer to measure with
+        n = len(ids)
+        if n >= limit and n > worst.get(d.name, (0, ""))[0]:
+            worst[d.name] = (n, task.key)
+    if worst:
+        trained = {d.name for d in train_domains}
+        lines = [f"  {name} ({'domains.train' if name in trained else 'domains.heldout'}): "
+                 f"{n} prompt tokens (task {key})" for name, (n, key) in sorted(worst.items())]
+        raise ConfigError(f"{len(worst)} domain(s) have prompts that do not fit the model's context "
+                          f"of {limit} positions ({policy.version.name}), leaving no room to answer:\n"
+                          + "\n".join(lines) + "\nRemove them from the config, or use a model "
+                          "with a longer context.")

@@ -1,0 +1,83 @@
+"""Weight publishing: the one place where the current policy version moves.
+
+The trainer owns the version (`Trainer.version`: '<run>/step-<n>', from its step count). After
+each step `PolicyPublisher.publish()` hands the new weights to the sampler and the new version to
+whoever numbers generations (the scheduler's staleness counter and version name), in one call,
+and checks that they agree: the scheduler's version number must equal the trainer's step count.
+Nothing else sets a version, so the three can no longer drift apart by call order.
+
+With a staleness bound of 0 the scheduler never generates while the trainer updates, so the
+sampler can share the trained module. With a bound above 0 generation overlaps training: the
+sampler then keeps its own copy of the weights, refreshed under a lock that no generation call
+holds (a batch never mixes two versions).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from posttrain.policies.local import TorchPolicy
+from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
+
+if TYPE_CHECKING:
+    from posttrain.training.trainer import Trainer
+
+VersionListener = Callable[[str], int]
+"""told a new version's name; returns its own number for that version (checked against the step)"""
+
+
+class VersionMismatch(RuntimeError):
+    """A listener numbered the new version differently from the trainer's step count."""
+
+
+class PolicyPublisher:
+    def __init__(self, trainer: "Trainer", *, copy: bool) -> None:
+        self.trainer = trainer
+        self.copy = copy
+        self._lock = threading.Lock()
+        self._listeners: list[VersionListener] = []
+        self._policy = self._make()
+
+    def _make(self) -> TorchPolicy:
+        if not self.copy:
+            return self.trainer.policy()
+        model = copy.deepcopy(self.trainer.model).eval()
+        return TorchPolicy(model, self.trainer.tokenizer, version=self.trainer.version)
+
+    def subscribe(self, listener: VersionListener) -> None:
+        """`listener(name)` is called by every `publish()` (e.g. `Scheduler.set_policy_version`)."""
+        self._listeners.append(listener)
+
+    @property
+    def version(self) -> PolicyVersion:
+        """The version the sampler generates with."""
+        return self._policy.version
+
+    @property
+    def max_positions(self) -> int | None:
+        return self._policy.max_positions
+
+    def render(self, request: GenerationRequest) -> list[int] | None:
+        return self._policy.render(request)
+
+    def publish(self) -> PolicyVersion:
+        """Take the trainer's current weights (call after each trainer step) and announce them."""
+        version = self.trainer.version
+        with self._lock:
+            if self.copy:
+                self._policy.model.load_state_dict(self.trainer.model.state_dict())
+                self._policy.version = version
+            else:
+                self._policy = self.trainer.policy()
+        for listener in self._listeners:
+            number = listener(version.name)
+            if number != self.trainer.step_count:
+                raise VersionMismatch(f"{version.name}: a listener numbers it {number}, the trainer "
+                                      f"is at step {self.trainer.step_count}")
+        return version
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        with self._lock:
+            return self._policy.generate(requests)
