@@ -57,6 +57,13 @@ class TrainerConfig:
     old_logprobs: OldLogprobs = "sampler"
     """where the ratio's denominator comes from: the sampler's recorded log-probs (cheaper;
     falls back to recompute for a turn that has none), or a no-grad pass before the update"""
+    tis_cap: float = 0.0
+    """truncated importance sampling (off-policy correction; 0 = off). When > 0 and the
+    trajectories carry the sampler's log-probs, the trainer recomputes the log-probs with its own
+    weights, uses them as the ratio's denominator, and weighs each token's policy-gradient term
+    by min(exp(trainer - sampler), tis_cap): the sampler (an inference server, a stale copy) is
+    the behaviour policy. Logged per step: `mismatch_abs_logp` (mean |trainer - sampler|),
+    `mismatch_kl` (k3 estimate of KL(sampler || trainer)) and `tis_capped_share`"""
     temperature: float = 1.0
     """temperature the log-probs are computed at; must match the sampling temperature of the
     trajectories (checked against their recorded sampling settings)"""
@@ -96,6 +103,8 @@ class TrainerConfig:
             raise bad("old_logprobs", "must be 'sampler' or 'recompute'")
         if not isinstance(self.min_group_size, int) or self.min_group_size < 2:
             raise bad("min_group_size", "must be an integer >= 2 (advantages are group-relative)")
+        if self.tis_cap < 0 or (0 < self.tis_cap < 1):
+            raise bad("tis_cap", "must be 0 (off) or >= 1")
         if not self.temperature > 0:
             raise bad("temperature", "must be > 0 (RL samples; greedy decoding has no log-probs to train)")
         if not self.run_name or "/" in self.run_name:

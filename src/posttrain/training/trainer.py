@@ -41,7 +41,7 @@ from posttrain.training import checkpoints
 from posttrain.training.advantages import select_groups
 from posttrain.training.batch import Sample, samples_from, sequence_logprobs
 from posttrain.training.config import TrainerConfig
-from posttrain.training.losses import clipped_pg_loss, token_weights
+from posttrain.training.losses import clipped_pg_loss, off_policy, token_weights
 
 _TOTALS = ("trajectories", "infra_errors", "groups", "groups_zero_variance", "groups_too_small",
            "tokens", "updates")
@@ -161,11 +161,16 @@ class Trainer:
                                                           [s.owner for s in samples], cfg.loss_agg)
                                 for w in ws], device=device)
         adv = torch.tensor([s.advantage for s in samples for _ in s.completion_ids], device=device)
-        use_sampler = cfg.old_logprobs == "sampler" and all(s.old_logprobs for s in samples)
-        if use_sampler:
-            old = torch.tensor([lp for s in samples for lp in s.old_logprobs or ()], device=device)
-        else:
-            old = self._logprobs_no_grad(self.model, samples)
+        has_sampler = all(s.old_logprobs for s in samples)
+        behaviour = (torch.tensor([lp for s in samples for lp in s.old_logprobs or ()], device=device)
+                     if has_sampler else None)
+        tis = cfg.tis_cap > 0 and behaviour is not None
+        use_sampler = cfg.old_logprobs == "sampler" and has_sampler and not tis
+        old = behaviour if use_sampler else self._logprobs_no_grad(self.model, samples)
+        assert old is not None
+        is_weights, mismatch = None, {}
+        if behaviour is not None and not use_sampler:  # trainer vs sampler, token by token
+            is_weights, mismatch = off_policy(old, behaviour, weights, cfg.tis_cap if tis else 0.0)
         ref = self._logprobs_no_grad(self.reference, samples) if self.reference is not None else None
 
         self.model.train()
@@ -179,7 +184,8 @@ class Trainer:
                                                  temperature=cfg.temperature, with_entropy=True)
                 parts = clipped_pg_loss(new, old[a:b], adv[a:b], weights[a:b],
                                         clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                                        ref_logp=None if ref is None else ref[a:b], kl_beta=cfg.kl_beta)
+                                        ref_logp=None if ref is None else ref[a:b], kl_beta=cfg.kl_beta,
+                                        is_weights=None if is_weights is None else is_weights[a:b])
                 parts.loss.backward()
                 sums["loss"] += float(parts.loss.detach())
                 sums["pg_loss"] += parts.pg
@@ -197,6 +203,7 @@ class Trainer:
         out = {k: (v if k == "ratio_max" else v / cfg.ppo_epochs) for k, v in sums.items()}
         out["sampler_logprob_diff"] = sums["sampler_logprob_diff"] if use_sampler else 0.0
         out["old_logprobs_from_sampler"] = float(use_sampler)
+        out.update(mismatch)
         out["updated"] = 1
         return out
 
