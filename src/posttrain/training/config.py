@@ -71,6 +71,9 @@ class TrainerConfig:
     """versions produced are named '<run_name>/step-<n>'"""
     seed: int = 0
     """seeds python, numpy and torch when the trainer is created (not on resume)"""
+    engine: str = "local"
+    """where the update runs: 'local' (this process) or 'fsdp' (FSDP2 `fully_shard`, one
+    process per device under `torchrun`; `posttrain.training.engines.fsdp`)"""
     device: str = "cpu"
     """torch device of the model being trained ('cpu', 'cuda', 'cuda:1')"""
 
@@ -107,6 +110,8 @@ class TrainerConfig:
             raise bad("tis_cap", "must be 0 (off) or >= 1")
         if not self.temperature > 0:
             raise bad("temperature", "must be > 0 (RL samples; greedy decoding has no log-probs to train)")
+        if self.engine not in ("local", "fsdp"):
+            raise bad("engine", "must be 'local' or 'fsdp'")
         if not self.run_name or "/" in self.run_name:
             raise bad("run_name", "must be a non-empty name without '/'")
 
