@@ -3,8 +3,9 @@
 * `GET  /v1/models`, `GET /health`
 * `POST /v1/completions`       prompt (a string, a list of strings, a list of token ids or a list
                                 of such lists), max_tokens, temperature, top_p, n, stop, seed,
-                                logprobs (any int: the sampled token's log-prob; no
-                                alternatives), return_token_ids (vLLM's extension:
+                                ignore_eos (vLLM's: decode up to max_tokens), logprobs (any
+                                int: the sampled token's log-prob; no alternatives),
+                                return_token_ids (vLLM's extension:
                                 `token_ids` and `prompt_token_ids` on each choice)
 * `POST /v1/chat/completions`  messages, max_tokens / max_completion_tokens, temperature, top_p,
                                 n, stop, seed, logprobs (bool), return_token_ids
@@ -84,12 +85,13 @@ def _prompts(engine: BatchEngine, prompt: Any) -> list[list[int]]:
 def build_app(engine: BatchEngine, model_name: str) -> Starlette:
     vocab = engine.model.get_input_embeddings().weight.shape[0]
 
-    async def run(prompts: list[list[int]], sampling: SamplingParams, n: int) -> list[Completion]:
+    async def run(prompts: list[list[int]], sampling: SamplingParams, n: int,
+                  ignore_eos: bool = False) -> list[Completion]:
         for p in prompts:
             bad = [i for i in p if not 0 <= i < vocab]
             if bad:
                 raise RequestError(f"field 'prompt': token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
-        futures = [asyncio.wrap_future(engine.submit(p, sampling)) for p in prompts for _ in range(n)]
+        futures = [asyncio.wrap_future(engine.submit(p, sampling, ignore_eos)) for p in prompts for _ in range(n)]
         out = await asyncio.gather(*futures)
         for c in out:
             if c.finish_reason == "error":  # the prompt does not fit: the client's fault
@@ -110,7 +112,7 @@ def build_app(engine: BatchEngine, model_name: str) -> Starlette:
     async def completions(body: dict[str, Any]) -> dict[str, Any]:
         prompts = _prompts(engine, body.get("prompt"))
         sampling, n = _sampling(body, default_max=16), _n(body)
-        outs = await run(prompts, sampling, n)
+        outs = await run(prompts, sampling, n, bool(body.get("ignore_eos")))
         choices = []
         for i, c in enumerate(outs):
             choice: dict[str, Any] = {"index": i, "text": c.text, "finish_reason": c.finish_reason,

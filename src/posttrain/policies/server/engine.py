@@ -49,6 +49,7 @@ class _Row:
     future: Future
     limit: int
     generator: torch.Generator | None
+    ignore_eos: bool = False
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     tail: str = ""
@@ -111,9 +112,10 @@ class BatchEngine:
             if not row.future.done():
                 row.future.set_exception(PolicyError("the server is shutting down"))
 
-    def submit(self, prompt: Sequence[int], sampling: SamplingParams) -> Future:
+    def submit(self, prompt: Sequence[int], sampling: SamplingParams, ignore_eos: bool = False) -> Future:
         """Queue one completion; the future gives a `Completion` (finish_reason 'error' with
-        `context_exceeded` when the prompt alone fills the model's context)."""
+        `context_exceeded` when the prompt alone fills the model's context). `ignore_eos`
+        (vLLM's extension, for benchmarks) decodes past EOS up to `max_tokens`."""
         fut: Future = Future()
         prompt = list(prompt)
         ctx = self.policy.max_positions
@@ -131,7 +133,7 @@ class BatchEngine:
         with self._cv:
             if self._stop:
                 raise PolicyError("the server is shutting down")
-            self._waiting.append(_Row(prompt, sampling, fut, limit, gen))
+            self._waiting.append(_Row(prompt, sampling, fut, limit, gen, ignore_eos))
             self._cv.notify_all()
         return fut
 
@@ -274,7 +276,7 @@ class BatchEngine:
         for i, (row, tok, lp) in enumerate(zip(rows, tokens.tolist(), logps.tolist())):
             row.ids.append(tok)
             row.logprobs.append(lp)
-            if tok in self.policy.eos_ids or self._stopped(row):
+            if (tok in self.policy.eos_ids and not row.ignore_eos) or self._stopped(row):
                 row.finish = "stop"
             elif len(row.ids) >= row.limit:
                 row.finish = "length"
