@@ -159,7 +159,7 @@ class Trainer:
         use_sampler = cfg.old_logprobs == "sampler" and has_sampler and not tis
         old = behaviour if use_sampler else self._logprobs_no_grad(self.model, samples)
         assert old is not None
-        is_weights, mismatch = None, {}
+        is_weights, mismatch = None, dict[str, float]()
         if behaviour is not None and not use_sampler:  # trainer vs sampler, token by token
             is_weights, mismatch = off_policy(old, behaviour, weights, cfg.tis_cap if tis else 0.0)
         ref = self._logprobs_no_grad(self.reference, samples) if self.reference is not None else None

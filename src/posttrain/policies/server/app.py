@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -36,7 +36,7 @@ from posttrain.policies.render import render_ids
 from posttrain.policies.server.engine import BatchEngine
 from posttrain.values.generation import Completion, Message, SamplingParams
 
-_REFUSED = {"best_of": (None, 1), "echo": (None, False), "suffix": (None,), "stream": (None, False),
+_REFUSED: dict[str, tuple[Any, ...]] = {"best_of": (None, 1), "echo": (None, False), "suffix": (None,), "stream": (None, False),
             "frequency_penalty": (None, 0), "presence_penalty": (None, 0), "logit_bias": (None, {}),
             "tools": (None, []), "response_format": (None,)}
 """fields this server cannot honour -> the values that mean "not used" (anything else is a 400)"""
@@ -83,7 +83,7 @@ def _prompts(engine: BatchEngine, prompt: Any) -> list[list[int]]:
 
 
 def build_app(engine: BatchEngine, model_name: str) -> Starlette:
-    vocab = engine.model.get_input_embeddings().weight.shape[0]
+    vocab = cast(Any, engine.model).get_input_embeddings().weight.shape[0]
 
     async def run(prompts: list[list[int]], sampling: SamplingParams, n: int,
                   ignore_eos: bool = False) -> list[Completion]:

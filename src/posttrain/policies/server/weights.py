@@ -106,7 +106,7 @@ def read_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def load_weights_into(model: torch.nn.Module, directory: str | os.PathLike) -> int:
+def load_weights_into(model: Any, directory: str | os.PathLike) -> int:
     """Copy the weights of `directory` into `model` in place; returns the tensors loaded.
 
     Every parameter of the model must be in the directory (a partial update is an error naming

@@ -25,7 +25,7 @@ Backend: gloo on CPU (what the tests run), NCCL on GPUs.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import torch
 import torch.distributed as dist
@@ -35,10 +35,10 @@ from posttrain.training.batch import sequence_logprobs
 
 def _blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The decoder blocks: the children of the model's largest ModuleList."""
-    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
+    lists: list[torch.nn.ModuleList] = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
     if not lists:
         return []
-    return list(max(lists, key=len))
+    return list(max(lists, key=lambda ml: len(list(ml))))
 
 
 def init_distributed(device: str) -> tuple[int, int]:
@@ -62,7 +62,7 @@ def shard(model: torch.nn.Module) -> torch.nn.Module:
 
 
 class FSDPEngine:
-    def __init__(self, model: torch.nn.Module, config: Any, reference: torch.nn.Module | None = None) -> None:
+    def __init__(self, model: Any, config: Any, reference: torch.nn.Module | None = None) -> None:
         self.rank, self.world = init_distributed(config.device)
         self._embedding_name = _param_name(model, model.get_input_embeddings().weight)
         head = model.get_output_embeddings()
@@ -130,8 +130,8 @@ class FSDPEngine:
             return {}
         out: dict[str, torch.Tensor] = {}
         seen: set[int] = set()
-        for name, t in full.items():
-            t = t.detach().to("cpu")
+        for name, value in full.items():
+            t = cast(torch.Tensor, value).detach().to("cpu")
             if t.data_ptr() in seen:
                 t = t.clone()
             seen.add(t.data_ptr())

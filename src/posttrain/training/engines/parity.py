@@ -47,7 +47,7 @@ def batches(model: str | Path, steps: int, group_size: int = 6) -> list[list[lis
                                         verdict=Verdict(passed=bool(reward), score=reward)))
             # a group whose rewards are all equal teaches nothing: give it one success by hand
             if len({tr.reward for tr in group}) == 1:
-                group[0].reward = 1.0 - group[0].reward
+                group[0].reward = 1.0 - float(group[0].reward or 0.0)
             groups.append(group)
         out.append(groups)
     return out
