@@ -46,16 +46,15 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from posttrain.values.generation import PolicyVersion, SamplingParams
+    from posttrain.evaluation.quick import pass_rates as evaluate
+    from posttrain.pipeline.config import DEFAULT_TRAIN
     from posttrain.policies.local import TorchPolicy
-    from posttrain.rollout.runner import EpisodeSpec, run_episodes
+    from posttrain.scheduling.engine import WorkItem, run_episodes
     from posttrain.tasks.registry import get_domain
     from posttrain.training.config import TrainerConfig
-    from posttrain.evaluation.quick import pass_rates as evaluate
     from posttrain.training.trainer import Trainer
+    from posttrain.values.generation import PolicyVersion, SamplingParams
     from posttrain.verifiers.base import Outcome
-
-    from posttrain.pipeline.config import DEFAULT_TRAIN
 
     args.domains = args.domains or ",".join(DEFAULT_TRAIN)
     domains = [get_domain(n) for n in args.domains.split(",")]
@@ -73,7 +72,7 @@ def main() -> None:
         for step in range(args.steps):
             t0 = time.perf_counter()
             lo = step * args.prompts
-            specs = [EpisodeSpec(rows[i][0], tasks[i], group_id=str(i))
+            specs = [WorkItem(rows[i][0], tasks[i], group_id=str(i))
                      for i in range(lo, lo + args.prompts) for _ in range(args.group)]
             trajectories = run_episodes(specs, trainer.policy(), sampling, workers=1)
             groups: dict[str, list] = {}

@@ -12,8 +12,14 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # node address:
 
 ray = pytest.importorskip("ray", reason="Ray is in the test extra; installed on CI")
 
-from posttrain.scheduling import (AdaptiveConfig, BatchConfig, DomainSpec, RetryConfig,  # noqa: E402
-                                  Scheduler, SchedulerConfig)
+from posttrain.scheduling import (  # noqa: E402
+    AdaptiveConfig,
+    BatchConfig,
+    DomainSpec,
+    RetryConfig,
+    Scheduler,
+    SchedulerConfig,
+)
 from posttrain.scheduling.ray_backend import RayBackend  # noqa: E402
 from posttrain.scheduling.sim import SimFactory, SimGenerator, make_domains  # noqa: E402
 
@@ -39,7 +45,7 @@ def run(backend_name: str) -> tuple[dict, list, dict]:
         backend = RayBackend(factory, num_workers=2, concurrency=8) if backend_name == "ray" else None
         sched = Scheduler(CONFIG, [DomainSpec(d.name, weight=1 + i % 2) for i, d in enumerate(DOMAINS)],
                           SimGenerator(2e6, call_s=0.001), factory=factory, backend=backend, workers=16,
-                          on_failure=failures.append)
+                          on_failure=lambda r: failures.append(r.trajectory))
         groups = []
         async with sched:
             while batch := await sched.take(3):
@@ -60,6 +66,7 @@ def test_ray_backend_needs_ray_started_first():
         RayBackend(SimFactory(DOMAINS)).open()
 
 
+@pytest.mark.slow
 def test_ray_backend_gives_the_same_results_as_local(local_ray):
     local, local_failed, _ = run("local")
     remote, remote_failed, m = run("ray")

@@ -8,17 +8,17 @@ runs code (`needs_sandbox`), a sandbox is opened only for grading, with the task
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
-from typing import Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
 
-from posttrain.envs.base import Observation, StepResult
+from posttrain.envs.base import EpisodeEnd, Observation, StepResult
 from posttrain.envs.budget import EnvConfig, truncate_text
 from posttrain.sandbox.base import Sandbox
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Task
 from posttrain.verifiers.base import Outcome
 
-SandboxFactory = Callable[[], ContextManager[Sandbox]]
+SandboxFactory = Callable[[], AbstractContextManager[Sandbox]]
 
 
 def render_files(task: Task, max_chars: int) -> tuple[str, int]:
@@ -43,7 +43,6 @@ class SingleAnswerEnv:
         self.timings: dict[str, float] = {}
         self.counters: dict[str, int] = {}
         self.sandbox_info: dict = {}
-        self.workspace_archive: bytes | None = None
 
     def reset(self, task: Task) -> Observation:
         self.task = task
@@ -55,9 +54,21 @@ class SingleAnswerEnv:
     def step(self, action: str) -> StepResult:
         if self.task is None:
             raise RuntimeError("step() before reset()")
-        return self.finish(action, truncated=False)
+        end = self.finish(action, truncated=False)
+        return StepResult(Observation(""), reward=end.verdict.score, terminated=True, truncated=False,
+                          info={}, verdict=end.verdict, end=end)
 
-    def finish(self, answer: str | None, truncated: bool) -> StepResult:
+    @classmethod
+    def needs_sandbox(cls, domain: Domain) -> bool:
+        """Only to grade, and only when the verifier runs code."""
+        return domain.verifier.needs_sandbox
+
+    @classmethod
+    def first_observation(cls, domain: Domain, task: Task, config: EnvConfig = EnvConfig()) -> str:
+        files, _ = render_files(task, config.show_files_in_prompt_chars)
+        return task.prompt + files
+
+    def finish(self, answer: str | None, truncated: bool) -> EpisodeEnd:
         """Grade `answer` and end the episode (also used when a budget ran out)."""
         task = self.task
         assert task is not None
@@ -75,8 +86,7 @@ class SingleAnswerEnv:
                     sandbox.write_file(path, content)
             verdict = self.domain.verifier.verify(task, Outcome(answer=answer, sandbox=sandbox))
         self.timings["verify_s"] = self.timings.get("verify_s", 0.0) + time.perf_counter() - t0
-        return StepResult(Observation(""), reward=verdict.score, terminated=not truncated,
-                          truncated=truncated, info={}, verdict=verdict)
+        return EpisodeEnd(verdict, truncated)
 
     def close(self) -> None:
         self.task = None

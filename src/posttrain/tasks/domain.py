@@ -12,8 +12,9 @@ the last one ending the episode.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from posttrain.values.task import EnvKind, Split, Task
 from posttrain.verifiers.base import Verifier
@@ -37,7 +38,7 @@ class ToolSpec:
     name: str
     description: str
     """one line shown to the policy in the tool list"""
-    run: Callable[["Sandbox", str], str]
+    run: Callable[[Sandbox, str], str]
     """(episode sandbox, raw argument text) -> observation text; raise ValueError for bad args"""
 
 

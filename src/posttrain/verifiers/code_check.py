@@ -4,7 +4,7 @@ outside the candidate's process.
 The tests are trusted (they come with the task); the candidate is not. So they never share a
 process, a sandbox or a uid:
 
-1. In a fresh **grading sandbox** (`grading._fresh`: no candidate code ever runs in it), the
+1. In a **grading sandbox** (`grading.grading_sandbox`: no candidate code ever runs in it), the
    tests call `check(proxy)`. The proxy answers each call from the candidate's recorded results;
    a call with arguments it has no result for is recorded and, to keep discovering the calls of
    the whole test, answered by the task's reference solution when there is one (such a run
@@ -28,8 +28,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from posttrain.verifiers.base import Verdict, VerifierError, verdict
-from posttrain.verifiers.code import DECODE_SOURCE, encode_value, run_candidate
-from posttrain.verifiers.grading import GRADER_MARGIN_S, _fresh, run_grader
+from posttrain.verifiers.candidate import DECODE_SOURCE, encode_value, run_candidate
+from posttrain.verifiers.grading import GRADER_MARGIN_S, grading_sandbox, run_grader
 
 if TYPE_CHECKING:
     from posttrain.values.task import Task
@@ -103,7 +103,7 @@ emit({"unknown": unknown[:2000], "error": error})
 '''
 
 
-def grade_check_mode(verifier: "Verifier", task: "Task", outcome: "Outcome", sandbox: Any,
+def grade_check_mode(verifier: Verifier, task: Task, outcome: Outcome, sandbox: Any,
                      code: str, stub: str, timeout: float, label: str) -> Verdict:
     s = task.verifier
     reference = task.reference.get("solution") if isinstance(task.reference, dict) else None
@@ -111,7 +111,7 @@ def grade_check_mode(verifier: "Verifier", task: "Task", outcome: "Outcome", san
             "reference": reference if isinstance(reference, str) else ""}
     known: dict[str, dict] = {}
     seconds = 0.0
-    with _fresh(outcome.sandbox, ()) as grader:
+    with grading_sandbox(outcome.sandbox, ()) as grader:
         for round_ in range(MAX_ROUNDS + 1):
             found = run_grader(grader, GRADER, {**base, "results": list(known.items())},
                                timeout=timeout + GRADER_MARGIN_S, label=label)

@@ -1,15 +1,22 @@
 """Where graders run, and how their programs report: out of the policy's reach.
 
-**The grading context.** A grader never runs where the episode acted. `grading_context` opens a
-fresh sandbox (its own host uid, pid namespace, `/tmp`, `/dev/shm` and workspace; nothing the
-episode started or planted is there) and copies in only the task's declared artifacts from the
-episode's workspace (`include`: globs, default the whole workspace, regular files, directories
-and symbolic links with their modes), then restores the task's pristine input files over them
-(`pristine`), except those the task declares as outputs (`writable`). There is no fallback to
-the episode's workspace or `/tmp`: when the fresh sandbox cannot boot, grading is an
-infrastructure error. Candidate code that a grader only *runs* (the `unit-tests` verifier's
-candidate process, a geometry script) runs in the episode's own sandbox (`candidate_sandbox`),
-which is then never used to grade.
+**The grading context.** A grader never runs where the episode acted. `grading_context` takes a
+pristine grading sandbox (`grading_sandbox`: its own host uid, pid namespace, `/tmp`, `/dev/shm`
+and workspace; nothing the episode started or planted is there) and copies in only the task's
+declared artifacts from the episode's workspace (`include`: globs, default the whole workspace,
+regular files, directories and symbolic links with their modes), then restores the task's
+pristine input files over them (`pristine`), except those the task declares as outputs
+(`writable`). There is no fallback to the episode's workspace or `/tmp`: when no grading sandbox
+can be had, grading is an infrastructure error. Candidate code that a grader only *runs* (the
+`unit-tests` verifier's candidate process, a geometry script) runs in the episode's own sandbox
+(`candidate_sandbox`), which is then never used to grade.
+
+**Where grading sandboxes come from.** By default (`grading_mode()` "reset") from a per-process
+pool keyed by configuration (`posttrain.sandbox.keyed.ConfigPool`): booted by the pool itself,
+reset to pristine after each grade (every process killed, /ws, /tmp, /dev/shm and $HOME restored,
+then checked from the outside; a sandbox whose reset is not clean is discarded), so a grade costs
+a reset (~5 ms) instead of a boot (~150-400 ms). An episode's sandbox never enters that pool.
+"fresh" (`set_grading_mode`, or `POSTTRAIN_GRADING_SANDBOXES=fresh`) boots one per grade.
 
 **Grading programs** (`run_grader`) are sent into the grading sandbox and read back one line:
 
@@ -41,14 +48,18 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import secrets
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any
 
 from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError
 
 if TYPE_CHECKING:
     from posttrain.sandbox.base import RunResult, Sandbox
+    from posttrain.sandbox.keyed import ConfigPool
 
 GRADER_MARGIN_S = 10.0
 """extra wall time a grading program gets beyond the budget it gives what it runs (start-up of
@@ -90,7 +101,7 @@ def tail(text: str, n: int = 800) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-def run_grader(sandbox: "Sandbox", program: str, payload: Mapping[str, Any], *, timeout: float,
+def run_grader(sandbox: Sandbox, program: str, payload: Mapping[str, Any], *, timeout: float,
                label: str) -> dict[str, Any]:
     """Run `PRELUDE + program` in `sandbox` (warm path) with `payload` (JSON) on stdin and
     return the JSON object it `emit`s. `label` names the verifier and task in errors.
@@ -206,33 +217,92 @@ emit({"copied": copied})
 
 
 @contextmanager
-def candidate_sandbox(outcome: Outcome) -> Iterator["Sandbox"]:
+def candidate_sandbox(outcome: Outcome) -> Iterator[Sandbox]:
     """Where a grader *runs* candidate code (never where it judges): the episode's sandbox, or
-    a fresh default one (closed afterwards) when the verifier is called without one."""
+    a default grading sandbox (given back, reset, afterwards) when the verifier is called
+    without one."""
     if outcome.sandbox is not None:
         yield outcome.sandbox
         return
-    with _fresh(None, ()) as sandbox:
+    with grading_sandbox(None, ()) as sandbox:
         yield sandbox
 
 
+GRADING_SANDBOXES_ENV = "POSTTRAIN_GRADING_SANDBOXES"
+GRADING_MODES = ("reset", "fresh")
+_mode: str | None = None
+_pool: Any = None
+_pool_lock = threading.Lock()
+
+
+def grading_mode() -> str:
+    """Where grading sandboxes come from: "reset" (the default: a pool of booted sandboxes,
+    reset to pristine after every grade) or "fresh" (a new sandbox per grade, closed after).
+    Set with `set_grading_mode` or the environment variable `POSTTRAIN_GRADING_SANDBOXES`."""
+    mode = _mode or os.environ.get(GRADING_SANDBOXES_ENV) or "reset"
+    if mode not in GRADING_MODES:
+        raise ValueError(f"{GRADING_SANDBOXES_ENV}={mode!r}: must be one of {', '.join(GRADING_MODES)}")
+    return mode
+
+
+def set_grading_mode(mode: str | None) -> None:
+    """Choose "reset" or "fresh" grading sandboxes for this process (None: back to the
+    environment variable, else "reset"). Switching to "fresh" closes the idle pooled ones."""
+    global _mode
+    if mode is not None and mode not in GRADING_MODES:
+        raise ValueError(f"grading mode must be one of {', '.join(GRADING_MODES)}, got {mode!r}")
+    _mode = mode
+    if mode == "fresh":
+        close_grading_pool()
+
+
+def grading_pool() -> ConfigPool:
+    """This process's pool of reset grading sandboxes (created on first use)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            from posttrain.sandbox.keyed import ConfigPool
+
+            _pool = ConfigPool()
+        return _pool
+
+
+def close_grading_pool() -> None:
+    """Close the idle grading sandboxes (a later grade starts a new pool). Sandboxes left at
+    exit are closed by their own finalizers."""
+    global _pool
+    with _pool_lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.close()
+
+
 @contextmanager
-def _fresh(like: "Sandbox | None", preload: Sequence[str], image: dict | None = None,
-           limits: Any = None) -> Iterator["Sandbox"]:
-    """A new sandbox with the backend and limits of `like` (the episode's): an episode that was
-    allowed the unisolated process backend is graded with it too. `image`: the task's image
-    (`posttrain.images`), when its tests must run over it. This is the one place a pool of
-    reset sandboxes can serve grading from."""
+def grading_sandbox(like: Sandbox | None, preload: Sequence[str], image: dict | None = None,
+                    limits: Any = None) -> Iterator[Sandbox]:
+    """A pristine sandbox with the backend and limits of `like` (the episode's): an episode that
+    was allowed the unisolated process backend is graded with it too. `image`: the task's image
+    (`posttrain.images`), when its tests must run over it. The one place graders get sandboxes.
+
+    In "reset" mode (`grading_mode`) it comes from `grading_pool()`, keyed by its configuration
+    (backend, limits, preloads, image): a sandbox that pool booted, reset to pristine after its
+    previous grade (and discarded when that reset was not clean), never `like` itself or any
+    sandbox an episode acted in. In "fresh" mode it is booted for this grade and closed after.
+    A sandbox that cannot be had is an infrastructure error (`VerifierError`)."""
     from posttrain.sandbox import Limits, open_sandbox
 
     limits = limits or (like.limits if like is not None else Limits())
     backend = like.info.backend if like is not None and like.info.backend in ("bwrap", "process") else "auto"
+    fresh = grading_mode() == "fresh"  # a bad setting is the user's error, not infrastructure
+    stack = ExitStack()
     try:
-        sandbox = open_sandbox(limits, backend=backend, allow_unsandboxed=backend == "process",
-                               preload=tuple(preload), **({"image": image} if image else {}))
+        opener = open_sandbox if fresh else grading_pool().sandbox
+        sandbox = stack.enter_context(opener(limits, backend=backend, allow_unsandboxed=backend == "process",
+                                             preload=tuple(preload), image=image or None))
     except Exception as e:  # SandboxError and backend start-up failures are infrastructure
-        raise VerifierError(f"could not open a fresh sandbox to grade in: {e}") from e
-    with sandbox:
+        stack.close()
+        raise VerifierError(f"could not open a sandbox to grade in: {e}") from e
+    with stack:
         yield sandbox
 
 
@@ -240,7 +310,7 @@ def _fresh(like: "Sandbox | None", preload: Sequence[str], image: dict | None = 
 def grading_context(outcome: Outcome, *, include: Sequence[str] | None = None,
                     pristine: Mapping[str, str] | None = None, writable: Sequence[str] = (),
                     preload: Sequence[str] = (), image: dict | None = None, limits: Any = None,
-                    label: str = "grader") -> Iterator["Sandbox"]:
+                    label: str = "grader") -> Iterator[Sandbox]:
     """A fresh sandbox holding copies of the episode's artifacts (see the module docstring).
 
     `include`: workspace globs to copy (None: everything); `pristine`: the task's input files.
@@ -255,7 +325,7 @@ def grading_context(outcome: Outcome, *, include: Sequence[str] | None = None,
     if len(blob) > MAX_ARTIFACT_BYTES:
         raise GradingFailed(f"the workspace is larger than {MAX_ARTIFACT_BYTES >> 20} MiB "
                             f"({len(blob) >> 20} MiB as a tar)")
-    with _fresh(outcome.sandbox, preload, image, limits) as sandbox:
+    with grading_sandbox(outcome.sandbox, preload, image, limits) as sandbox:
         if blob or pristine:
             payload = {"tar": base64.b64encode(blob or _EMPTY_TAR).decode(), "include":
                        None if include is None else list(include), "pristine": dict(pristine or {}),
