@@ -50,14 +50,31 @@ def test_micro_batches_split_the_step_evenly_over_ranks():
     ranges = {}
     for rank in (0, 1):
         engine.rank = rank
-        ranges[rank] = engine.micro_batches(7, 2)
+        ranges[rank] = engine.micro_batches([3] * 7, 2)
     assert len(ranges[0]) == len(ranges[1])  # the same number of forwards on every rank
     covered = sorted(i for r in ranges.values() for lo, hi in r for i in range(lo, hi))
     assert covered == list(range(7))
     engine.rank = 0
-    assert engine.micro_batches(1, 4) == [(0, 0)]  # no sample left: a placeholder forward
+    assert engine.micro_batches([5], 4) == [(0, 0)]  # no sample left: a placeholder forward
     engine.rank = 1
-    assert engine.micro_batches(1, 4) == [(0, 1)]
+    assert engine.micro_batches([5], 4) == [(0, 1)]
+    # by tokens: rank 0's short samples make one micro-batch, rank 1's long ones three
+    engine.rank = 0
+    assert engine.micro_batches([2, 2, 2, 9, 9, 9], 8, tokens=10) == [(0, 3), (3, 3), (3, 3)]
+
+
+def test_token_bounded_micro_batches_change_memory_not_the_result():
+    from posttrain.training.engines.base import split
+
+    assert split([4, 4, 4, 12, 1, 1], 0, 6, size=8, tokens=9) == [(0, 2), (2, 3), (3, 4), (4, 6)]
+    assert split([4, 4, 4], 0, 3, size=2) == [(0, 2), (2, 3)]
+    from posttrain.training.engines.parity import run
+
+    by_count, by_tokens = run("local", 1, micro_batch_size=64), run("local", 1, micro_batch_size=64,
+                                                                    micro_batch_tokens=24)
+    assert by_tokens[0]["micro_batches"] > by_count[0]["micro_batches"] == 1
+    assert by_tokens[0]["loss"] == pytest.approx(by_count[0]["loss"], rel=1e-4)
+    assert by_tokens[0]["grad_norm"] == pytest.approx(by_count[0]["grad_norm"], rel=1e-4)
 
 
 def test_fsdp_outside_torchrun_says_how_to_start_it(monkeypatch):

@@ -32,6 +32,10 @@ class TrainerConfig:
     micro_batch_size: int = 64
     """sequences per forward/backward; the gradients of a step's micro-batches are accumulated
     into one update, so this changes memory use, not the result"""
+    micro_batch_tokens: int = 0
+    """when > 0, a micro-batch also holds at most this many tokens (prompt + completion; a
+    longer sample goes alone): memory bounded by tokens rather than sequences, which is what
+    long answers need. Like `micro_batch_size`, it changes memory use, not the result"""
     ppo_epochs: int = 1
     """optimizer updates per `step()` over the same batch; 1 is strictly on-policy (the
     ratio is 1 up to sampler/trainer numerics), more reuse the samples and make clipping bite"""
@@ -90,6 +94,8 @@ class TrainerConfig:
             raise bad("betas", "must be two numbers in [0, 1)")
         if self.max_grad_norm < 0:
             raise bad("max_grad_norm", "must be >= 0")
+        if not isinstance(self.micro_batch_tokens, int) or self.micro_batch_tokens < 0:
+            raise bad("micro_batch_tokens", "must be an integer >= 0 (0: no token bound)")
         for name in ("micro_batch_size", "ppo_epochs"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise bad(name, "must be an integer >= 1")

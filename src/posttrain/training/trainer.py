@@ -41,6 +41,7 @@ from posttrain.training.advantages import select_groups
 from posttrain.training.batch import Sample, samples_from
 from posttrain.training.config import TrainerConfig
 from posttrain.training.engines import make_engine
+from posttrain.training.engines.base import sample_tokens
 from posttrain.training.losses import clipped_pg_loss, off_policy, token_weights
 from posttrain.values.generation import PolicyVersion
 from posttrain.values.trajectory import Trajectory
@@ -141,7 +142,7 @@ class Trainer:
 
     def _logprobs_no_grad(self, model: torch.nn.Module, samples: list[Sample]) -> torch.Tensor:
         return self.engine.logprobs(model, samples, temperature=self.config.temperature,
-                                    size=self.config.micro_batch_size)
+                                    size=self.config.micro_batch_size, tokens=self.config.micro_batch_tokens)
 
     def _update(self, samples: list[Sample]) -> dict[str, float]:
         cfg = self.config
@@ -173,7 +174,8 @@ class Trainer:
         for epoch in range(cfg.ppo_epochs):
             step_sums = dict.fromkeys(sums, 0.0)
             self.optimizer.zero_grad(set_to_none=True)
-            for lo, hi in engine.micro_batches(len(samples), cfg.micro_batch_size):
+            for lo, hi in engine.micro_batches(sample_tokens(samples), cfg.micro_batch_size,
+                                               cfg.micro_batch_tokens):
                 if lo == hi:  # a distributed engine's placeholder: same forwards on every rank
                     new, _ = engine.forward(samples[:1], temperature=cfg.temperature)
                     engine.backward(new.sum() * 0.0)

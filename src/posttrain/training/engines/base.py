@@ -2,7 +2,7 @@
 Tinker's API share them), so `Trainer` holds the RL logic once and a backend only moves tensors.
 
     engine = make_engine(model, config)
-    for lo, hi in engine.micro_batches(len(samples), config.micro_batch_size):   # this rank's share
+    for lo, hi in engine.micro_batches(lengths, config.micro_batch_size, tokens):  # this rank's share
         new, entropy = engine.forward(samples[lo:hi])         # differentiable log-probs
         engine.backward(loss)                                 # this micro-batch's share of the loss
     sums = engine.reduce(sums)                                # metrics summed over ranks
@@ -30,9 +30,10 @@ class TrainEngine(Protocol):
     rank: int
     world: int
 
-    def micro_batches(self, n: int, size: int) -> list[tuple[int, int]]:
-        """The sample ranges this rank computes, every rank the same count (collectives pair up);
-        an empty range (lo == hi) is a placeholder forward that contributes nothing."""
+    def micro_batches(self, lengths: Sequence[int], size: int, tokens: int = 0) -> list[tuple[int, int]]:
+        """The sample ranges this rank computes (`split` of its share of samples whose token
+        counts are `lengths`), every rank the same count (collectives pair up); an empty range
+        (lo == hi) is a placeholder forward that contributes nothing."""
         ...
 
     def forward(self, samples: Sequence[Any], *, temperature: float,
@@ -49,11 +50,32 @@ class TrainEngine(Protocol):
         ...
 
     def logprobs(self, model: torch.nn.Module, samples: Sequence[Any], *, temperature: float,
-                 size: int) -> torch.Tensor:
+                 size: int, tokens: int = 0) -> torch.Tensor:
         ...
 
     def export_weights(self) -> dict[str, torch.Tensor]:
         ...
+
+
+def split(lengths: Sequence[int], lo: int, hi: int, size: int, tokens: int = 0) -> list[tuple[int, int]]:
+    """Consecutive ranges covering samples [lo, hi): at most `size` samples each and, when
+    `tokens` > 0, at most `tokens` tokens (a sample longer than that goes alone)."""
+    out: list[tuple[int, int]] = []
+    start, used = lo, 0
+    for i in range(lo, hi):
+        n = lengths[i]
+        if i > start and (i - start >= size or (tokens > 0 and used + n > tokens)):
+            out.append((start, i))
+            start, used = i, 0
+        used += n
+    if hi > start:
+        out.append((start, hi))
+    return out
+
+
+def sample_tokens(samples: Sequence[Any]) -> list[int]:
+    """Each sample's tokens (prompt + completion): what a micro-batch's memory grows with."""
+    return [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
 
 
 def make_engine(model: torch.nn.Module, config: Any, reference: torch.nn.Module | None = None) -> Any:

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from posttrain.training.batch import sequence_logprobs
+from posttrain.training.engines.base import sample_tokens, split
 
 
 def _blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -72,12 +73,13 @@ class FSDPEngine:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, betas=config.betas,
                                            weight_decay=config.weight_decay)
 
-    def micro_batches(self, n: int, size: int) -> list[tuple[int, int]]:
+    def micro_batches(self, lengths: Sequence[int], size: int, tokens: int = 0) -> list[tuple[int, int]]:
+        n = len(lengths)
         parts = [(r * n // self.world, (r + 1) * n // self.world) for r in range(self.world)]
-        k = max(1, max(-(-(hi - lo) // size) for lo, hi in parts))
-        lo, hi = parts[self.rank]
-        m = hi - lo
-        return [(lo + i * m // k, lo + (i + 1) * m // k) for i in range(k)]
+        splits = [split(lengths, lo, hi, size, tokens) for lo, hi in parts]
+        k = max(1, max(map(len, splits)))
+        mine, end = splits[self.rank], parts[self.rank][1]
+        return mine + [(end, end)] * (k - len(mine))  # placeholders: as many forwards as the others
 
     def forward(self, samples: Sequence[Any], *, temperature: float,
                 with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -101,7 +103,7 @@ class FSDPEngine:
 
     @torch.no_grad()
     def logprobs(self, model: torch.nn.Module, samples: Sequence[Any], *, temperature: float,
-                 size: int) -> torch.Tensor:
+                 size: int, tokens: int = 0) -> torch.Tensor:
         offsets = [0]
         for s in samples:
             offsets.append(offsets[-1] + len(s.completion_ids))
@@ -109,7 +111,7 @@ class FSDPEngine:
         was_training = model.training
         model.eval()
         try:
-            for lo, hi in self.micro_batches(len(samples), size):
+            for lo, hi in self.micro_batches(sample_tokens(samples), size, tokens):
                 if lo == hi:  # the placeholder forward: this process has run out of samples
                     sequence_logprobs(model, samples[:1], temperature=temperature)
                     continue

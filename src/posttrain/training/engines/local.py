@@ -7,6 +7,7 @@ from typing import Any, Sequence
 import torch
 
 from posttrain.training.batch import sequence_logprobs
+from posttrain.training.engines.base import sample_tokens, split
 
 
 class LocalEngine:
@@ -18,8 +19,8 @@ class LocalEngine:
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
                                            weight_decay=config.weight_decay)
 
-    def micro_batches(self, n: int, size: int) -> list[tuple[int, int]]:
-        return [(lo, min(lo + size, n)) for lo in range(0, n, size)]
+    def micro_batches(self, lengths: Sequence[int], size: int, tokens: int = 0) -> list[tuple[int, int]]:
+        return split(lengths, 0, len(lengths), size, tokens)
 
     def forward(self, samples: Sequence[Any], *, temperature: float,
                 with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -39,12 +40,12 @@ class LocalEngine:
 
     @torch.no_grad()
     def logprobs(self, model: torch.nn.Module, samples: Sequence[Any], *, temperature: float,
-                 size: int) -> torch.Tensor:
+                 size: int, tokens: int = 0) -> torch.Tensor:
         was_training = model.training
         model.eval()
         try:
             parts = [sequence_logprobs(model, samples[lo:hi], temperature=temperature)[0]
-                     for lo, hi in self.micro_batches(len(samples), size)]
+                     for lo, hi in self.micro_batches(sample_tokens(samples), size, tokens)]
         finally:
             model.train(was_training)
         return torch.cat(parts)

@@ -53,7 +53,8 @@ def batches(model: str | Path, steps: int, group_size: int = 6) -> list[list[lis
     return out
 
 
-def run(engine: str, steps: int, model: str | Path = MODEL, micro_batch_size: int = 8) -> list[dict[str, float]]:
+def run(engine: str, steps: int, model: str | Path = MODEL, micro_batch_size: int = 8,
+        micro_batch_tokens: int = 0) -> list[dict[str, float]]:
     import torch
 
     from posttrain.training.config import TrainerConfig
@@ -65,11 +66,14 @@ def run(engine: str, steps: int, model: str | Path = MODEL, micro_batch_size: in
     # from the second update on the ratio moves off 1 and the clipped loss is far from 0, and a
     # KL penalty exercises the (sharded) reference model
     trainer = Trainer(model, TrainerConfig(lr=1e-3, engine=engine, micro_batch_size=micro_batch_size,
-                                           ppo_epochs=2, kl_beta=0.05))
+                                           micro_batch_tokens=micro_batch_tokens, ppo_epochs=2, kl_beta=0.05))
     rows = []
     for groups in data:
         m = trainer.step(groups)
-        rows.append({"step": m["step"], "loss": m["loss"], "grad_norm": m["grad_norm"], "tokens": m["tokens"]})
+        rows.append({"step": m["step"], "loss": m["loss"], "grad_norm": m["grad_norm"], "tokens": m["tokens"],
+                     "micro_batches": len(trainer.engine.micro_batches(
+                         [len(t.turns[0].prompt_token_ids or []) + len(t.turns[0].token_ids or [])
+                          for g in groups for t in g], micro_batch_size, micro_batch_tokens))})
     return rows
 
 
