@@ -52,7 +52,7 @@ def wait_up(url: str, proc: subprocess.Popen, log: Path, limit: float = 900) -> 
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(f"server at {url} did not start:\n{log.read_text()[-2000:]}")
+                raise RuntimeError(f"server at {url} did not start:\n{log.read_text()[-2000:]}") from None
             time.sleep(1)
 
 

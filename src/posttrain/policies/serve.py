@@ -59,7 +59,7 @@ class PolicyServer:
         host, port = self.sock.getsockname()[:2]
         return f"http://{host}:{port}/v1"
 
-    def start(self) -> "PolicyServer":
+    def start(self) -> PolicyServer:
         self.engine.start()
         self._thread = threading.Thread(target=self.serve_forever, name="posttrain-http", daemon=True)
         self._thread.start()

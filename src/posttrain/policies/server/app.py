@@ -36,9 +36,10 @@ from posttrain.policies.render import render_ids
 from posttrain.policies.server.engine import BatchEngine
 from posttrain.values.generation import Completion, Message, SamplingParams
 
-_REFUSED: dict[str, tuple[Any, ...]] = {"best_of": (None, 1), "echo": (None, False), "suffix": (None,), "stream": (None, False),
-            "frequency_penalty": (None, 0), "presence_penalty": (None, 0), "logit_bias": (None, {}),
-            "tools": (None, []), "response_format": (None,)}
+_REFUSED: dict[str, tuple[Any, ...]] = {
+    "best_of": (None, 1), "echo": (None, False), "suffix": (None,), "stream": (None, False),
+    "frequency_penalty": (None, 0), "presence_penalty": (None, 0), "logit_bias": (None, {}),
+    "tools": (None, []), "response_format": (None,)}
 """fields this server cannot honour -> the values that mean "not used" (anything else is a 400)"""
 
 

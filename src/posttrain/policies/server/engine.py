@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -97,7 +98,7 @@ class BatchEngine:
         self._pieces: dict[int, str] = {}
 
     # -- public, thread-safe ------------------------------------------------------------
-    def start(self) -> "BatchEngine":
+    def start(self) -> BatchEngine:
         self._thread = threading.Thread(target=self._loop, name="posttrain-engine", daemon=True)
         self._thread.start()
         return self

@@ -16,8 +16,9 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any
 
 from posttrain.policies.openai_compat import OpenAIConfig, OpenAIPolicy
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
@@ -60,7 +61,7 @@ class ServedPolicy:
         self.requests_per_server = [0] * len(self.servers)
 
     @classmethod
-    def from_spec(cls, spec: str, **kwargs: Any) -> "ServedPolicy":
+    def from_spec(cls, spec: str, **kwargs: Any) -> ServedPolicy:
         urls, model = parse_engine(spec)
         return cls(urls, model, **kwargs)
 

@@ -16,7 +16,8 @@ backend's on the same batches (`benchmarks/engines.py`: `fsdp_loss_rel_diff`).
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import torch
 

@@ -25,7 +25,8 @@ Backend: gloo on CPU (what the tests run), NCCL on GPUs.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence, cast
+from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
