@@ -85,6 +85,13 @@ class RolloutSection(_Section):
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_tokens: int = Field(16, ge=1, description="new tokens per turn (domains may cap lower)")
+    engine: str = Field("local", description="where training episodes are generated: 'local' (the trainer's "
+                                             "process) or 'openai:URL[,URL...]#MODEL' (inference servers: vLLM "
+                                             "with VLLM_SERVER_DEV_MODE=1 or posttrain.policies.serve; several "
+                                             "URLs -> episodes sticky to one, least-loaded first)")
+    sync: str = Field("reload", description="how a server gets each new version's weights: 'reload' "
+                                            "(untied safetensors written atomically, then pause/reload/"
+                                            "reset-prefix-cache/resume; posttrain.training.sync)")
 
 
 @settings

@@ -190,9 +190,12 @@ class Job:
         specs = mix.domain_specs(cfg, self.train_domains, left_out=self.unfit)
         # The sampler reads its own copy of the weights when samples may be stale (generation
         # then overlaps training); with staleness 0 it shares the trained module.
-        policy = PolicyPublisher(trainer, copy=scfg.max_staleness != 0)
+        served = self._served_policy(trainer) if cfg.rollout.engine != "local" else None
+        policy = served or PolicyPublisher(trainer, copy=scfg.max_staleness != 0)
 
         def on_group(group: Any) -> None:  # results arrive intact: task and final workspace
+            if served is not None:  # the version each episode was really served under
+                served.record([r.trajectory for r in group.results])
             store.put_trajectories([(r.trajectory, r.task, r.workspace_archive) for r in group.results])
 
         def on_failure(result: Any) -> None:  # stored against its own task, never a regenerated one
@@ -220,7 +223,11 @@ class Job:
                         break
                     if not groups:
                         break
+                    served_metrics: dict[str, Any] = {}
+                    if served is not None:  # the bound, on the versions really served
+                        groups, served_metrics = served.filter_stale(groups, cfg.scheduler.max_staleness)
                     metrics = await asyncio.to_thread(trainer.step, [g.trajectories for g in groups])
+                    metrics.update(served_metrics)
                     policy.publish()
                     at_checkpoint = trainer.step_count % cfg.checkpoint_every == 0 or trainer.step_count == steps
                     # per-domain scheduler figures go into metrics.jsonl at checkpoints only
@@ -240,6 +247,22 @@ class Job:
                     self.checkpoint(trainer, sched, store)
                 sched_metrics = sched.metrics(per_domain=True)
         _write_json(self.run_dir / "scheduler.json", sched_metrics)
+
+    def _served_policy(self, trainer: Any) -> Any:
+        """Generation on inference servers kept at the trainer's weights (`rollout.engine`)."""
+        from posttrain.pipeline.config import ConfigError
+        from posttrain.policies.server.routed import ServedPolicy
+        from posttrain.training.sync import ServerPublisher, WeightSync
+
+        cfg = self.config
+        try:
+            served = ServedPolicy.from_spec(cfg.rollout.engine, tokenizer=trainer.tokenizer,
+                                            version=trainer.version)
+            sync = WeightSync(served.roots, self.run_dir / "weights", method=cfg.rollout.sync)
+        except ValueError as e:
+            raise ConfigError(f"config [rollout]: {e}") from None
+        # the servers start from exactly the trainer's weights (and a resumed run's)
+        return ServerPublisher(trainer, served, sync)
 
     @staticmethod
     def _sched_brief(sched: Any) -> dict[str, Any]:

@@ -139,6 +139,10 @@ class OpenAIPolicy:
             return render_text(self.tokenizer, request.messages)
         return plain_text(request.messages)
 
+    def complete(self, request: GenerationRequest) -> Completion:
+        """One request, on the calling thread (`generate` runs these concurrently)."""
+        return self._one(request)
+
     def _one(self, request: GenerationRequest) -> Completion:
         cfg, s = self.config, request.sampling
         args: dict[str, Any] = {"model": cfg.model, "max_tokens": s.max_tokens, "temperature": s.temperature,

@@ -37,6 +37,10 @@ class TrainerConfig:
     micro_batch_size: int = 64
     """sequences per forward/backward; the gradients of a step's micro-batches are accumulated
     into one update, so this changes memory use, not the result"""
+    micro_batch_tokens: int = 0
+    """when > 0, a micro-batch also holds at most this many tokens (prompt + completion; a
+    longer sample goes alone): memory bounded by tokens rather than sequences, which is what
+    long answers need. Like `micro_batch_size`, it changes memory use, not the result"""
     ppo_epochs: int = 1
     """optimizer updates per `step()` over the same batch; 1 is strictly on-policy (the
     ratio is 1 up to sampler/trainer numerics), more reuse the samples and make clipping bite"""
@@ -63,6 +67,13 @@ class TrainerConfig:
     old_logprobs: OldLogprobs = "sampler"
     """where the ratio's denominator comes from: the sampler's recorded log-probs (cheaper;
     falls back to recompute for a turn that has none), or a no-grad pass before the update"""
+    tis_cap: float = 0.0
+    """truncated importance sampling (off-policy correction; 0 = off). When > 0 and the
+    trajectories carry the sampler's log-probs, the trainer recomputes the log-probs with its own
+    weights, uses them as the ratio's denominator, and weighs each token's policy-gradient term
+    by min(exp(trainer - sampler), tis_cap): the sampler (an inference server, a stale copy) is
+    the behaviour policy. Logged per step: `mismatch_abs_logp` (mean |trainer - sampler|),
+    `mismatch_kl` (k3 estimate of KL(sampler || trainer)) and `tis_capped_share`"""
     temperature: float = 1.0
     """temperature the log-probs are computed at; must match the sampling temperature of the
     trajectories (checked against their recorded sampling settings)"""
@@ -70,6 +81,9 @@ class TrainerConfig:
     """versions produced are named '<run_name>/step-<n>'"""
     seed: int = 0
     """seeds python, numpy and torch when the trainer is created (not on resume)"""
+    engine: str = "local"
+    """where the update runs: 'local' (this process) or 'fsdp' (FSDP2 `fully_shard`, one
+    process per device under `torchrun`; `posttrain.training.engines.fsdp`)"""
     device: str = "cpu"
     """torch device of the model being trained ('cpu', 'cuda', 'cuda:1')"""
 
@@ -80,12 +94,16 @@ class TrainerConfig:
         check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), self, "betas",
               "must be two numbers in [0, 1)")
         check(self.max_grad_norm >= 0, self, "max_grad_norm", "must be >= 0")
+        check(self.micro_batch_tokens >= 0, self, "micro_batch_tokens",
+              "must be an integer >= 0 (0: no token bound)")
         for name in ("micro_batch_size", "ppo_epochs"):
             check(getattr(self, name) >= 1, self, name, "must be an integer >= 1")
         check(0 <= self.clip_low < 1, self, "clip_low", "must be in [0, 1)")
         check(self.clip_high >= 0, self, "clip_high", "must be >= 0")
         check(self.kl_beta >= 0, self, "kl_beta", "must be >= 0")
         check(self.adv_eps > 0, self, "adv_eps", "must be > 0")
+        check(self.tis_cap == 0 or self.tis_cap >= 1, self, "tis_cap", "must be 0 (off) or >= 1")
+        check(self.engine in ("local", "fsdp"), self, "engine", "must be 'local' or 'fsdp'")
         check(self.min_group_size >= 2, self, "min_group_size",
               "must be an integer >= 2 (advantages are group-relative)")
         check(self.temperature > 0, self, "temperature",
