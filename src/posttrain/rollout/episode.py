@@ -28,6 +28,7 @@ from typing import Any
 from posttrain.envs import EnvConfig, make_env, stop_strings
 from posttrain.envs.single import SandboxFactory
 from posttrain.values.generation import Completion, GenerationRequest, Message, SamplingParams
+from posttrain.values.image import Image, parts
 from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
 from posttrain.sandbox.base import SandboxError
 from posttrain.tasks.domain import Domain
@@ -63,6 +64,8 @@ class Episode:
         self.timings: dict[str, float] = {"gen_s": 0.0}
         self._observation = ""
         self._observation_cut = 0
+        self._observation_images: tuple[Image, ...] = ()
+        self.images: dict[str, Image] = {}  # every image shown, by sha256 (stored once each)
         self._context_used = 0  # tokens of the last request's prompt + its completion
         self._prefix: tuple[int, ...] | None = None  # token-in/token-out: the ids so far
         self._env: Any = None
@@ -80,7 +83,8 @@ class Episode:
         except Exception as e:  # noqa: BLE001 - recorded as data, see module docstring
             return self._infra(e, _where(e))
         self._observation, self._observation_cut = obs.text, obs.truncated_chars
-        self.messages.append(Message("user", obs.text))
+        self._show(obs.images)
+        self.messages.append(Message("user", parts(obs.text, obs.images)))
         return self._request()
 
     def advance(self, completion: Completion) -> GenerationRequest | None:
@@ -90,7 +94,8 @@ class Episode:
         turn = Turn(index=len(self.turns), observation=self._observation, action=completion.text,
                     prompt_token_ids=completion.prompt_token_ids, token_ids=completion.token_ids,
                     logprobs=completion.logprobs, finish_reason=completion.finish_reason,
-                    observation_truncated_chars=self._observation_cut, gen_s=completion.gen_s)
+                    observation_truncated_chars=self._observation_cut, gen_s=completion.gen_s,
+                    observation_images=[img.ref() for img in self._observation_images])
         if completion.finish_reason == "error" and completion.context_exceeded and self.turns:
             # the conversation outgrew the model's context: the episode's budget is spent
             # (as when our own estimate says so in `_request`), not an infrastructure failure
@@ -117,7 +122,9 @@ class Episode:
         self.turns.append(turn)
         if step.terminated or step.truncated:
             return self._finish(step.verdict, truncated=step.truncated)
-        self.messages += [Message("assistant", completion.text), Message("user", step.observation.text)]
+        self._show(step.observation.images)
+        self.messages += [Message("assistant", completion.text),
+                          Message("user", parts(step.observation.text, step.observation.images))]
         # token-in/token-out: the next prompt extends the ids sampled so far (no re-tokenizing)
         ids = completion.prompt_token_ids, completion.token_ids
         self._prefix = None if None in ids else tuple(ids[0]) + tuple(ids[1])  # type: ignore[operator]
@@ -134,13 +141,19 @@ class Episode:
         return self._result is not None
 
     # -- internals --------------------------------------------------------------------
+    def _show(self, images: tuple[Image, ...]) -> None:
+        """The images of the observation about to be shown (recorded with the next turn)."""
+        self._observation_images = images
+        for img in images:
+            self.images.setdefault(img.sha256, img)
+
     def _count(self, key: str, n: int = 1) -> None:
         self.counters[key] = self.counters.get(key, 0) + n
 
     def _tokens_of(self, completion: Completion) -> int:
         if completion.prompt_token_ids is not None and completion.token_ids is not None:
             return len(completion.prompt_token_ids) + len(completion.token_ids)
-        chars = sum(len(m.content) for m in self.messages) + len(completion.text)
+        chars = sum(len(m.text) for m in self.messages) + len(completion.text)
         return int(chars / self.env_config.chars_per_token) + 1
 
     def _out_of_context(self) -> None:
@@ -208,4 +221,4 @@ class Episode:
             f"{self.domain.verifier.name}@{self.domain.verifier.version}",
             final_workspace_sha256=archive_hash, timings={k: round(v, 6) for k, v in self.timings.items()},
             counters=dict(self.counters), policy_staleness=self.policy_staleness, id=self.id,
-            created_at=time.time())
+            created_at=time.time(), images=dict(self.images))
