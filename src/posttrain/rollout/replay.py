@@ -2,8 +2,9 @@
 
 * **replay**: re-run a trajectory's actions in a fresh sandbox on the same task (looked up by its
   content hash), through the same `Episode` machinery, feeding back the stored completions (text
-  and token counts, so context budgets decide the same way). Every observation and the verdict are
-  compared; the first turn where they differ is reported.
+  and token counts, so context budgets decide the same way). Every observation (its text and the
+  SHA-256 of every image it showed: a re-rendered chart or view must be byte-identical) and the
+  verdict are compared; the first turn where they differ is reported.
 * **rescore**: re-verify the stored outcome with the current verifier: the submitted answer, and
   for workspace tasks the final workspace restored from its stored archive. The new verdict is
   appended to the store (kind `rescore`); the original stays.
@@ -36,10 +37,12 @@ class ReplayResult:
     divergence: dict[str, Any] | None = None
     """first difference: {'turn', 'field', 'stored', 'replayed'}"""
     verdict: dict[str, Any] = field(default_factory=dict)
+    images: int = 0
+    """images the replay re-rendered and found byte-identical (by SHA-256) to the stored ones"""
 
     def to_dict(self) -> dict[str, Any]:
         return {"trajectory_id": self.trajectory_id, "matched": self.matched,
-                "divergence": self.divergence, "verdict": self.verdict}
+                "divergence": self.divergence, "verdict": self.verdict, "images": self.images}
 
 
 class _ReplayPolicy:
@@ -98,10 +101,15 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
         assert new.error is not None
         raise RuntimeError(f"replay of {traj.id} failed on infrastructure: {new.error.type}: "
                            f"{new.error.message}")
+    images = 0
     for i, (old_t, new_t) in enumerate(zip(traj.turns, new.turns)):
-        for fld in ("observation", "tool_results_ok"):
+        for fld in ("observation", "observation_images", "tool_results_ok"):
             if fld == "observation":
                 a, b = old_t.observation, new_t.observation
+            elif fld == "observation_images":
+                a = [r["sha256"] for r in old_t.observation_images]
+                b = [r["sha256"] for r in new_t.observation_images]
+                images += len(a) if a == b else 0
             else:
                 a = [r.get("ok") for r in old_t.tool_results]
                 b = [r.get("ok") for r in new_t.tool_results]
@@ -119,8 +127,8 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
     if (old_v.passed, old_v.score, traj.status) != (new_v.passed, new_v.score, new.status):
         return ReplayResult(traj.id, False, {"turn": len(traj.turns), "field": "verdict",
                                              "stored": summary["stored"], "replayed": summary["replayed"]},
-                            summary)
-    return ReplayResult(traj.id, True, None, summary)
+                            summary, images)
+    return ReplayResult(traj.id, True, None, summary, images)
 
 
 def submitted_answer(traj: Trajectory, env_kind: str) -> str | None:
