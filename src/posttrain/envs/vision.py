@@ -8,6 +8,7 @@ by a text-only policy, and `check_text_only` says so before anything runs, namin
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 from posttrain.envs.base import Observation
@@ -56,5 +57,18 @@ def with_task_images(domain: Domain, task: Task, obs: Observation, config: EnvCo
 
 
 def accepts_images(policy: object) -> bool:
-    """Whether a policy reads images (`accepts_images`; a policy that does not say reads none)."""
+    """Whether a policy reads images. A backend says so with `accepts_images = True`; the
+    `Policy` protocol does not require the member (every existing backend is text-only), so a
+    policy that does not say reads none."""
     return bool(getattr(policy, "accepts_images", False))
+
+
+def for_policy(config: EnvConfig, policy: object, domains: Sequence[Domain]) -> EnvConfig:
+    """The environment settings for `policy` over `domains`: text-only when the policy reads no
+    images and a domain shows some; raises `VisionRequired` (naming them) for domains that have
+    no textual fallback."""
+    if config.text_only or accepts_images(policy) or not any(d.needs_vision for d in domains):
+        return config
+    version = getattr(policy, "version", None)
+    check_text_only(domains, f"policy {version.name!r}" if version is not None else "the policy")
+    return replace(config, text_only=True)

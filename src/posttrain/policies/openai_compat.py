@@ -8,7 +8,8 @@ Two APIs (`OpenAIConfig.api`):
 * `completions` -- the messages are rendered *here* (the tokenizer's chat template when a
   `tokenizer` is given and has one, else the plain template of `posttrain.policies.render`) and
   sent as a raw prompt: what a base model needs, and what keeps token ids comparable.
-* `chat` -- the messages are sent as they are; the server applies its own chat template.
+* `chat` -- the messages are sent as they are; the server applies its own chat template. Image
+  content goes as OpenAI `image_url` parts with base64 data URIs (`posttrain.values.image`).
 
 Token ids and log-probs come back where the server returns them: log-probs through the standard
 `logprobs` field, token ids through vLLM's `return_token_ids` extension (`token_ids`,
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
+from posttrain.values.image import to_openai
 from posttrain.policies.base import PolicyError
 from posttrain.policies.render import plain_text, render_ids, render_text
 
@@ -98,6 +100,8 @@ class OpenAIPolicy:
         self.version = version or PolicyVersion(name=config.model)
         self.max_positions: int | None = None
         """the server checks its own context (and says so per completion)"""
+        self.accepts_images = config.api == "chat"
+        """chat sends image parts (data URIs); a completions prompt is text only"""
         self._openai = openai
         self.client = openai.OpenAI(base_url=config.base_url, api_key=config.api_key,
                                     timeout=config.timeout_s, max_retries=config.max_retries)
@@ -134,7 +138,7 @@ class OpenAIPolicy:
                     prompt=self._prompt(request), logprobs=1 if cfg.logprobs else None, **args)
             else:
                 response = self.client.chat.completions.create(
-                    messages=[{"role": m.role, "content": m.content} for m in request.messages],
+                    messages=[{"role": m.role, "content": to_openai(m.content)} for m in request.messages],
                     logprobs=cfg.logprobs or None, **args)
         except (self._openai.BadRequestError, self._openai.UnprocessableEntityError) as e:
             return Completion(text="", finish_reason="error", gen_s=time.perf_counter() - t0,

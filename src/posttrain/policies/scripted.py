@@ -26,6 +26,8 @@ class ScriptedPolicy:
     def __init__(self, script: Script, name: str) -> None:
         self.script = script
         self.version = PolicyVersion(name=name)
+        self.accepts_images = True
+        """a script reads nothing, so it is shown everything (image episodes record their images)"""
         self.max_positions: int | None = None
         """a script has no context to run out of"""
         self._cache: dict[str, Sequence[str]] = {}

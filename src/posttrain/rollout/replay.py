@@ -15,7 +15,7 @@ from __future__ import annotations
 import io
 import tarfile
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from posttrain.envs import EnvConfig
@@ -55,6 +55,8 @@ class _ReplayPolicy:
         """the recorded completions already carry the context's verdict (`out_of_context`)"""
         self.out_of_context = out_of_context
         """the episode ended because its next prompt did not fit the model's context"""
+        self.accepts_images = True
+        """images are re-rendered (and compared) whenever the recorded episode showed them"""
 
     def render(self, request: GenerationRequest) -> None:
         return None  # replays stored token ids; it has no tokenizer
@@ -91,6 +93,8 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
     sampling = SamplingParams(**{**traj.sampling, "stop": tuple(traj.sampling.get("stop", ()))})
     policy = _ReplayPolicy(traj.turns, traj.policy_version, out_of_context=traj.status == "truncated"
                            and bool(traj.counters.get("context_budget_exhausted")))
+    if domain.needs_vision and not any(t.observation_images for t in traj.turns):
+        env_config = replace(env_config, text_only=True)  # recorded with a text-only policy
     ep = Episode(domain, task, policy_version=traj.policy_version, sampling=sampling,
                  env_config=env_config, sandbox_factory=sandbox_factory)
     req = ep.start()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from posttrain.envs import EnvConfig
+from posttrain.envs.vision import for_policy
 from posttrain.envs.single import SandboxFactory
 from posttrain.values.generation import Completion, GenerationRequest, SamplingParams
 from posttrain.policies.base import Policy, PolicyError
@@ -49,6 +50,8 @@ def run_episodes(items: Sequence[EpisodeSpec | tuple[Domain, Task]], policy: Pol
 
     `on_done(episode)` is called as each episode finishes (e.g. to store it with its workspace)."""
     specs = [it if isinstance(it, EpisodeSpec) else EpisodeSpec(*it) for it in items]
+    # a text-only policy gets image domains' textual fallbacks, or a refusal naming the domains
+    env_config = for_policy(env_config, policy, list({s.domain.name: s.domain for s in specs}.values()))
     episodes = [Episode(s.domain, s.task, policy_version=policy.version.name, sampling=sampling,
                         env_config=env_config, sandbox_factory=sandbox_factory, group_id=s.group_id,
                         attempt=s.attempt, run_id=run_id) for s in specs]
