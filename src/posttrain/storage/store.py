@@ -281,6 +281,12 @@ class Store:
                    for (b,) in self._query("SELECT body FROM turns WHERE body LIKE '%\"sha256\"%'"))
         return {"images": int(n), "bytes": int(size), "refs": refs}
 
+    def image_trajectory_ids(self, limit: int = 10) -> list[str]:
+        """Ids of up to `limit` stored trajectories that showed images (oldest first)."""
+        return [i for (i,) in self._query(
+            "SELECT id FROM trajectories WHERE id IN (SELECT trajectory_id FROM turns WHERE body LIKE "
+            "'%\"observation_images\": [{%') ORDER BY created_at, id LIMIT ?", (limit,))]
+
     def _load(self, row: tuple) -> Trajectory:
         traj_id, body = row
         d = json.loads(body)
