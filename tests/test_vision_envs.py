@@ -12,6 +12,7 @@ import pytest
 
 from posttrain.envs import EnvConfig
 from posttrain.envs.vision import VisionRequired, for_policy, refused, vision_mode
+from posttrain.policies.base import Policy
 from posttrain.policies.openai_compat import OpenAIConfig, OpenAIPolicy
 from posttrain.policies.render import plain_text
 from posttrain.policies.scripted import ScriptedPolicy
@@ -31,6 +32,7 @@ class _TextOnly:
 
     version = PolicyVersion("text-only")
     max_positions = None
+    accepts_images = False
     seen: list[GenerationRequest] = []
 
     def render(self, request):
@@ -105,6 +107,7 @@ def test_replay_says_so_when_an_image_differs(tmp_path):
 def test_text_only_policy_gets_the_fallback_or_a_clear_refusal():
     chart, drawing = get_domain(CHART), get_domain(DRAWING)
     policy = _TextOnly()
+    assert isinstance(policy, Policy)
     traj = run_episodes([(chart, chart.task(0))], policy, workers=1)[0]
     assert traj.status == "completed" and traj.turns[0].observation_images == []
     assert "The chart's data" in policy.seen[0].messages[0].content  # a plain str: the series as text

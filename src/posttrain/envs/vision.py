@@ -9,12 +9,21 @@ by a text-only policy, and `check_text_only` says so before anything runs, namin
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from posttrain.envs.base import Observation
 from posttrain.envs.budget import EnvConfig
 from posttrain.tasks.domain import Domain
+from posttrain.values.generation import PolicyVersion
 from posttrain.values.task import Task
+
+
+class Reader(Protocol):
+    """What this module reads of a `posttrain.policies.base.Policy` (environments sit below
+    policies, so they name the two members rather than import the protocol)."""
+
+    version: PolicyVersion
+    accepts_images: bool
 
 
 class VisionRequired(ValueError):
@@ -56,19 +65,11 @@ def with_task_images(domain: Domain, task: Task, obs: Observation, config: EnvCo
     return Observation(obs.text, obs.truncated_chars, images=tuple(domain.images(task)))
 
 
-def accepts_images(policy: object) -> bool:
-    """Whether a policy reads images. A backend says so with `accepts_images = True`; the
-    `Policy` protocol does not require the member (every existing backend is text-only), so a
-    policy that does not say reads none."""
-    return bool(getattr(policy, "accepts_images", False))
-
-
-def for_policy(config: EnvConfig, policy: object, domains: Sequence[Domain]) -> EnvConfig:
+def for_policy(config: EnvConfig, policy: Reader, domains: Sequence[Domain]) -> EnvConfig:
     """The environment settings for `policy` over `domains`: text-only when the policy reads no
-    images and a domain shows some; raises `VisionRequired` (naming them) for domains that have
-    no textual fallback."""
-    if config.text_only or accepts_images(policy) or not any(d.needs_vision for d in domains):
+    images (`Policy.accepts_images`) and a domain shows some; raises `VisionRequired` (naming
+    them) for domains that have no textual fallback. Text domains never ask the policy."""
+    if config.text_only or not any(d.needs_vision for d in domains) or policy.accepts_images:
         return config
-    version = getattr(policy, "version", None)
-    check_text_only(domains, f"policy {version.name!r}" if version is not None else "the policy")
+    check_text_only(domains, f"policy {policy.version.name!r}")
     return replace(config, text_only=True)

@@ -31,6 +31,11 @@ class Policy(Protocol):
     """the model's context: prompt and completion positions together. None when the backend does
     not say (a server checks on its own; scripted policies have no context)."""
 
+    accepts_images: bool
+    """whether the policy reads image content (`posttrain.values.image`); a text-only policy is
+    given image domains' textual fallbacks, or refused for domains without one
+    (`posttrain.envs.vision.for_policy`)"""
+
     def render(self, request: GenerationRequest) -> list[int] | None:
         """The prompt's token ids as this policy's model would see them (chat template applied),
         or None when the policy has no tokenizer. What `max_positions` is measured against."""
