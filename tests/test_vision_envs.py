@@ -54,6 +54,15 @@ def test_at_least_ten_image_domains_each_declaring_its_vision_needs():
     assert get_domain(DRAWING).tools[-1].returns_images
 
 
+def test_chart_and_page_domains_pass_their_self_check():
+    from posttrain.tasks.check import check_domains
+
+    domains = [d for d in match_domains("docs.*") if d.needs_vision]
+    report = check_domains(domains, per_domain=2)
+    assert report.ok, [(f.domain, f.kind, f.detail) for f in report.failures[:5]]
+    assert report.negative_fail_rate == 1.0 and report.tasks == 2 * len(domains) >= 2 * 29
+
+
 def test_the_same_task_renders_byte_identical_images():
     for name in (CHART, DRAWING, "docs.page.income-lines"):
         d = get_domain(name)
