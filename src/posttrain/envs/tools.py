@@ -203,7 +203,8 @@ class ToolEnv:
                 out = self.tools[call.name].run(sandbox, args)
                 if isinstance(out, ToolOutput):
                     # a text-only policy gets the tool's words without its pictures
-                    out, images = out.text, () if self.config.text_only else out.images
+                    images = () if self.config.text_only else out.images
+                    out = out.text
                 text = f"[{call.name}]\n" + out
                 record.update(ok=True)
                 if images:

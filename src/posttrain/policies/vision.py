@@ -21,7 +21,7 @@ import hashlib
 import io
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 from posttrain.policies.render import PLAIN_SEPARATOR
 from posttrain.values.generation import Completion, GenerationRequest, Message, PolicyVersion
@@ -92,7 +92,7 @@ class VisionPolicy:
         ids = out.sequences[0, len(prompt_ids):].tolist()
         logprobs = [float(x) for x in scores[0][:len(ids)]]
         eos = self.tokenizer.eos_token_id
-        reason = "length"
+        reason: Literal["stop", "length"] = "length"
         if eos is not None and eos in ids:
             cut = ids.index(eos)
             ids, logprobs, reason = ids[:cut], logprobs[:cut], "stop"

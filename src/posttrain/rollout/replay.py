@@ -106,6 +106,8 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
         raise RuntimeError(f"replay of {traj.id} failed on infrastructure: {new.error.type}: "
                            f"{new.error.message}")
     images = 0
+    a: Any
+    b: Any
     for i, (old_t, new_t) in enumerate(zip(traj.turns, new.turns)):
         for fld in ("observation", "observation_images", "tool_results_ok"):
             if fld == "observation":

@@ -16,19 +16,22 @@ from __future__ import annotations
 import io
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from posttrain.values.image import Image
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 DPI = 80
 _LOCK = threading.Lock()
-_STYLE = {"font.family": "DejaVu Sans", "font.size": 10.0, "axes.titlesize": 11.0,
+_STYLE: dict[str, Any] = {"font.family": "DejaVu Sans", "font.size": 10.0, "axes.titlesize": 11.0,
           "svg.hashsalt": "posttrain", "path.simplify": False, "figure.dpi": DPI,
           "savefig.dpi": DPI, "agg.path.chunksize": 0}
 
 
 @contextmanager
-def figure(width_px: int, height_px: int) -> Iterator["object"]:
+def figure(width_px: int, height_px: int) -> Iterator["Figure"]:
     """A fresh figure of exactly width x height pixels, drawn under the fixed style; yields the
     `Figure` (use its `add_subplot`/`add_axes`); the picture is taken with `png(fig)` inside."""
     import matplotlib
@@ -36,14 +39,14 @@ def figure(width_px: int, height_px: int) -> Iterator["object"]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    with _LOCK, matplotlib.style.context("default"), matplotlib.rc_context(_STYLE):
+    with _LOCK, matplotlib.style.context("default"), matplotlib.rc_context(_STYLE):  # type: ignore[arg-type]
         fig = Figure(figsize=(width_px / DPI, height_px / DPI), dpi=DPI)
         FigureCanvasAgg(fig)
         yield fig
 
 
-def png(fig: "object") -> Image:
+def png(fig: "Figure") -> Image:
     """The figure as PNG bytes with no metadata (call inside `figure(...)`)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})  # type: ignore[attr-defined]
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
     return Image(buf.getvalue(), "image/png")
