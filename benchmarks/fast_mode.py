@@ -150,7 +150,7 @@ def main() -> None:
     copy_speed, copy_cpu = speed(copy_requests, args.batch)
     sweep = {b: speed(copy_requests, b) for b in (int(x) for x in args.batches.split(",") if x)}
     own_requests = [req(get_domain(d).task(s, "train").prompt, temperature=0.0, max_tokens=16, stop=("\n",))
-                    for d in OWN_DOMAINS for s in range(12)]
+                    for d in OWN_DOMAINS for s in range(40)]
     own_speed, own_cpu = speed(own_requests, args.batch)
 
     # 3. greedy identity across families
@@ -170,13 +170,13 @@ def main() -> None:
     # 4. pass@1, standard vs fast as shipped
     pass1: dict[str, float] = {}
     if args.pass1_tasks:
-        from posttrain.training.passk import evaluate
-        from posttrain.training.recipe import DEFAULT_MIX
+        from posttrain.evaluation.quick import pass_rates
+        from posttrain.pipeline.config import DEFAULT_TRAIN
 
-        mix = [get_domain(n) for n in DEFAULT_MIX.split(",")]
+        mix = [get_domain(n) for n in DEFAULT_TRAIN]
         shipped = TorchPolicy(standard.model, standard.tokenizer, mode="fast")
         for name, policy in (("standard", standard), ("fast", shipped)):
-            res = evaluate(policy, mix, n_tasks=args.pass1_tasks, n_samples=8, greedy=False)
+            res = pass_rates(policy, mix, n_tasks=args.pass1_tasks, n_samples=8, greedy=False)
             pass1[name] = sum(r["pass1"] for r in res.values()) / len(res)
             if name == "standard":
                 n = args.pass1_tasks * 8

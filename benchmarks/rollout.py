@@ -33,7 +33,7 @@ from pathlib import Path
 
 from posttrain.envs import EnvConfig, sandbox_preload
 from posttrain.policies.scripted import ScriptedPolicy
-from posttrain.rollout.runner import EpisodeSpec, run_episodes
+from posttrain.scheduling.engine import WorkItem, run_episodes
 from posttrain.sandbox import SandboxPool
 from posttrain.storage.store import Store
 from posttrain.tasks.registry import families, get_domain
@@ -111,7 +111,7 @@ def main() -> None:
         store = Store(Path(tmp) / "store.sqlite")
         for family, domains in sorted(families().items()):
             chosen = spread(sorted(domains, key=lambda d: d.name), args.domains_per_family)
-            specs = [EpisodeSpec(d, d.task(seed)) for d in chosen for seed in range(args.tasks)]
+            specs = [WorkItem(d, d.task(seed)) for d in chosen for seed in range(args.tasks)]
             rates = {}
             for mode in ("fresh", "reset"):
                 with SandboxPool(size=args.workers, preload=sandbox_preload(chosen),
@@ -123,8 +123,8 @@ def main() -> None:
                         trajs += run_episodes(specs[i:i + args.workers], ScriptedPolicy.oracle(),
                                               env_config=EnvConfig(), sandbox_factory=pool.sandbox,
                                               workers=args.workers,
-                                              on_done=lambda ep: done.append(
-                                                  (ep.result(), ep.task, ep.workspace_archive)))
+                                              on_result=lambda r: done.append(
+                                                  (r.trajectory, r.task, r.workspace_archive)))
                     wall = time.perf_counter() - t0
                     rates[mode] = (len(trajs) / wall, dict(pool.stats))
             # from here on, `trajs` and `done` are the reset run's (the default mode)
@@ -152,7 +152,7 @@ def main() -> None:
 
     # Pure runner overhead: single-answer episodes with an exact-match verifier, no sandbox.
     math_domains = sorted(families()["math"], key=lambda d: d.name)[:4]
-    specs = [EpisodeSpec(d, d.task(s)) for d in math_domains for s in range(250)]
+    specs = [WorkItem(d, d.task(s)) for d in math_domains for s in range(250)]
     t0 = time.perf_counter()
     trajs = run_episodes(specs, ScriptedPolicy.oracle(), workers=1)
     runner_us = (time.perf_counter() - t0) / sum(len(t.turns) for t in trajs) * 1e6

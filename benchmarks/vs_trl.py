@@ -48,7 +48,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from posttrain.values.generation import PolicyVersion, SamplingParams
     from posttrain.policies.local import TorchPolicy
-    from posttrain.rollout.runner import EpisodeSpec, run_episodes
+    from posttrain.scheduling.engine import WorkItem, run_episodes
     from posttrain.tasks.registry import get_domain
     from posttrain.training.config import TrainerConfig
     from posttrain.evaluation.quick import pass_rates as evaluate
@@ -73,7 +73,7 @@ def main() -> None:
         for step in range(args.steps):
             t0 = time.perf_counter()
             lo = step * args.prompts
-            specs = [EpisodeSpec(rows[i][0], tasks[i], group_id=str(i))
+            specs = [WorkItem(rows[i][0], tasks[i], group_id=str(i))
                      for i in range(lo, lo + args.prompts) for _ in range(args.group)]
             trajectories = run_episodes(specs, trainer.policy(), sampling, workers=1)
             groups: dict[str, list] = {}

@@ -133,7 +133,7 @@ def tool_transcripts(domain: Domain, seeds: list[int], slip_rate: float, rng: ra
                      workers: int) -> list[Transcript]:
     """Play each seed's task (oracle, or its slipped version) through the real environment."""
     from posttrain.policies.scripted import ScriptedPolicy
-    from posttrain.rollout.runner import run_episodes
+    from posttrain.scheduling.engine import WorkItem, run_episodes
 
     stops = DEFAULT_STOP if domain.stop is None else domain.stop
     plans, tasks = {}, []
@@ -149,8 +149,9 @@ def tool_transcripts(domain: Domain, seeds: list[int], slip_rate: float, rng: ra
 
     def play(which: int) -> list:
         chosen = [t for t in tasks if which == 0 or plans[t.key][1] is not None]
-        script = ScriptedPolicy(lambda task: plans[task.key][which] or plans[task.key][0], f"corpus:{which}")
-        return run_episodes([(domain, t) for t in chosen], script, workers=workers)
+        script = ScriptedPolicy.by_group({t.key: plans[t.key][which] or plans[t.key][0] for t in chosen},
+                                         f"corpus:{which}")
+        return run_episodes([WorkItem(domain, t, group_id=t.key) for t in chosen], script, workers=workers)
 
     out: dict[str, Transcript] = {}
     for which in (1, 0):  # slipped first; a slip the verifier passes falls back to the oracle

@@ -2,7 +2,7 @@ from posttrain.envs import EnvConfig, make_env, play_actions
 from posttrain.envs.budget import truncate_text
 from posttrain.values.generation import Completion, PolicyVersion, SamplingParams
 from posttrain.policies.scripted import ScriptedPolicy
-from posttrain.rollout.runner import run_episodes
+from posttrain.scheduling.engine import run_episodes
 from tests.toydomains import CrashingVerifier, add_domain
 
 import pytest
@@ -30,7 +30,7 @@ def test_single_env_shows_files_inline_and_counts_cuts():
 def test_runner_records_verdicts_and_infra_errors():
     tasks = [(DOMAINS["toy.add"], DOMAINS["toy.add"].task(i)) for i in range(4)]
     tasks.append((DOMAINS["toy.crash"], DOMAINS["toy.crash"].task(0)))
-    trajs = run_episodes(tasks, ScriptedPolicy.oracle(DOMAINS.__getitem__), SamplingParams())
+    trajs = run_episodes(tasks, ScriptedPolicy.oracle(), SamplingParams())
     assert [t.status for t in trajs] == ["completed"] * 4 + ["infra_error"]
     assert all(t.reward == 1.0 and t.passed for t in trajs[:4])
     crash = trajs[4]

@@ -5,7 +5,7 @@ import pytest
 from posttrain.envs import EnvConfig, make_env, play_actions
 from posttrain.values.generation import Completion, PolicyVersion, SamplingParams
 from posttrain.policies.scripted import ScriptedPolicy
-from posttrain.rollout.runner import run_episodes
+from posttrain.scheduling.engine import run_episodes
 from posttrain.sandbox import SandboxBroken, SandboxPool
 from posttrain.values.task import TaskLimits
 from tests.toydomains import file_domain
@@ -64,12 +64,12 @@ def test_runner_records_turns_snapshots_and_workspace(pool, tmp_path):
     store = Store.for_run_dir(tmp_path)
     saved = []
 
-    def save(ep):
-        store.put_trajectory(ep.result(), ep.task, ep.workspace_archive)
-        saved.append(ep.id)
+    def save(result):
+        store.put_trajectory(result.trajectory, result.task, result.workspace_archive)
+        saved.append(result.trajectory.id)
 
-    trajs = run_episodes(specs, ScriptedPolicy.oracle(LOOKUP), sandbox_factory=pool.sandbox,
-                         on_done=save, run_id="t")
+    trajs = run_episodes(specs, ScriptedPolicy.oracle(), sandbox_factory=pool.sandbox,
+                         on_result=save, run_id="t")
     assert len(saved) == 3
     for t in trajs:
         assert t.status == "completed" and t.passed and len(t.turns) == 3
@@ -80,8 +80,8 @@ def test_runner_records_turns_snapshots_and_workspace(pool, tmp_path):
 
 def test_turn_budget_truncates_and_still_grades(pool):
     d = file_domain("toy.file2", max_turns=2)
-    policy = ScriptedPolicy(lambda t: ["<bash>rev word.txt > out.txt</bash>", "<bash>true</bash>",
-                                       "<submit></submit>"], "s")
+    policy = ScriptedPolicy.playing(["<bash>rev word.txt > out.txt</bash>", "<bash>true</bash>",
+                                     "<submit></submit>"], "s")
     (t,) = run_episodes([(d, d.task(0))], policy, sandbox_factory=pool.sandbox)
     assert t.status == "truncated" and t.passed and t.counters["turn_limit"] == 1
 
@@ -153,5 +153,5 @@ def test_sandbox_killed_mid_episode_is_infra_error(pool):
     req = ep.advance(Killer().generate([req])[0])
     ep._env.sandbox.close()  # the sandbox dies under the episode
     assert ep.advance(Killer().generate([req])[0]) is None
-    t = ep.result()
+    t = ep.result().trajectory
     assert t.status == "infra_error" and t.error.where == "sandbox" and t.reward is None

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from posttrain.cli import app as root_app
 from posttrain.evaluation.noise import load_quarantine, measure_noise, update_quarantine, write_noise
 from posttrain.policies.scripted import ScriptedPolicy
-from posttrain.rollout.runner import run_episodes
+from posttrain.scheduling.engine import run_episodes
 from posttrain.storage.store import Store
 from posttrain.verifiers.base import VerifierError, verdict
 from tests.toydomains import ExactVerifier, add_domain
@@ -49,7 +49,7 @@ def run_dir(tmp_path, toy_registry):
         add_domain("toy.dies", DiesAfterFirst())
     toy_registry(stable, flaky, dies)
     specs = [(stable, stable.task(i)) for i in range(4)] + [(flaky, flaky.task(0))] + [(dies, dies.task(0))]
-    policy = ScriptedPolicy.named("oracle", {d.name: d for d in (stable, flaky, dies)}.__getitem__)
+    policy = ScriptedPolicy.named("oracle")
     with Store.for_run_dir(tmp_path) as store:
         for (d, t), traj in zip(specs, run_episodes(specs, policy, run_id="train-1")):
             store.put_trajectory(traj, t)

@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
-from posttrain.tasks.domain import Domain
+
 from posttrain.values.verdict import Verdict
 
 
@@ -17,31 +17,31 @@ class CoinPolicy:
     """Answers a task's oracle with probability p (per domain), else its 'wrong' negative.
 
     The coin is drawn from the request's sampling seed alone, so results depend only on the seeds
-    the evaluator assigns: that is what makes runs reproducible and A/B pairs identical."""
+    the evaluator assigns: that is what makes runs reproducible and A/B pairs identical. Like any
+    scripted player it never sees the task: the engine hands it both scripts per group."""
 
-    def __init__(self, p: float | Mapping[str, float], name: str = "coin", lookup=None) -> None:
+    roles = ("oracle", "wrong")
+
+    def __init__(self, p: float | Mapping[str, float], name: str = "coin") -> None:
         self.p = p
         self.version = PolicyVersion(name=name)
-        self.lookup = lookup
         self.seeds: list[int | None] = []
+        self.scripts: dict[str, Mapping[str, Sequence[str]]] = {}
 
-    def _domain(self, name: str) -> Domain:
-        if self.lookup is not None:
-            return self.lookup(name)
-        from posttrain.tasks.registry import get_domain
+    def assign(self, route: str, scripts: Mapping[str, Sequence[str]]) -> None:
+        self.scripts[route] = scripts
 
-        return get_domain(name)
+    def refuse(self, route: str, reason: str) -> None:
+        raise AssertionError(f"no script for {route}: {reason}")
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         out = []
         for req in requests:
-            task = req.meta["task"]
             self.seeds.append(req.sampling.seed)
-            p = self.p if isinstance(self.p, float) else self.p.get(task.domain, 0.5)
-            domain = self._domain(task.domain)
+            p = self.p if isinstance(self.p, float) else self.p.get(req.meta["domain"], 0.5)
             good = random.Random(req.sampling.seed).random() < p
-            actions = domain.oracle(task) if good else domain.negatives(task)["wrong"]
-            out.append(Completion(text=actions[0], finish_reason="stop"))
+            scripts = self.scripts[req.meta["group_id"]]
+            out.append(Completion(text=scripts["oracle" if good else "wrong"][0], finish_reason="stop"))
         return out
 
 

@@ -110,7 +110,7 @@ def _io_task(timeout: float = 1.5) -> Task:
     ("def f(xs):\n    return float(sum(xs)) + 0.5\n", "wrong result"),
     ("def g(xs):\n    return sum(xs)\n", "failed to load"),
     ("def f(xs):\n    print('x' * 1_000_000)\n    return sum(xs)\n", None),
-    ("def f(xs):\n    while True:\n        print('x' * 1_000_000)\n", "File too large"),
+    ("def f(xs):\n    while True:\n        print('x' * 1_000_000)\n", "output limit"),
 ])
 def test_candidates_that_misbehave_fail_with_a_reason(sandbox, answer, reason):
     v = UNIT_TESTS.verify(_io_task(), Outcome(answer=answer, sandbox=sandbox))

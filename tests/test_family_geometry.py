@@ -122,7 +122,7 @@ def test_checks_on_hand_made_meshes(sandbox):
 @pytest.mark.parametrize("setup, reason", [
     ("", "no model file"),
     ("ln -s /etc/passwd m.json", "no model file"),
-    ("mkfifo m.json", "not a regular file"),
+    ("mkfifo m.json", "no model file"),
     ("echo '{\"parts\": 3}' > m.json", "not a ptgeo JSON scene"),
     ("printf 'glTF garbage' > m.glb", "cannot load m.glb"),
     ("echo '{\"parts\": [{\"name\": \"a\", \"vertices\": [[0,0,0]], \"faces\": [[0, 1, 2]]}]}' > m.json", "failed"),

@@ -92,6 +92,16 @@ def test_answer_kinds(sandbox):
 @pytest.mark.parametrize("check, match", [
     ("def check(answer, args):\n    return 1 / 0\n", "ZeroDivisionError"),
     ("def check(answer, args):\n    import time\n    time.sleep(60)\n", "timeout"),
+])
+def test_a_check_that_dies_while_reading_the_workspace_is_a_failed_verdict(sandbox, check, match):
+    # it had read the policy's files (or run its programs): the policy may have caused it
+    task = Task(domain="terminal.t", prompt="p", env="tools",
+                verifier={"check": check, "args": {}, "timeout_s": 0.5})
+    v = SCRIPT.verify(task, Outcome(answer="", sandbox=sandbox))
+    assert not v.passed and v.details["grader_failed"] and match in v.details["reason"]
+
+
+@pytest.mark.parametrize("check, match", [
     ("def check(answer, args):\n    return {'ok': True}\n", "passed"),
     ("x = 1\n", "check"),
 ])

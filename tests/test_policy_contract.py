@@ -32,7 +32,7 @@ class _Trainer:
 
 
 def _text_only_policies() -> dict[str, Policy]:
-    scripted = ScriptedPolicy(lambda task: ["x"], "scripted:test")
+    scripted = ScriptedPolicy.playing(["x"], "scripted:test")
     return {
         "scripted": scripted,
         "seeded": SeededPolicy(scripted, base_seed=1),

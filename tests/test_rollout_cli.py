@@ -92,7 +92,7 @@ def test_unknown_domain_and_policy_are_clear_errors(tmp_path):
 def test_an_episode_that_outgrew_the_model_context_is_truncated_and_replays(tmp_path):
     from posttrain.values.generation import Completion, PolicyVersion
     from posttrain.rollout.replay import replay
-    from posttrain.rollout.runner import run_episodes
+    from posttrain.scheduling.engine import run_episodes
     from posttrain.storage.store import Store
     from posttrain.tasks.registry import get_domain
 

@@ -3,6 +3,7 @@ adaptive sampling, accounting (a fake clock, no event loop)."""
 
 import pytest
 
+from posttrain.values.episode import EpisodeResult
 from posttrain.values.trajectory import ErrorInfo, Trajectory
 from posttrain.scheduling import (AdaptiveConfig, DomainSpec, QuarantineConfig, RetryConfig,
                                   SchedulerConfig, SchedulerCore, Usage)
@@ -17,16 +18,16 @@ class Clock:
         return self.t
 
 
-def ok(spec, reward=1.0) -> Trajectory:
-    return Trajectory(task_key="k", task_hash="h", domain=spec.domain, split=spec.split,
+def ok(spec, reward=1.0) -> EpisodeResult:
+    return EpisodeResult(Trajectory(task_key="k", task_hash="h", domain=spec.domain, split=spec.split,
                       policy_version=spec.policy_version, status="completed", reward=reward,
-                      verdict=Verdict(passed=reward >= 1.0, score=reward))
+                      verdict=Verdict(passed=reward >= 1.0, score=reward)), None)
 
 
-def fail(spec, where="sandbox") -> Trajectory:
-    return Trajectory(task_key="k", task_hash="h", domain=spec.domain, split=spec.split,
+def fail(spec, where="sandbox") -> EpisodeResult:
+    return EpisodeResult(Trajectory(task_key="k", task_hash="h", domain=spec.domain, split=spec.split,
                       policy_version=spec.policy_version, status="infra_error",
-                      error=ErrorInfo("SandboxError", "died", where=where))
+                      error=ErrorInfo("SandboxError", "died", where=where)), None)
 
 
 def launch_all(core):
@@ -94,7 +95,7 @@ def test_retry_increments_attempt_after_backoff_then_drops_at_cap():
     clock.t = 1.0
     specs = launch_all(core)
     retry = next(x for x in specs if x.group_id == s.group_id)
-    assert (retry.member, retry.attempt) == (s.member, 1) and retry.seed != s.seed
+    assert (retry.member, retry.attempt) == (s.member, 1) and retry.sampling_seed != s.sampling_seed
     core.episode_finished(retry, fail(retry), Usage())
     assert core.next_retry_at() == pytest.approx(1.0 + 2.0)  # doubled
     clock.t = 3.0

@@ -39,7 +39,7 @@ def run(backend_name: str) -> tuple[dict, list, dict]:
         backend = RayBackend(factory, num_workers=2, concurrency=8) if backend_name == "ray" else None
         sched = Scheduler(CONFIG, [DomainSpec(d.name, weight=1 + i % 2) for i, d in enumerate(DOMAINS)],
                           SimGenerator(2e6, call_s=0.001), factory=factory, backend=backend, workers=16,
-                          on_failure=failures.append)
+                          on_failure=lambda r: failures.append(r.trajectory))
         groups = []
         async with sched:
             while batch := await sched.take(3):

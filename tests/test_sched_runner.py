@@ -45,7 +45,7 @@ def test_simulated_run_delivers_every_group_under_the_bound():
     async def main():
         async with Scheduler(config(), [DomainSpec(d.name) for d in domains],
                              SimGenerator(tokens_per_s=2e6, call_s=0.001), factory=SimFactory(domains),
-                             workers=16, on_failure=failures.append) as sched:
+                             workers=16, on_failure=lambda r: failures.append(r.trajectory)) as sched:
             groups = await train(sched, 4)
             return groups, sched.metrics()
 
@@ -78,8 +78,8 @@ def test_real_episodes_with_scripted_policy_and_a_crashing_verifier():
                                                                            max_error_rate=0.5))
         factory = RolloutEpisodeFactory(doms)
         sched = Scheduler(cfg, [DomainSpec("toy.add"), DomainSpec("toy.crash")],
-                          ScriptedPolicy.oracle(doms.__getitem__), factory=factory, workers=4,
-                          on_failure=failures.append, on_group=stored.append)
+                          ScriptedPolicy.oracle(), factory=factory, tasks=factory, workers=4,
+                          on_failure=lambda r: failures.append(r.trajectory), on_group=stored.append)
         async with sched:
             return await train(sched, 2), sched.metrics()
 
@@ -154,7 +154,7 @@ def test_episode_timeout_is_an_infra_error_retried_then_dropped():
         cfg = config(group_size=1, max_groups=1, retry=RetryConfig(max_retries=1, backoff_s=0.0,
                                                                    episode_timeout_s=0.1))
         async with Scheduler(cfg, [DomainSpec("slow")], FlakyPolicy(0), factory=SlowEpisode, workers=4,
-                             on_failure=failures.append) as sched:
+                             on_failure=lambda r: failures.append(r.trajectory)) as sched:
             await sched.wait_finished()
             return sched.metrics()
 

@@ -4,6 +4,7 @@ import random
 
 import pytest
 
+from posttrain.values.episode import EpisodeResult
 from posttrain.values.trajectory import Trajectory
 from posttrain.scheduling import AdaptiveConfig, DomainSpec, SchedulerConfig, SchedulerCore, Usage
 from posttrain.scheduling.staleness import StalenessController
@@ -73,7 +74,7 @@ def test_staleness_never_exceeds_bound_with_out_of_order_completion(max_stalenes
         done = [spec for at, spec in running if at <= step]
         running = [(at, spec) for at, spec in running if at > step]
         for spec in done:
-            core.episode_finished(spec, _traj(spec.domain, float(rng.random() < 0.5)), Usage())
+            core.episode_finished(spec, EpisodeResult(_traj(spec.domain, float(rng.random() < 0.5)), None), Usage())
         groups = core.take(B)
         if groups is not None:
             assert len(groups) == B

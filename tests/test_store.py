@@ -8,7 +8,7 @@ import time
 import pytest
 
 from posttrain.policies.scripted import ScriptedPolicy
-from posttrain.rollout.runner import run_episodes
+from posttrain.scheduling.engine import run_episodes
 from posttrain.storage.export import export_store
 from posttrain.storage.store import Store, StoreError
 from tests.toydomains import CrashingVerifier, add_domain
@@ -19,7 +19,7 @@ DOMAINS = {"toy.add": add_domain(), "toy.crash": add_domain("toy.crash", Crashin
 def _trajs(n=3, policy="oracle"):
     specs = [(DOMAINS["toy.add"], DOMAINS["toy.add"].task(i)) for i in range(n)]
     specs.append((DOMAINS["toy.crash"], DOMAINS["toy.crash"].task(0)))
-    return specs, run_episodes(specs, ScriptedPolicy.named(policy, DOMAINS.__getitem__), run_id="r1")
+    return specs, run_episodes(specs, ScriptedPolicy.named(policy), run_id="r1")
 
 
 def test_roundtrip_and_counts(tmp_path):
@@ -65,14 +65,14 @@ WRITER = r"""
 import sys, time
 sys.path.insert(0, {root!r})
 from posttrain.policies.scripted import ScriptedPolicy
-from posttrain.rollout.runner import run_episodes
+from posttrain.scheduling.engine import run_episodes
 from posttrain.storage.store import Store
 from tests.toydomains import add_domain
 d = add_domain()
 store = Store({path!r})
 i = 0
 while i < {n}:
-    (t,) = run_episodes([(d, d.task(i))], ScriptedPolicy.oracle(lambda name: d), run_id={run!r})
+    (t,) = run_episodes([(d, d.task(i))], ScriptedPolicy.oracle(), run_id={run!r})
     store.put_trajectory(t, d.task(i))
     i += 1
     print(i, flush=True)

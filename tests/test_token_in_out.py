@@ -10,7 +10,7 @@ import torch
 
 from posttrain.policies.local import TorchPolicy
 from posttrain.policies.render import continue_ids, render_ids
-from posttrain.rollout.runner import run_episodes
+from posttrain.scheduling.engine import run_episodes
 from posttrain.tasks.registry import get_domain
 from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 

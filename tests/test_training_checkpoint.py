@@ -25,13 +25,13 @@ STEPS = 4
 def run(trainer, out: Path, total: int) -> str:
     """Train to `total` steps, checkpointing after each; returns the final weights hash."""
     from posttrain.values.generation import SamplingParams
-    from posttrain.rollout.runner import EpisodeSpec, run_episodes
+    from posttrain.scheduling.engine import WorkItem, run_episodes
     from posttrain.tasks.registry import get_domain
 
     domain = get_domain("math.add.d2")
     while trainer.step_count < total:
         cursor = trainer.data_cursor  # the data position comes back from the checkpoint
-        specs = [EpisodeSpec(domain, domain.task(cursor + i, "train"), group_id=str(cursor + i))
+        specs = [WorkItem(domain, domain.task(cursor + i, "train"), group_id=str(cursor + i))
                  for i in range(4) for _ in range(6)]
         trajectories = run_episodes(specs, trainer.policy(), SamplingParams(temperature=1.0, max_tokens=5),
                                     workers=1)

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from posttrain.policies.scripted import ScriptedPolicy
-from posttrain.rollout.runner import run_episodes
+from posttrain.scheduling.engine import run_episodes
 from posttrain.storage.export import export_store
 from posttrain.storage.store import Store
 from posttrain.tasks.registry import get_domain

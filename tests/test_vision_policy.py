@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from posttrain.policies.vision import VisionPolicy, prompt_key
-from posttrain.rollout.runner import run_episodes
+from posttrain.scheduling.engine import run_episodes
 from posttrain.tasks.registry import get_domain
 from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 from posttrain.values.image import parts

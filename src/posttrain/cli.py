@@ -19,7 +19,7 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("posttrain.sandbox.cli", "app", "sandbox"),
     ("posttrain.images.cli", "app", "image"),
     ("posttrain.tasks.cli", "app", "tasks"),
-    ("posttrain.rollout.cli", "rollout", "rollout"),
+    ("posttrain.scheduling.cli", "rollout", "rollout"),
     ("posttrain.rollout.cli", "replay", "replay"),
     ("posttrain.storage.cli", "export", "export"),
     ("posttrain.pipeline.cli", "run", "run"),

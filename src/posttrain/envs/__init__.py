@@ -5,18 +5,39 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-from posttrain.envs.base import Environment, Observation, StepResult
+from posttrain.envs.base import Environment, EpisodeEnd, Observation, StepResult
 from posttrain.envs.budget import EnvConfig
-from posttrain.envs.single import SandboxFactory, SingleAnswerEnv, render_files
-from posttrain.envs.tools import ToolEnv, tools_intro
+from posttrain.envs.single import SandboxFactory, SingleAnswerEnv
+from posttrain.envs.tools import ToolEnv
 from posttrain.sandbox.base import Sandbox
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Task
 from posttrain.values.verdict import Verdict
 
-__all__ = ["EnvConfig", "Environment", "Observation", "SingleAnswerEnv", "StepResult", "ToolEnv",
-           "default_sandbox_factory", "initial_observation", "make_env", "play_actions", "sandbox_preload",
+__all__ = ["ENV_KINDS", "EnvConfig", "Environment", "EpisodeEnd", "Observation", "SingleAnswerEnv",
+           "StepResult", "ToolEnv", "UnknownEnvKind", "default_sandbox_factory", "env_kind",
+           "initial_observation", "make_env", "needs_sandbox", "play_actions", "sandbox_preload",
            "stop_strings"]
+
+ENV_KINDS: dict[str, type[SingleAnswerEnv] | type[ToolEnv]] = {"single": SingleAnswerEnv, "tools": ToolEnv}
+"""the environment type of each `Domain.env` kind: the one place a kind's name is looked up"""
+
+
+class UnknownEnvKind(ValueError):
+    """A domain names an environment kind that is not registered."""
+
+
+def env_kind(domain: Domain) -> type[SingleAnswerEnv] | type[ToolEnv]:
+    try:
+        return ENV_KINDS[domain.env]
+    except KeyError:
+        raise UnknownEnvKind(f"domain {domain.name}: env {domain.env!r} is not a registered environment "
+                             f"kind ({', '.join(sorted(ENV_KINDS))})") from None
+
+
+def needs_sandbox(domain: Domain) -> bool:
+    """Whether an episode of `domain` holds a sandbox (its workspace, or to grade)."""
+    return env_kind(domain).needs_sandbox(domain)
 
 
 def default_sandbox_factory() -> SandboxFactory:
@@ -29,18 +50,15 @@ def default_sandbox_factory() -> SandboxFactory:
 def initial_observation(domain: Domain, task: Task, config: EnvConfig = EnvConfig()) -> str:
     """The text of the first observation an episode of `task` shows the policy, without opening
     a sandbox (e.g. to check before a run that every domain's prompts fit the model's context)."""
-    if domain.env == "tools":
-        return tools_intro(domain, task)
-    files, _ = render_files(task, config.show_files_in_prompt_chars)
-    return task.prompt + files
+    return env_kind(domain).first_observation(domain, task, config)
 
 
 def make_env(domain: Domain, config: EnvConfig = EnvConfig(),
-             sandbox_factory: SandboxFactory | None = None) -> SingleAnswerEnv | ToolEnv:
-    if domain.env == "tools":
-        return ToolEnv(domain, config, sandbox_factory or default_sandbox_factory())
-    needs = domain.verifier.needs_sandbox
-    return SingleAnswerEnv(domain, config, sandbox_factory or (default_sandbox_factory() if needs else None))
+             sandbox_factory: SandboxFactory | None = None) -> Environment:
+    kind = env_kind(domain)
+    if sandbox_factory is None and kind.needs_sandbox(domain):
+        sandbox_factory = default_sandbox_factory()
+    return kind(domain, config, sandbox_factory)
 
 
 def sandbox_preload(domains: Sequence[Domain]) -> tuple[str, ...]:
@@ -51,7 +69,7 @@ def sandbox_preload(domains: Sequence[Domain]) -> tuple[str, ...]:
 def stop_strings(domain: Domain) -> tuple[str, ...]:
     if domain.stop is not None:
         return domain.stop
-    return ToolEnv.default_stop if domain.env == "tools" else SingleAnswerEnv.default_stop
+    return env_kind(domain).default_stop
 
 
 @contextmanager
@@ -71,14 +89,10 @@ def play_actions(domain: Domain, task: Task, actions: Sequence[str],
     env = make_env(domain, config, factory)
     try:
         env.reset(task)
-        result = None
         for action in actions:
             result = env.step(action)
-            if result.terminated or result.truncated:
-                break
-        if result is None or not (result.terminated or result.truncated):
-            result = env.finish(None, truncated=True)
-        assert result.verdict is not None
-        return result.verdict
+            if result.end is not None:
+                return result.end.verdict
+        return env.finish(None, truncated=True).verdict
     finally:
         env.close()

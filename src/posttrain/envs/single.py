@@ -11,7 +11,7 @@ import time
 from contextlib import ExitStack
 from typing import Callable, ContextManager
 
-from posttrain.envs.base import Observation, StepResult
+from posttrain.envs.base import EpisodeEnd, Observation, StepResult
 from posttrain.envs.budget import EnvConfig, truncate_text
 from posttrain.envs.vision import with_task_images
 from posttrain.sandbox.base import Sandbox
@@ -44,7 +44,6 @@ class SingleAnswerEnv:
         self.timings: dict[str, float] = {}
         self.counters: dict[str, int] = {}
         self.sandbox_info: dict = {}
-        self.workspace_archive: bytes | None = None
 
     def reset(self, task: Task) -> Observation:
         self.task = task
@@ -57,9 +56,21 @@ class SingleAnswerEnv:
     def step(self, action: str) -> StepResult:
         if self.task is None:
             raise RuntimeError("step() before reset()")
-        return self.finish(action, truncated=False)
+        end = self.finish(action, truncated=False)
+        return StepResult(Observation(""), reward=end.verdict.score, terminated=True, truncated=False,
+                          info={}, verdict=end.verdict, end=end)
 
-    def finish(self, answer: str | None, truncated: bool) -> StepResult:
+    @classmethod
+    def needs_sandbox(cls, domain: Domain) -> bool:
+        """Only to grade, and only when the verifier runs code."""
+        return domain.verifier.needs_sandbox
+
+    @classmethod
+    def first_observation(cls, domain: Domain, task: Task, config: EnvConfig = EnvConfig()) -> str:
+        files, _ = render_files(task, config.show_files_in_prompt_chars)
+        return task.prompt + files
+
+    def finish(self, answer: str | None, truncated: bool) -> EpisodeEnd:
         """Grade `answer` and end the episode (also used when a budget ran out)."""
         task = self.task
         assert task is not None
@@ -77,8 +88,7 @@ class SingleAnswerEnv:
                     sandbox.write_file(path, content)
             verdict = self.domain.verifier.verify(task, Outcome(answer=answer, sandbox=sandbox))
         self.timings["verify_s"] = self.timings.get("verify_s", 0.0) + time.perf_counter() - t0
-        return StepResult(Observation(""), reward=verdict.score, terminated=not truncated,
-                          truncated=truncated, info={}, verdict=verdict)
+        return EpisodeEnd(verdict, truncated)
 
     def close(self) -> None:
         self.task = None

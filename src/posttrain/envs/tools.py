@@ -19,7 +19,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from posttrain.envs.actions import BUILTIN_TOOLS, ToolCall, check_args, parse_action
-from posttrain.envs.base import Observation, StepResult
+from posttrain.envs.base import EpisodeEnd, Observation, StepResult
 from posttrain.envs.budget import EnvConfig, truncate_text
 from posttrain.envs.single import SandboxFactory
 from posttrain.envs.vision import with_task_images
@@ -83,7 +83,6 @@ class ToolEnv:
         self.timings: dict[str, float] = {}
         self.counters: dict[str, int] = {}
         self.sandbox_info: dict[str, Any] = {}
-        self.workspace_archive: bytes | None = None
         self.image = None
 
     # -- Gymnasium-style API -------------------------------------------------------------
@@ -132,11 +131,11 @@ class ToolEnv:
         if self.config.snapshot_turns:
             info["snapshot_id"] = sandbox.snapshot()
         if done:
-            return self.finish(submitted, truncated=False, info=info)
+            return self._ended(self.finish(submitted, truncated=False), info)
         out_of_time = time.monotonic() - self.started > task.limits.time_s
         if self.turns >= task.limits.max_turns or out_of_time:
             self._count("time_limit" if out_of_time else "turn_limit")
-            return self.finish(None, truncated=True, info=info)
+            return self._ended(self.finish(None, truncated=True), info)
         text, cut = truncate_text("\n".join(outputs), self.config.observation_max_chars,
                                   self.config.truncate)
         if cut:
@@ -144,7 +143,20 @@ class ToolEnv:
         return StepResult(Observation(text, truncated_chars=cut, images=tuple(images)), reward=None, terminated=False,
                           truncated=False, info=info)
 
-    def finish(self, answer: str | None, truncated: bool, info: dict | None = None) -> StepResult:
+    @classmethod
+    def needs_sandbox(cls, domain: Domain) -> bool:
+        return True  # the workspace lives in it
+
+    @classmethod
+    def first_observation(cls, domain: Domain, task: Task, config: EnvConfig = EnvConfig()) -> str:
+        return tools_intro(domain, task)
+
+    @staticmethod
+    def _ended(end: EpisodeEnd, info: dict[str, Any]) -> StepResult:
+        return StepResult(Observation(""), reward=end.verdict.score, terminated=not end.truncated,
+                          truncated=end.truncated, info=info, verdict=end.verdict, end=end)
+
+    def finish(self, answer: str | None, truncated: bool) -> EpisodeEnd:
         """Kill leftover processes, grade, and end the episode."""
         assert self.task is not None and self.sandbox is not None
         t0 = time.perf_counter()
@@ -153,9 +165,7 @@ class ToolEnv:
             self._count("processes_killed_before_grading", killed)
         verdict = self.domain.verifier.verify(self.task, Outcome(answer=answer, sandbox=self.sandbox))
         self.timings["verify_s"] = self.timings.get("verify_s", 0.0) + time.perf_counter() - t0
-        self.workspace_archive = self.sandbox.archive()
-        return StepResult(Observation(""), reward=verdict.score, terminated=not truncated,
-                          truncated=truncated, info=info or {}, verdict=verdict)
+        return EpisodeEnd(verdict, truncated, workspace_archive=self.sandbox.archive())
 
     def close(self) -> None:
         if self._stack is not None:

@@ -12,41 +12,28 @@ not fit the model's context (`ErrorInfo.where == 'context'`: a retry cannot help
 still count in the infra-error rate, and a sample that never succeeds in running is excluded
 from the scores.
 
-`_execute` is the one place that drives episodes; it calls the synchronous batched runner today
-and is where the scheduler (`posttrain.scheduling`) will plug in.
+Episodes run as a workload on the one episode engine (`posttrain.scheduling.engine`), which
+batches generation across them, retries infrastructure failures and keeps live sandboxes within
+the workers; each attempt's result (trajectory, task, final workspace) goes to the store intact.
 """
 
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
-from typing import Callable, Sequence
+from typing import Sequence
 
-from posttrain.envs import EnvConfig
 from posttrain.envs.single import SandboxFactory
 from posttrain.evaluation.config import EvalConfig
 from posttrain.evaluation.policy import SeededPolicy
 from posttrain.evaluation.records import Sample, TaskRecord
 from posttrain.evaluation.result import EvalResult
-from posttrain.policies.base import Policy
-from posttrain.values.generation import SamplingParams
-from posttrain.rollout.episode import Episode
-from posttrain.rollout.runner import EpisodeSpec, run_episodes
-from posttrain.values.trajectory import Trajectory
+from posttrain.policies.base import Policy, ScriptedPlayer
+from posttrain.scheduling.engine import WorkItem, run_workload
 from posttrain.tasks.domain import Domain
+from posttrain.values.episode import EpisodeResult
+from posttrain.values.generation import SamplingParams
 from posttrain.values.task import Task
-
-
-def _execute(specs: Sequence[EpisodeSpec], policy: Policy, sampling: SamplingParams, *, workers: int,
-             run_id: str, sandbox_factory: SandboxFactory | None,
-             on_done: Callable[[Episode], None] | None) -> list[Trajectory]:
-    """Run episodes to the end, in the order given (the scheduler's future seam)."""
-    return run_episodes(specs, policy, sampling, env_config=EnvConfig(), sandbox_factory=sandbox_factory,
-                        workers=workers, run_id=run_id, on_done=on_done)
-
-
-def _needs_sandbox(tasks: Sequence[tuple[Domain, Task]]) -> bool:
-    return any(d.env == "tools" or d.verifier.needs_sandbox for d, _ in tasks)
+from posttrain.values.trajectory import Trajectory
 
 
 def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalConfig = EvalConfig(), *,
@@ -68,29 +55,15 @@ def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalC
         store.start_run(run_id, {"kind": "eval", "name": name, "policy": policy.version.name,
                                  "policy_spec": policy_spec, "tasks": task_source, **config.to_dict()})
 
-    def save(ep: Episode) -> None:
-        store.put_trajectory(ep.result(), ep.task, ep.workspace_archive)
+    def save(result: EpisodeResult) -> None:
+        store.put_trajectory(result.trajectory, result.task, result.workspace_archive)
 
-    with ExitStack() as stack:
-        if sandbox_factory is None and _needs_sandbox(tasks):
-            from posttrain.envs import sandbox_preload
-            from posttrain.sandbox import SandboxPool
-
-            preload = sandbox_preload(list({d.name: d for d, _ in tasks}.values()))
-            sandbox_factory = stack.enter_context(SandboxPool(size=config.workers, preload=preload)).sandbox
-        attempts: dict[tuple[str, int], list[Trajectory]] = {key: [] for key in index}
-        pending = [EpisodeSpec(d, t, group_id=f"eval:{h[:16]}:{j}") for (h, j), (d, t) in index.items()]
-        for attempt in range(config.retries + 1):
-            if not pending:
-                break
-            trajs = _execute(pending, seeded, sampling, workers=config.workers, run_id=run_id,
-                             sandbox_factory=sandbox_factory, on_done=save if store is not None else None)
-            retry = []
-            for spec, traj in zip(pending, trajs):
-                attempts[(spec.task.hash, int(spec.group_id.rsplit(":", 1)[1]))].append(traj)
-                if traj.status == "infra_error" and (traj.error is None or traj.error.retryable):
-                    retry.append(EpisodeSpec(spec.domain, spec.task, spec.group_id, attempt + 1))
-            pending = retry
+    items = [WorkItem(d, t, group_id=f"eval:{h[:16]}:{j}") for (h, j), (d, t) in index.items()]
+    results = run_workload(items, seeded, sampling, workers=config.workers, run_id=run_id,
+                           retries=config.retries, sandbox_factory=sandbox_factory,
+                           player=policy if isinstance(policy, ScriptedPlayer) else None,
+                           on_result=save if store is not None else None)
+    attempts = {key: [r.trajectory for r in rs] for key, rs in zip(index, results)}
     records = _records(tasks, config.n_samples, attempts)
     return EvalResult(name=name, policy=policy.version.name, config=config, records=records,
                       policy_spec=policy_spec, task_source=task_source,

@@ -137,6 +137,7 @@ class Job:
     async def train(self, trainer: Any, sched_state: dict, store: Any, sandbox_factory: Any) -> None:
         from posttrain.values.generation import SamplingParams
         from posttrain.scheduling import BatchConfig, DomainSpec, Scheduler, SchedulerConfig, SchedulerStalled
+        from posttrain.envs import needs_sandbox
         from posttrain.scheduling.episodes import RolloutEpisodeFactory
         from posttrain.pipeline.progress import RoundProgress
         from posttrain.training.publish import PolicyPublisher
@@ -152,7 +153,8 @@ class Job:
                                   max_tokens=cfg.rollout.max_tokens)
         factory = RolloutEpisodeFactory(lookup, sampling=sampling, sandbox_factory=sandbox_factory,
                                         run_id=cfg.name)
-        specs = [DomainSpec(d.name, weight=cfg.domains.weights.get(d.name, 1.0)) for d in self.train_domains]
+        specs = [DomainSpec(d.name, weight=cfg.domains.weights.get(d.name, 1.0), sandboxed=needs_sandbox(d),
+                            light=not needs_sandbox(d)) for d in self.train_domains]
         per_step = cfg.rollout.groups_per_step * cfg.rollout.group_size
         # One step's episodes fit in one generate call: a CPU model runs a batch of 256 tiny
         # prompts barely slower than a batch of 64.
@@ -163,19 +165,17 @@ class Job:
         # then overlaps training); with staleness 0 it shares the trained module.
         policy = PolicyPublisher(trainer, copy=cfg.scheduler.max_staleness > 0)
 
-        def on_group(group: Any) -> None:
-            store.put_trajectories([(t, lookup[t.domain].task(group.task_seed, "train"), None)
-                                    for t in group.trajectories])
+        def on_group(group: Any) -> None:  # results arrive intact: task and final workspace
+            store.put_trajectories([(r.trajectory, r.task, r.workspace_archive) for r in group.results])
 
-        def on_failure(traj: Any) -> None:
-            store.put_trajectory(traj, lookup[traj.domain].task(int(traj.seed), "train")
-                                 if traj.seed is not None else None)
+        def on_failure(result: Any) -> None:  # stored against its own task, never a regenerated one
+            store.put_trajectory(result.trajectory, result.task, result.workspace_archive)
 
         def load_group(group_id: str) -> list:
             return list(store.trajectories(run_id=cfg.name, group_id=group_id))
 
         completed = store.group_ids(cfg.name)
-        sched = Scheduler(scfg, specs, policy, factory=factory, workers=cfg.scheduler.workers,
+        sched = Scheduler(scfg, specs, policy, factory=factory, tasks=factory, workers=cfg.scheduler.workers,
                           state=sched_state or None, completed=completed, load_group=load_group,
                           on_group=on_group, on_failure=on_failure, version_name=trainer.version.name)
         policy.subscribe(sched.set_policy_version)  # the trainer's step is the scheduler's version
@@ -253,14 +253,10 @@ class Job:
             self.tracker = open_tracker(cfg.logging, self.run_dir, cfg.name, cfg.model_dump(mode="json"))
             stack.callback(self.tracker.close)
             store.start_run(cfg.name, cfg.model_dump(mode="json"))
-            sandbox_factory = None
-            if checks.needs_sandbox(self.train_domains + self.heldout_domains):
-                from posttrain.envs import sandbox_preload
-                from posttrain.sandbox import SandboxPool
+            from posttrain.scheduling.engine import sandbox_pool
 
-                preload = sandbox_preload(self.train_domains + self.heldout_domains)
-                sandbox_factory = stack.enter_context(SandboxPool(size=cfg.scheduler.workers,
-                                                                  preload=preload)).sandbox
+            sandbox_factory = stack.enter_context(sandbox_pool(self.train_domains + self.heldout_domains,
+                                                               cfg.scheduler.workers))
             start = trainer.version
             if trainer.step_count == 0:
                 store.put_policy_version(start.name, start.parent, start.weights_hash, cfg.model.path)

@@ -9,7 +9,7 @@ an episode's history travels in each request's `messages`.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 
@@ -43,4 +43,28 @@ class Policy(Protocol):
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Complete every request (batched by the backend); one Completion per request, in order."""
+        ...
+
+
+@runtime_checkable
+class ScriptedPlayer(Protocol):
+    """A policy that plays fixed turns instead of generating (oracle, negatives, replay).
+
+    It never sees a task: the engine, which knows the task of every episode group, computes the
+    turns each of its `roles` names (a domain's oracle, or one of its negatives) and hands them
+    over with `assign` before the group's first request; requests then carry only routing ids
+    (the group id and the turn number in `GenerationRequest.meta`)."""
+
+    version: PolicyVersion
+    roles: tuple[str, ...]
+    """'oracle', or names of negatives ('empty', 'wrong', ...): the scripts `assign` is given"""
+
+    def assign(self, route: str, scripts: Mapping[str, Sequence[str]]) -> None:
+        """The turns of each role (one action per turn) for every episode whose requests carry
+        group id `route`."""
+        ...
+
+    def refuse(self, route: str, reason: str) -> None:
+        """The group `route` has no script (e.g. its domain has no such negative): its requests
+        get error completions saying `reason`."""
         ...

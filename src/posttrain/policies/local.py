@@ -22,10 +22,10 @@ What comes back, per request:
 Modes (`mode=`): 'standard' decodes one token per row per step (`posttrain.policies.decode`);
 'fast' decodes speculatively (`posttrain.policies.speculative`): prompt-lookup drafts by default
 (no second model), or a small draft model (`draft=` a directory or module with the same
-tokenizer, e.g. `models/tiny-base-draft`), verified by this model in one forward per step (at most `verify_tokens` positions: rows x
-draft length, the CPU's sweet spot; raise it on a GPU). Greedy
-output is standard output token for token, sampled output follows the same distribution,
-log-probs are this model's. Fast mode also keeps a prefix cache (`prefix_cache_mb`, default 256
+tokenizer, e.g. `models/tiny-base-draft`), verified by this model in one forward per step (at
+most `verify_tokens` positions, rows x draft length: the CPU's sweet spot; raise it on a GPU).
+Greedy output is standard output token for token, sampled output follows the same
+distribution, log-probs are this model's. Fast mode also keeps a prefix cache (`prefix_cache_mb`, default 256
 in fast mode, 0 = off in standard mode): an episode's next turn reuses the keys/values of its
 earlier turns, and completions report `prefill_tokens` / `reused_tokens`.
 

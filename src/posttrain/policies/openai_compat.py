@@ -21,8 +21,10 @@ as `TorchPolicy`.
 
 Failures: the `openai` client retries connection errors, timeouts, 429 and 5xx responses
 (`max_retries`, exponential backoff with jitter, each attempt bounded by `timeout_s`); when they
-are exhausted -- a server down, a server erroring -- `generate` raises `PolicyError`: the
-backend failed, and no empty completion is ever returned in its place to be scored 0. A request
+are exhausted for every request of a call -- a server down, a server erroring -- `generate` raises
+`PolicyError`: the backend failed, and no empty completion is ever returned in its place to be
+scored 0. When only some requests fail, the others' completions are kept and each failed one
+comes back as its own `Completion(finish_reason='error')` (the engine retries just those). A request
 the server rejects as malformed (400/422: prompt too long, say) comes back as that one request's
 `Completion(finish_reason='error', error=...)`.
 """
@@ -97,7 +99,16 @@ class OpenAIPolicy:
 
         self.config = config
         self.tokenizer = tokenizer
-        self.version = version or PolicyVersion(name=config.model)
+        if version is None:
+            # the tokenizer's identity goes into every trajectory; a server's own tokenizer is
+            # unknown here (recorded as '') unless the same one is given to render prompts
+            thash = ""
+            if tokenizer is not None:
+                from posttrain.policies.local import tokenizer_hash
+
+                thash = tokenizer_hash(tokenizer)
+            version = PolicyVersion(name=config.model, tokenizer_hash=thash)
+        self.version = version
         self.max_positions: int | None = None
         """the server checks its own context (and says so per completion)"""
         self.accepts_images = config.api == "chat"
@@ -111,7 +122,18 @@ class OpenAIPolicy:
             return []
         workers = min(self.config.max_concurrency, len(requests))
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(self._one, requests))
+            outs = list(pool.map(self._one_or_error, requests))
+        failed = [o for o in outs if isinstance(o, PolicyError)]
+        if len(failed) == len(outs):
+            raise failed[0]
+        return [Completion(text="", finish_reason="error", error=str(o)) if isinstance(o, PolicyError) else o
+                for o in outs]
+
+    def _one_or_error(self, request: GenerationRequest) -> Completion | PolicyError:
+        try:
+            return self._one(request)
+        except PolicyError as e:
+            return e
 
     def render(self, request: GenerationRequest) -> list[int] | None:
         return render_ids(self.tokenizer, request.messages) if self.tokenizer is not None else None

@@ -1,96 +1,109 @@
 """Scripted policies: play a domain's oracle, one of its negatives, or given actions.
 
-They make the whole machinery (environments, sandboxes, verifiers, store, scheduler) testable and
-smoke-runnable without a model. A scripted policy reads the task from the request's `meta`
-(set by `posttrain.rollout.episode.Episode`) and answers turn `meta["turn"]` with the script's
-action for that turn; past the end of its script it answers "" (which a tools environment reports
-as a parse error, until the turn budget truncates the episode).
+They make the whole machinery (environments, sandboxes, verifiers, store, engine) testable and
+smoke-runnable without a model. A scripted policy never sees a task (policies know nothing of
+tasks): the engine computes the turns its `role` names for each episode group and hands them
+over with `assign(group_id, {role: actions})` (see `posttrain.policies.base.ScriptedPlayer`). A request
+is answered from its group's script at turn `meta["turn"]`; past the end of the script it
+answers "" (which a tools environment reports as a parse error, until the turn budget truncates
+the episode). A request of a group with no script gets an error completion (that episode is an
+infrastructure error), not the batch.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections import OrderedDict
+from typing import Mapping, Sequence
 
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
-from posttrain.values.task import Task
 
-if TYPE_CHECKING:
-    from posttrain.tasks.domain import Domain
-
-Script = Callable[[Task], Sequence[str]]
-DomainLookup = Callable[[str], "Domain"]
+MAX_SCRIPTS = 100_000
+"""scripts kept (least recently assigned dropped first): a long run assigns one per group"""
 
 
 class ScriptedPolicy:
-    def __init__(self, script: Script, name: str) -> None:
-        self.script = script
-        self.version = PolicyVersion(name=name)
+    def __init__(self, role: str, name: str | None = None, fixed: Sequence[str] | None = None) -> None:
+        """`role`: 'oracle', or the name of a negative ('empty', 'wrong', ...; 'wrong' is the
+        domain's negative of that name or else its first plausible wrong answer). `fixed`: play
+        these actions in every episode instead (the role is then only a name)."""
+        if not role:
+            raise ValueError("ScriptedPolicy: role must name the oracle or a negative")
+        self.role = role
+        self.roles: tuple[str, ...] = (role,) if fixed is None else ()
+        self._fixed = tuple(fixed) if fixed is not None else None
+        self._given = False
+        """scripts were given up front (`by_group`): the engine's are not wanted"""
+        self.version = PolicyVersion(name=name or f"scripted:{role}")
         self.accepts_images = True
         """a script reads nothing, so it is shown everything (image episodes record their images)"""
         self.max_positions: int | None = None
         """a script has no context to run out of"""
-        self._cache: dict[str, Sequence[str]] = {}
+        self._scripts: OrderedDict[str, tuple[str, ...] | str] = OrderedDict()
+        """group id -> its turns, or why it has none"""
+        self._lock = threading.Lock()
 
     def render(self, request: GenerationRequest) -> None:
         return None  # no tokenizer
 
     @classmethod
-    def oracle(cls, lookup: DomainLookup | None = None) -> "ScriptedPolicy":
-        """Plays each task's oracle; `lookup` maps a domain name to its Domain (the registry's
-        `get_domain` by default)."""
-        find = lookup or _registry_lookup
-        return cls(lambda task: find(task.domain).oracle(task), "scripted:oracle")
+    def oracle(cls) -> "ScriptedPolicy":
+        return cls("oracle")
 
     @classmethod
-    def negative(cls, which: str = "wrong", lookup: DomainLookup | None = None) -> "ScriptedPolicy":
-        """Plays the negative named `which`. 'wrong' means the domain's negative of that name or,
-        if it has none, its first plausible wrong answer (the first non-'empty' name, sorted)."""
-        find = lookup or _registry_lookup
-
-        def script(task: Task) -> Sequence[str]:
-            negatives = find(task.domain).negatives(task)
-            if which == "wrong" and which not in negatives:
-                wrong = sorted(n for n in negatives if n != "empty")
-                if wrong:
-                    return negatives[wrong[0]]
-            if which not in negatives:
-                raise ValueError(f"domain {task.domain} has no negative {which!r} "
-                                 f"(it has {', '.join(sorted(negatives))})")
-            return negatives[which]
-        return cls(script, f"scripted:{which}")
+    def negative(cls, which: str = "wrong") -> "ScriptedPolicy":
+        return cls(which)
 
     @classmethod
-    def named(cls, name: str, lookup: DomainLookup | None = None) -> "ScriptedPolicy":
+    def playing(cls, actions: Sequence[str], name: str = "scripted:fixed") -> "ScriptedPolicy":
+        """Plays `actions` in every episode, whatever its task (tests, smoke runs)."""
+        return cls("fixed", name, fixed=actions)
+
+    @classmethod
+    def by_group(cls, scripts: Mapping[str, Sequence[str]], name: str = "scripted:given") -> "ScriptedPolicy":
+        """Plays `scripts[group_id]` in the episodes of each group (e.g. work items whose group
+        ids the caller chose); a group without one gets error completions."""
+        policy = cls("given", name)
+        policy.roles, policy._given = (), True
+        for route, actions in scripts.items():
+            policy._put(route, tuple(actions))
+        return policy
+
+    @classmethod
+    def named(cls, name: str) -> "ScriptedPolicy":
         """'oracle', 'empty', or the name of any negative ('wrong', ...)."""
-        return cls.oracle(lookup) if name == "oracle" else cls.negative(name, lookup)
+        return cls(name)
+
+    def assign(self, route: str, scripts: Mapping[str, Sequence[str]]) -> None:
+        if self._fixed is None and not self._given:
+            self._put(route, tuple(scripts[self.role]))
+
+    def refuse(self, route: str, reason: str) -> None:
+        self._put(route, reason)
+
+    def _put(self, route: str, script: tuple[str, ...] | str) -> None:
+        with self._lock:
+            self._scripts[route] = script
+            self._scripts.move_to_end(route)
+            while len(self._scripts) > MAX_SCRIPTS:
+                self._scripts.popitem(last=False)
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
-        """One completion per request; a script that fails for one request makes that request's
-        completion an error (the episode is recorded as an infrastructure error), not the batch's."""
+        """One completion per request; a request without a script gets an error completion (the
+        episode is recorded as an infrastructure error), not the batch."""
         out = []
         for req in requests:
             t0 = time.perf_counter()
-            task = req.meta.get("task")
-            if not isinstance(task, Task):
-                raise ValueError("a scripted policy needs the Task in request.meta['task'] "
-                                 "(requests made by posttrain.rollout.episode.Episode carry it)")
-            key = f"{task.key}:{task.hash}"
-            try:
-                if key not in self._cache:
-                    self._cache[key] = list(self.script(task))
-            except Exception as e:  # noqa: BLE001 - reported per request
-                out.append(Completion(text="", finish_reason="error", error=f"{type(e).__name__}: {e}",
-                                      gen_s=time.perf_counter() - t0))
+            route = str(req.meta.get("group_id", ""))
+            with self._lock:
+                actions = self._scripts.get(route, self._fixed)
+            if not isinstance(actions, tuple):
+                why = actions or f"no script assigned for group {route!r} (the engine assigns one per group)"
+                out.append(Completion(text="", finish_reason="error", gen_s=time.perf_counter() - t0,
+                                      error=f"scripted policy {self.version.name}: {why}"))
                 continue
-            actions = self._cache[key]
             turn = int(req.meta.get("turn", 0))
             text = actions[turn] if turn < len(actions) else ""
             out.append(Completion(text=text, finish_reason="stop", gen_s=time.perf_counter() - t0))
         return out
-
-
-def _registry_lookup(name: str) -> "Domain":
-    from posttrain.tasks.registry import get_domain
-
-    return get_domain(name)

@@ -5,11 +5,11 @@
     while request is not None:
         completion = policy.generate([request])[0]      # batched with other episodes' requests
         request = ep.advance(completion)               # env step: tools, then the verifier
-    trajectory = ep.result()
+    result = ep.result()        # EpisodeResult: the trajectory, the task, the final workspace
 
-The synchronous batched runner (`posttrain.rollout.runner`) and the async scheduler
-(`posttrain.scheduling`) both drive episodes this way, so the recorded trajectory is the same
-whichever runs it. `advance` blocks on sandbox I/O; drivers run it off their event loop.
+The engine (`posttrain.scheduling`) drives every episode this way. `advance` blocks on sandbox
+I/O; the engine runs it off its event loop. Requests carry routing ids only (episode, group,
+turn, domain, task key), never the task: a scripted policy is handed its script by the engine.
 
 Failure handling: a failed generation (`Completion.finish_reason == "error"`), a `SandboxError`, a
 `VerifierError`, or any unexpected exception inside the environment ends the episode as
@@ -23,16 +23,16 @@ import hashlib
 import time
 import uuid
 from dataclasses import replace
-from typing import Any
 
-from posttrain.envs import EnvConfig, make_env, stop_strings
+from posttrain.envs import EnvConfig, Environment, EpisodeEnd, make_env, stop_strings
 from posttrain.envs.single import SandboxFactory
 from posttrain.values.generation import Completion, GenerationRequest, Message, SamplingParams
 from posttrain.values.image import Image, parts
-from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
+from posttrain.values.trajectory import ErrorInfo, Status, Trajectory, Turn
 from posttrain.sandbox.base import SandboxError
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Task
+from posttrain.values.episode import EpisodeResult
 from posttrain.values.verdict import Verdict
 from posttrain.verifiers.base import VerifierError
 
@@ -49,7 +49,8 @@ class Episode:
     def __init__(self, domain: Domain, task: Task, *, policy_version: str,
                  sampling: SamplingParams = SamplingParams(), env_config: EnvConfig = EnvConfig(),
                  sandbox_factory: SandboxFactory | None = None, group_id: str = "",
-                 attempt: int = 0, run_id: str = "", policy_staleness: int = 0) -> None:
+                 attempt: int = 0, run_id: str = "", policy_staleness: int = 0,
+                 tokenizer_hash: str = "") -> None:
         self.domain, self.task = domain, task
         self.policy_version = policy_version
         self.sampling = replace(sampling, stop=tuple(dict.fromkeys(sampling.stop + stop_strings(domain))))
@@ -57,6 +58,7 @@ class Episode:
         self.sandbox_factory = sandbox_factory
         self.group_id, self.attempt, self.run_id = group_id, attempt, run_id
         self.policy_staleness = policy_staleness
+        self.tokenizer_hash = tokenizer_hash
         self.id = uuid.uuid4().hex
         self.turns: list[Turn] = []
         self.messages: list[Message] = []
@@ -68,11 +70,10 @@ class Episode:
         self.images: dict[str, Image] = {}  # every image shown, by sha256 (stored once each)
         self._context_used = 0  # tokens of the last request's prompt + its completion
         self._prefix: tuple[int, ...] | None = None  # token-in/token-out: the ids so far
-        self._env: Any = None
+        self._env: Environment | None = None
         self._started = 0.0
-        self._result: Trajectory | None = None
-        self.workspace_archive: bytes | None = None
-        self._sandbox_info: dict[str, Any] = {}
+        self._result: EpisodeResult | None = None
+        self._sandbox_info: dict[str, object] = {}
 
     # -- driver API -------------------------------------------------------------------
     def start(self) -> GenerationRequest | None:
@@ -109,6 +110,7 @@ class Episode:
             self._count("length_cut")
         self._context_used = self._tokens_of(completion)
         t0 = time.perf_counter()
+        assert self._env is not None
         try:
             step = self._env.step(completion.text)
         except Exception as e:  # noqa: BLE001
@@ -120,8 +122,8 @@ class Episode:
         turn.parse_error = "; ".join(step.info.get("parse_errors", [])) or None
         turn.snapshot_id = step.info.get("snapshot_id")
         self.turns.append(turn)
-        if step.terminated or step.truncated:
-            return self._finish(step.verdict, truncated=step.truncated)
+        if step.end is not None:
+            return self._finish(step.end)
         self._show(step.observation.images)
         self.messages += [Message("assistant", completion.text),
                           Message("user", parts(step.observation.text, step.observation.images))]
@@ -131,7 +133,7 @@ class Episode:
         self._observation, self._observation_cut = step.observation.text, step.observation.truncated_chars
         return self._request()
 
-    def result(self) -> Trajectory:
+    def result(self) -> EpisodeResult:
         if self._result is None:
             raise RuntimeError(f"episode {self.id} has not finished")
         return self._result
@@ -159,11 +161,12 @@ class Episode:
     def _out_of_context(self) -> None:
         """End the episode as truncated, graded on what it did: its context budget is spent."""
         self._count("context_budget_exhausted")
+        assert self._env is not None
         try:
-            step = self._env.finish(None, truncated=True)
+            end = self._env.finish(None, truncated=True)
         except Exception as e:  # noqa: BLE001
             return self._infra(e, _where(e))
-        return self._finish(step.verdict, truncated=True)
+        return self._finish(end)
 
     def _request(self) -> GenerationRequest | None:
         limits = self.task.limits
@@ -175,23 +178,23 @@ class Episode:
         max_tokens = max(1, min(self.sampling.max_tokens, limits.max_tokens, remaining))
         sampling = replace(self.sampling, max_tokens=max_tokens)
         meta = {"episode": self.id, "domain": self.domain.name, "task_key": self.task.key,
-                "turn": len(self.turns), "task": self.task, "group_id": self.group_id}
+                "turn": len(self.turns), "group_id": self.group_id}
         return GenerationRequest(messages=tuple(self.messages), sampling=sampling,
                                  request_id=f"{self.id}:{len(self.turns)}", meta=meta,
                                  prefix_ids=self._prefix,
                                  prefix_messages=len(self.messages) - 1 if self._prefix is not None else 0)
 
-    def _finish(self, verdict: Verdict | None, truncated: bool) -> None:
-        assert verdict is not None
-        self.workspace_archive = getattr(self._env, "workspace_archive", None)
+    def _finish(self, end: EpisodeEnd) -> None:
         self._close_env()
-        self._result = self._trajectory("truncated" if truncated else "completed",
-                                        verdict=verdict, reward=verdict.score)
+        traj = self._trajectory("truncated" if end.truncated else "completed", verdict=end.verdict,
+                                reward=end.verdict.score, archive=end.workspace_archive)
+        self._result = EpisodeResult(traj, self.task, end.workspace_archive)
         return None
 
     def _infra(self, exc: BaseException, where: str) -> None:
         self._close_env()
-        self._result = self._trajectory("infra_error", error=ErrorInfo.from_exception(exc, where))
+        traj = self._trajectory("infra_error", error=ErrorInfo.from_exception(exc, where))
+        self._result = EpisodeResult(traj, self.task, None)
         return None
 
     def _close_env(self) -> None:
@@ -199,24 +202,23 @@ class Episode:
             env, self._env = self._env, None
             self.counters.update({k: v for k, v in env.counters.items()})
             self.timings.update(env.timings)
-            self._sandbox_info = dict(getattr(env, "sandbox_info", None) or {})
+            self._sandbox_info = dict(env.sandbox_info)
             try:
                 env.close()
             except Exception:  # noqa: BLE001 - a failed teardown must not hide the result
                 self._count("close_errors")
 
-    def _trajectory(self, status: str, *, verdict: Verdict | None = None, reward: float | None = None,
-                    error: ErrorInfo | None = None) -> Trajectory:
+    def _trajectory(self, status: Status, *, verdict: Verdict | None = None, reward: float | None = None,
+                    error: ErrorInfo | None = None, archive: bytes | None = None) -> Trajectory:
         self.timings["total_s"] = time.perf_counter() - self._started
-        archive_hash = None
-        if self.workspace_archive is not None:
-            archive_hash = hashlib.sha256(self.workspace_archive).hexdigest()
+        archive_hash = hashlib.sha256(archive).hexdigest() if archive is not None else None
         return Trajectory(
             task_key=self.task.key, task_hash=self.task.hash, domain=self.domain.name,
             split=self.task.split, policy_version=self.policy_version, status=status,
             turns=self.turns, verdict=verdict, reward=reward, error=error,
             sampling=self.sampling.to_dict(), seed=self.task.seed, group_id=self.group_id,
             attempt=self.attempt, run_id=self.run_id, sandbox=self._sandbox_info,
+            tokenizer_hash=self.tokenizer_hash,
             verifier_version=verdict.verifier_version if verdict else
             f"{self.domain.verifier.name}@{self.domain.verifier.version}",
             final_workspace_sha256=archive_hash, timings={k: round(v, 6) for k, v in self.timings.items()},

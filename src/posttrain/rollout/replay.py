@@ -100,7 +100,7 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
     req = ep.start()
     while req is not None:
         req = ep.advance(policy.generate([req])[0])
-    new = ep.result()
+    new = ep.result().trajectory
     if new.status == "infra_error":
         assert new.error is not None
         raise RuntimeError(f"replay of {traj.id} failed on infrastructure: {new.error.type}: "

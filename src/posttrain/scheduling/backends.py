@@ -21,11 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from posttrain.values.generation import Completion, GenerationRequest
-from posttrain.values.trajectory import Trajectory
+from posttrain.values.episode import EpisodeResult
 from posttrain.scheduling.work import EpisodeDriver, EpisodeFactory, EpisodeSpec
 
-Step = tuple[GenerationRequest | None, Trajectory | None, float]
-"""(the next request, or None and the finished trajectory; seconds the call took on its worker)"""
+Step = tuple[GenerationRequest | None, EpisodeResult | None, float]
+"""(the next request, or None and the finished episode's result; seconds the call took on its worker)"""
 
 
 class WorkerBackend(Protocol):
@@ -40,11 +40,13 @@ class WorkerBackend(Protocol):
 
     def open(self) -> None: ...
 
-    async def start(self, spec: EpisodeSpec) -> tuple[Any, Step]:
-        """Build the driver on a worker and start it: (handle, step)."""
+    async def start(self, spec: EpisodeSpec, inline: bool = False) -> tuple[Any, Step]:
+        """Build the driver on a worker and start it: (handle, step). `inline`: the episode's
+        steps are short in-process Python (`DomainSpec.light`); a backend may run them on the
+        calling thread instead of handing them to a worker."""
         ...
 
-    async def advance(self, handle: Any, completion: Completion) -> Step: ...
+    async def advance(self, handle: Any, completion: Completion, inline: bool = False) -> Step: ...
 
     def discard(self, handle: Any) -> None:
         """Forget an episode that will not be finished (timed out, or its call raised)."""
@@ -77,11 +79,21 @@ class LocalBackend:
         self.busy_s += out[-1]
         return out
 
-    async def start(self, spec: EpisodeSpec) -> tuple[Any, Step]:
-        driver, request, traj, secs = await self._run(start_episode, self.factory, spec)
+    async def start(self, spec: EpisodeSpec, inline: bool = False) -> tuple[Any, Step]:
+        if inline:
+            driver, request, traj, secs = start_episode(self.factory, spec)
+            self.busy_s += secs
+        else:
+            driver, request, traj, secs = await self._run(start_episode, self.factory, spec)
         return driver, (request, traj, secs)
 
-    async def advance(self, handle: EpisodeDriver, completion: Completion) -> Step:
+    async def advance(self, handle: EpisodeDriver, completion: Completion, inline: bool = False) -> Step:
+        if inline:
+            # The GIL would serialise this work on a worker thread anyway; the hand-off to the
+            # thread and back costs more than the step itself.
+            out = advance_episode(handle, completion)
+            self.busy_s += out[-1]
+            return out
         return await self._run(advance_episode, handle, completion)
 
     def discard(self, handle: Any) -> None:
@@ -96,7 +108,7 @@ class LocalBackend:
 
 
 def start_episode(factory: EpisodeFactory, spec: EpisodeSpec
-                  ) -> tuple[EpisodeDriver, GenerationRequest | None, Trajectory | None, float]:
+                  ) -> tuple[EpisodeDriver, GenerationRequest | None, EpisodeResult | None, float]:
     """Build and start a driver on the calling worker (and fetch its result if it ended at once)."""
     t0 = time.perf_counter()
     driver = factory(spec)

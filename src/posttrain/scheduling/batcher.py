@@ -13,9 +13,11 @@ concurrent calls.
 When more requests wait than a batch holds, the scheduler's priority decides: higher tiers, then
 older groups (the ones the trainer needs next, so the staleness bound stalls it less).
 
-A `generate` call that raises is retried as a whole batch with backoff; if it keeps failing, every
-request of the batch gets an error completion, which the episode records as `infra_error` with
-`where='policy'` (not held against the domain's health).
+A failed request fails alone: when a `generate` call returns an error completion for some of its
+requests, the others' completions are delivered and only the failed requests are retried (with
+backoff, `BatchConfig.retries` times). A call that raises cannot say which request failed, so its
+whole batch is retried. A request that still fails gets an error completion, which the episode
+records as `infra_error` with `where='policy'` (not held against the domain's health).
 
 What this does not do: interleave token-level decoding across calls (that is the backend's
 continuous batching, vLLM's or SGLang's), or split a request across calls.
@@ -59,7 +61,11 @@ class GenerationBatcher:
         self.requests = 0
         self.tokens = 0
         self.failed_calls = 0
+        """`generate` calls that raised"""
         self.failed_requests = 0
+        """requests delivered with an error completion (after their retries)"""
+        self.retried_requests = 0
+        """requests sent again after failing (alone, or with their batch when the call raised)"""
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -133,39 +139,55 @@ class GenerationBatcher:
 
     def _worker(self) -> None:
         while (batch := self._take()) is not None:
-            requests = [e[2] for e in batch]
-            completions, error, dt = None, None, 0.0
-            for attempt in range(self.config.retries + 1):
-                if attempt:
-                    time.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
-                completions, t0, t1, error = _timed_generate(self.policy, requests)
-                self._count_busy(t0, t1)
-                dt = t1 - t0
-                if error is None:
-                    break
-                self.failed_calls += 1
+            outs = self._generate([e[2] for e in batch])
             try:
-                self._loop.call_soon_threadsafe(self._deliver, batch, completions, error, dt)
+                self._loop.call_soon_threadsafe(self._deliver, batch, outs)
             except RuntimeError:  # the loop is closed: nobody waits for these any more
                 return
 
-    def _deliver(self, batch: list[_Entry], completions: list[Completion] | None,
-                 error: BaseException | None, dt: float) -> None:
+    def _generate(self, requests: list[GenerationRequest]) -> list[tuple[Completion, float, int]]:
+        """A completion for every request, with its share of generator seconds and its tokens.
+        Only what failed is retried: the whole batch when the call raised (nothing to tell the
+        requests apart), else just the requests whose completion is an error (a prompt that
+        does not fit the model is final: a retry cannot help)."""
+        outs: list[list] = [[None, 0.0, 0] for _ in requests]
+        todo = list(range(len(requests)))
+        error: BaseException | None = None
+        for attempt in range(self.config.retries + 1):
+            if attempt:
+                time.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
+                self.retried_requests += len(todo)
+            completions, t0, t1, error = _timed_generate(self.policy, [requests[i] for i in todo])
+            self._count_busy(t0, t1)
+            if error is not None or completions is None:
+                self.failed_calls += 1
+                continue
+            counts = [_tokens(c) for c in completions]
+            total = sum(counts) or len(counts)
+            failed = []
+            for i, c, n in zip(todo, completions, counts):
+                out = outs[i]
+                out[0], out[1], out[2] = c, out[1] + (t1 - t0) * (n or 1) / total, out[2] + n
+                if c.finish_reason == "error" and not c.context_exceeded:
+                    failed.append(i)
+            todo = failed
+            if not todo:
+                break
+        message = f"{type(error).__name__}: {error}" if error is not None else ""
+        for out in outs:
+            if out[0] is None:  # every call that carried it raised
+                out[0] = Completion(text="", finish_reason="error", error=message)
+        return [(c, dt, n) for c, dt, n in outs]
+
+    def _deliver(self, batch: list[_Entry], outs: list[tuple[Completion, float, int]]) -> None:
         self.calls += 1
         self.requests += len(batch)
-        if error is not None or completions is None:
-            message = f"{type(error).__name__}: {error}"
-            self.failed_requests += len(batch)
-            for *_, fut, _ in batch:
-                if not fut.done():
-                    fut.set_result((Completion(text="", finish_reason="error", error=message), 0.0, 0))
-            return
-        counts = [_tokens(c) for c in completions]
-        total = sum(counts) or len(counts)
-        self.tokens += sum(counts)
-        for (*_, fut, _), c, n in zip(batch, completions, counts):
+        for (*_, fut, _), (c, dt, n) in zip(batch, outs):
+            self.tokens += n if c.finish_reason != "error" else 0
+            if c.finish_reason == "error":
+                self.failed_requests += 1
             if not fut.done():
-                fut.set_result((c, dt * (n or 1) / total, n))
+                fut.set_result((c, dt, n))
 
     def _count_busy(self, t0: float, t1: float) -> None:
         # The union of call intervals (measured inside the generate thread): exact for one
@@ -179,6 +201,7 @@ class GenerationBatcher:
         return {"calls": self.calls, "requests": self.requests, "tokens": self.tokens,
                 "mean_batch": round(self.requests / self.calls, 3) if self.calls else None,
                 "failed_calls": self.failed_calls, "failed_requests": self.failed_requests,
+                "retried_requests": self.retried_requests,
                 "busy_s": round(self.busy_seconds(), 6)}
 
 

@@ -42,6 +42,13 @@ class DomainSpec:
     continuous: bool = True
     """True: the scheduler keeps drawing new groups of this domain (training, background work);
     False: it runs only groups handed to `submit()` (an evaluation set)"""
+    sandboxed: bool = False
+    """its episodes hold a sandbox while they run: they count against
+    `SchedulerConfig.max_sandboxes` (`posttrain.envs.needs_sandbox` says which domains do)"""
+    light: bool = False
+    """its episode steps are short in-process Python (no sandbox, an in-process verifier): the
+    local backend runs them on the engine's thread, since the GIL would serialise them on a
+    worker anyway and the hand-off costs more than the step"""
 
     def __post_init__(self) -> None:
         where = f"DomainSpec {self.name!r}"
@@ -57,6 +64,8 @@ class DomainSpec:
                 _check(0 < value <= 1, f"{where}.{name}", "must be in (0, 1] or None", value)
         if self.group_size is not None:
             _check(self.group_size >= 1, f"{where}.group_size", "must be >= 1 or None", self.group_size)
+        _check(not (self.light and self.sandboxed), f"{where}.light", "cannot be set on a sandboxed domain",
+               self.light)
 
 
 @dataclass(frozen=True)
@@ -156,7 +165,8 @@ class BatchConfig:
     max_inflight: int = 1
     """`generate` calls at once: 1 for an in-process model, more for a server (vLLM, SGLang)"""
     retries: int = 2
-    """re-tries of a whole batch whose `generate` call raised; then each request gets an error
+    """re-tries of the failed part of a batch: the requests that got an error completion, or the
+    whole batch when the `generate` call raised; then each still-failed request keeps an error
     completion (the episode records `infra_error` where='policy')"""
     retry_backoff_s: float = 0.5
     """delay before the first batch retry; doubles each time"""
@@ -183,7 +193,12 @@ class SchedulerConfig:
     trainer_tier: str = "train"
     """the tier whose groups the trainer takes: staleness-bounded and adaptively sampled"""
     max_running: int = 64
-    """episodes in flight at once (each may hold a sandbox)"""
+    """episodes in flight at once"""
+    max_sandboxes: int | None = None
+    """episodes of sandboxed domains (`DomainSpec.sandboxed`) in flight at once, so that live
+    sandboxes never outgrow the workers however many episodes a workload has (an episode holds
+    its sandbox between turns, while it waits for generation); None: the backend's capacity
+    (its worker count)"""
     groups_per_step: int = 8
     """groups the trainer takes per policy update (the batch of the staleness rule)"""
     max_staleness: int | None = 1
@@ -216,6 +231,9 @@ class SchedulerConfig:
         _check(self.trainer_tier in self.tiers, "SchedulerConfig.trainer_tier",
                f"must be one of tiers {self.tiers}", self.trainer_tier)
         _check(self.max_running >= 1, "SchedulerConfig.max_running", "must be >= 1", self.max_running)
+        if self.max_sandboxes is not None:
+            _check(self.max_sandboxes >= 1, "SchedulerConfig.max_sandboxes", "must be >= 1 or None",
+                   self.max_sandboxes)
         _check(self.groups_per_step >= 1, "SchedulerConfig.groups_per_step", "must be >= 1",
                self.groups_per_step)
         if self.max_staleness is not None:

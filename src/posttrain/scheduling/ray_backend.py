@@ -99,7 +99,7 @@ class RayBackend:
         self._load[index] = 0
         self._hosted = {k: i for k, i in self._hosted.items() if i != index}
 
-    async def start(self, spec: EpisodeSpec) -> tuple[Any, Step]:
+    async def start(self, spec: EpisodeSpec, inline: bool = False) -> tuple[Any, Step]:
         index = min(range(self.num_workers), key=self._load.__getitem__)
         self._load[index] += 1
         self._hosted[spec.key] = index
@@ -113,7 +113,7 @@ class RayBackend:
             self._release(handle)
         return handle, step
 
-    async def advance(self, handle: tuple[int, str], completion: Completion) -> Step:
+    async def advance(self, handle: tuple[int, str], completion: Completion, inline: bool = False) -> Step:
         step = await self._call(handle[0], "advance", handle[1], completion)
         if step[0] is None:
             self._release(handle)

@@ -1,7 +1,8 @@
 """The asynchronous scheduler: runs what `SchedulerCore` decides, on a worker backend, with
 continuous batching of generation.
 
-    sched = Scheduler(config, domains, policy, factory=RolloutEpisodeFactory(...))
+    factory = RolloutEpisodeFactory(...)
+    sched = Scheduler(config, domains, policy, factory=factory, tasks=factory)
     async with sched:
         for step in range(steps):
             groups = await sched.take(config.groups_per_step)   # ready groups, staleness-bounded
@@ -12,6 +13,15 @@ Every running episode is an asyncio task: `start` on a worker, then `generate` t
 batcher and `advance` on a worker, turn after turn (the last call also fetches `result`). When it
 ends, its slot goes to whatever the core names next. The same code path runs real episodes
 (`posttrain.rollout.episode.Episode`) and simulated ones (`posttrain.scheduling.sim`).
+
+This is the one episode engine: training (`posttrain.pipeline`), evaluation, `posttrain rollout`
+and the domain self-check are workloads on it (`posttrain.scheduling.engine` runs a fixed set).
+A group's task is resolved once, here, from the `TaskSource` and travels with every member and
+its `EpisodeResult` (trajectory, task, final workspace) to `on_group` / `on_failure`. A scripted
+policy is handed each group's script at that moment. Episodes of sandboxed domains wait for one
+of `SchedulerConfig.max_sandboxes` slots before they start, so live sandboxes stay bounded
+whatever the size of the workload. Every finished episode is counted against the policy version
+that generated it (`posttrain.scheduling.versions`: a jump in the infra-error rate is flagged).
 """
 
 from __future__ import annotations
@@ -21,13 +31,15 @@ import functools
 import time
 from typing import Any, Callable, Sequence
 
-from posttrain.policies.base import Policy
+from posttrain.policies.base import Policy, ScriptedPlayer
+from posttrain.values.episode import EpisodeResult
 from posttrain.values.trajectory import ErrorInfo, Trajectory
 from posttrain.scheduling.backends import LocalBackend, WorkerBackend
 from posttrain.scheduling.batcher import GenerationBatcher
 from posttrain.scheduling.config import DomainSpec, SchedulerConfig
 from posttrain.scheduling.core import Completed, SchedulerCore
-from posttrain.scheduling.work import EpisodeFactory, EpisodeSpec, Group, Usage
+from posttrain.scheduling.versions import VersionInfraRate
+from posttrain.scheduling.work import EpisodeFactory, EpisodeSpec, Group, TaskSource, Usage
 
 
 class EpisodeTimeout(RuntimeError):
@@ -46,15 +58,19 @@ class Scheduler:
                  completed: Completed | None = None,
                  load_group: Callable[[str], list[Trajectory]] | None = None,
                  on_group: Callable[[Group], None] | None = None,
-                 on_failure: Callable[[Trajectory], None] | None = None,
+                 on_failure: Callable[[EpisodeResult], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 version_name: str | None = None) -> None:
+                 version_name: str | None = None, tasks: TaskSource | None = None,
+                 player: ScriptedPlayer | None = None) -> None:
         """`factory` builds a driver per `EpisodeSpec` (on the worker); give it, or a `backend`
         built with it. `state` (from `state_dict`) resumes a killed run; `completed` (the store's
         group ids: a set or a predicate) keeps finished groups from running again; they reach the
         trainer loaded by `load_group(group_id)` (or flagged `Group.recovered`, left empty).
         `version_name` names the starting policy version of a fresh run (a resumed run keeps the
-        name saved in `state`), so the first groups are recorded under it."""
+        name saved in `state`), so the first groups are recorded under it. `tasks` resolves each
+        group's task once (None: simulated episodes, which have none). `player` is the scripted
+        policy to hand each group's scripts to when `policy` wraps one (e.g. to seed it); by
+        default `policy` itself if it is a `ScriptedPlayer`."""
         if backend is None:
             if factory is None:
                 raise ValueError("Scheduler needs an episode factory (or a backend built with one)")
@@ -68,7 +84,19 @@ class Scheduler:
             if version_name is not None:
                 self.core.version_name = version_name
         self.core.worker_slots = backend.capacity
+        self.tasks = tasks
+        # checked once: a runtime protocol check costs tens of microseconds
+        self._scripted = player if player is not None else (
+            policy if isinstance(policy, ScriptedPlayer) else None)
         self.batcher = GenerationBatcher(policy, config.batch)
+        self.versions = VersionInfraRate()
+        self._sandboxed = {d.name for d in domains if d.sandboxed}
+        self._light = {d.name for d in domains if d.light}
+        self.max_sandboxes = config.max_sandboxes or backend.capacity
+        self._sandbox_slots: asyncio.Semaphore | None = None
+        self.sandboxes_in_use = 0
+        self.sandboxes_peak = 0
+        """most episodes of sandboxed domains in flight at once (never above `max_sandboxes`)"""
         self._tier_rank = {t: i for i, t in enumerate(config.tiers)}
         self._tasks: set[asyncio.Task] = set()
         self._changed: asyncio.Event | None = None
@@ -82,6 +110,7 @@ class Scheduler:
     async def start(self) -> None:
         self.backend.open()
         self.batcher.start()
+        self._sandbox_slots = asyncio.Semaphore(self.max_sandboxes)
         self._changed = asyncio.Event()
         self._started_at = time.perf_counter()
         self._fill()
@@ -149,8 +178,8 @@ class Scheduler:
         self._fill()
         return version
 
-    def submit(self, domain: str, n_groups: int = 1) -> None:
-        self.core.submit(domain, n_groups)
+    def submit(self, domain: str, n_groups: int = 1, group_ids: Sequence[str] | None = None) -> None:
+        self.core.submit(domain, n_groups, group_ids)
         self._fill()
 
     def release_quarantine(self, domain: str) -> None:
@@ -181,6 +210,9 @@ class Scheduler:
         m["batcher"] = self.batcher.metrics()
         m["backend"] = {"name": self.backend.name, "capacity": self.backend.capacity,
                         "busy_s": round(self.backend.busy_s, 6)}
+        m["sandboxes"] = {"limit": self.max_sandboxes, "in_use": self.sandboxes_in_use,
+                          "peak": self.sandboxes_peak}
+        m["policy_versions"] = self.versions.metrics()
         return m
 
     # -- internals --------------------------------------------------------------------
@@ -216,30 +248,70 @@ class Scheduler:
                 self._changed.set()
 
     async def _episode(self, spec: EpisodeSpec) -> None:
-        usage, handle = Usage(), None
+        usage = Usage()
+        if spec.domain in self._sandboxed:
+            assert self._sandbox_slots is not None
+            async with self._sandbox_slots:  # waits here, before its sandbox exists
+                self.sandboxes_in_use += 1
+                self.sandboxes_peak = max(self.sandboxes_peak, self.sandboxes_in_use)
+                try:
+                    result = await self._run(spec, usage)
+                finally:
+                    self.sandboxes_in_use -= 1
+        else:
+            result = await self._run(spec, usage)
+        traj = result.trajectory
+        if not traj.tokenizer_hash:
+            traj.tokenizer_hash = self.policy.version.tokenizer_hash
+        self.versions.record(spec.policy_version, traj.status == "infra_error")
+        self.core.episode_finished(spec, result, usage)
+        self._fill()
+
+    async def _run(self, spec: EpisodeSpec, usage: Usage) -> EpisodeResult:
+        handle = None
         try:
+            spec = self._with_task(spec)
             async with asyncio.timeout(self.config.retry.episode_timeout_s):
-                handle, (request, traj, secs) = await self.backend.start(spec)
+                inline = spec.domain in self._light
+                handle, (request, result, secs) = await self.backend.start(spec, inline)
                 usage.sandbox_s += secs
                 priority = self._priority(spec)
                 while request is not None:
                     completion, gen_s, tokens = await self.batcher.generate(request, priority)
                     usage.gen_s += gen_s
                     usage.tokens += tokens
-                    request, traj, secs = await self.backend.advance(handle, completion)
+                    request, result, secs = await self.backend.advance(handle, completion, inline)
                     usage.sandbox_s += secs
-                if traj is None:
+                if result is None:
                     raise RuntimeError(f"backend {self.backend.name} ended episode {spec.key} "
-                                       "without its trajectory")
+                                       "without its result")
+                return result
         except TimeoutError:
             self.backend.discard(handle)
-            traj = _infra_trajectory(spec, EpisodeTimeout(
+            return _infra_result(spec, EpisodeTimeout(
                 f"episode {spec.key} ran past {self.config.retry.episode_timeout_s}s"))
         except Exception as e:  # noqa: BLE001 - a driver that raises is an infrastructure failure
             self.backend.discard(handle)
-            traj = _infra_trajectory(spec, e)
-        self.core.episode_finished(spec, traj, usage)
-        self._fill()
+            return _infra_result(spec, e)
+
+    def _with_task(self, spec: EpisodeSpec) -> EpisodeSpec:
+        """`spec` with its group's task, resolved at the group's first launch (and the group's
+        script handed to a scripted policy then)."""
+        if self.tasks is None or spec.task is not None:
+            return spec
+        g = self.core.groups.get(spec.group_id)
+        task = g.task if g is not None else None
+        if task is None:
+            task = self.tasks.task_for(spec)
+            if g is not None:
+                g.task = task
+            if self._scripted is not None:
+                try:
+                    self._scripted.assign(spec.group_id, {role: self.tasks.script_for(spec, task, role)
+                                                          for role in self._scripted.roles})
+                except Exception as e:  # noqa: BLE001 - that group's requests fail, not the run
+                    self._scripted.refuse(spec.group_id, f"{type(e).__name__}: {e}")
+        return spec._replace(task=task)
 
     def _priority(self, spec: EpisodeSpec) -> tuple[int, int]:
         """Generation order under contention: higher tiers, then older groups."""
@@ -256,11 +328,15 @@ class Scheduler:
                 from self._error
 
 
-def _infra_trajectory(spec: EpisodeSpec, exc: BaseException) -> Trajectory:
-    """The record of an episode whose driver raised or timed out (the task itself is unknown
-    here: its key is rebuilt from the spec, its hash left empty)."""
-    return Trajectory(task_key=f"{spec.domain}/{spec.split}/{spec.task_seed}", task_hash="",
-                      domain=spec.domain, split=spec.split, policy_version=spec.policy_version,
+def _infra_result(spec: EpisodeSpec, exc: BaseException) -> EpisodeResult:
+    """The record of an episode whose driver raised or timed out, against its own task (known
+    from the spec; without one, the key is rebuilt from the spec and the hash left empty)."""
+    task = spec.task
+    traj = Trajectory(task_key=task.key if task else f"{spec.domain}/{spec.split}/{spec.task_seed}",
+                      task_hash=task.hash if task else "", domain=spec.domain,
+                      split=task.split if task else spec.split, policy_version=spec.policy_version,
                       status="infra_error", error=ErrorInfo.from_exception(exc, "runner"),
-                      seed=spec.seed, group_id=spec.group_id, attempt=spec.attempt,
-                      created_at=time.time())
+                      seed=task.seed if task else spec.task_seed,
+                      sampling={"seed": spec.sampling_seed}, group_id=spec.group_id,
+                      attempt=spec.attempt, created_at=time.time())
+    return EpisodeResult(traj, task, None)

@@ -18,6 +18,7 @@ from typing import Sequence
 from posttrain.values.generation import (
     Completion, GenerationRequest, Message, PolicyVersion, SamplingParams,
 )
+from posttrain.values.episode import EpisodeResult
 from posttrain.values.trajectory import ErrorInfo, Trajectory
 from posttrain.scheduling.work import EpisodeSpec
 from posttrain.values.verdict import Verdict
@@ -72,7 +73,7 @@ class SimEpisode:
 
     def __init__(self, domain: SimDomain, spec: EpisodeSpec, time_scale: float = 1.0) -> None:
         self.d, self.spec, self.scale = domain, spec, time_scale
-        rng = self.rng = random.Random(spec.seed)
+        rng = self.rng = random.Random(spec.sampling_seed)
         self.turns = rng.randint(*domain.turns)
         self.fail_at: int | None = None
         self.fail_raises = False
@@ -126,16 +127,17 @@ class SimEpisode:
             return None
         return self._request()
 
-    def result(self) -> Trajectory:
+    def result(self) -> EpisodeResult:
         if self._result is None:
             raise RuntimeError(f"episode {self.spec.key} has not finished")
-        return self._result
+        return EpisodeResult(self._result, None)
 
     def _trajectory(self, status: str, **kw: object) -> Trajectory:
         s = self.spec
         return Trajectory(task_key=f"{s.domain}/{s.split}/{s.task_seed}", task_hash=f"sim-{s.task_seed}",
                           domain=s.domain, split=s.split, policy_version=s.policy_version,
-                          status=status, seed=s.seed, group_id=s.group_id, attempt=s.attempt,
+                          status=status, seed=s.task_seed, sampling={"seed": s.sampling_seed},
+                          group_id=s.group_id, attempt=s.attempt,
                           timings={"turns": float(self.turn)}, **kw)  # type: ignore[arg-type]
 
 

@@ -25,7 +25,7 @@ from posttrain.scheduling.health import Quarantine, SignalTracker
 from posttrain.scheduling.quotas import FairQueue
 from posttrain.scheduling.staleness import StalenessController
 from posttrain.scheduling.work import Group, Usage
-from posttrain.values.trajectory import Trajectory
+from posttrain.values.episode import EpisodeResult
 
 Completed = Callable[[str], bool] | Collection[str]
 """group ids already stored: a set, or a predicate over group ids"""
@@ -74,7 +74,7 @@ class GroupState:
     """admission order (restored groups get new numbers, ahead of new groups)"""
     status: str = "open"
     """open -> ready -> taken, or dropped"""
-    members: list[Trajectory | None] = field(default_factory=list)
+    members: list[EpisodeResult | None] = field(default_factory=list)
     attempts: list[int] = field(default_factory=list)
     retries: list[int] = field(default_factory=list)
     unlaunched: deque[int] = field(default_factory=deque)
@@ -95,10 +95,14 @@ class GroupState:
             self.attempts = [0] * self.size
             self.retries = [0] * self.size
 
-    def to_group(self, trajectories: list[Trajectory]) -> Group:
+    task: Any = None
+    """the group's `Task`, resolved by the engine at its first launch (not saved: a resumed
+    group's task is resolved again from its seed)"""
+
+    def to_group(self, results: list[EpisodeResult]) -> Group:
         return Group(group_id=self.gid, domain=self.domain, tier=self.tier, task_seed=self.task_seed,
                      policy_version=self.policy_version, version=self.version,
-                     trajectories=trajectories, usage=self.usage, admitted_at=self.admitted_at,
+                     results=results, usage=self.usage, admitted_at=self.admitted_at,
                      completed_at=self.completed_at)
 
     def launched(self, m: int) -> bool:
@@ -147,7 +151,8 @@ class CoreState:
         self.open: dict[str, OrderedDict[str, GroupState]] = {t: OrderedDict() for t in config.tiers}
         """per tier, in admission order: the same groups (oldest first is the trainer's order)"""
         self.launchable: dict[str, OrderedDict[str, GroupState]] = {t: OrderedDict() for t in config.tiers}
-        self.submitted: dict[str, deque[str]] = {t: deque() for t in config.tiers}
+        self.submitted: dict[str, deque[tuple[str, str | None]]] = {t: deque() for t in config.tiers}
+        """per tier, (domain, group id or None: numbered '<domain>#<n>') of submitted groups"""
         self.backoff: list[tuple[float, int, str, int]] = []
         self._seq = itertools.count()
         self.ready: dict[str, OrderedDict[str, GroupState]] = {t: OrderedDict() for t in config.tiers}
@@ -235,7 +240,10 @@ class CoreState:
         self.staleness_hist = {int(k): int(v) for k, v in state["staleness_hist"].items()}
         self.admitted_trainer = int(state["admitted_trainer"])
         for tier, q in state["submitted"].items():
-            self.submitted[tier].extend(d for d in q if d in known)
+            for entry in q:  # [domain, group id or None]; a bare domain name before named groups
+                d, gid = (entry, None) if isinstance(entry, str) else entry
+                if d in known:
+                    self.submitted[tier].append((d, gid))
         self.recovered = list(state["recovered"])
         self.dropped.extend((str(a), str(b)) for a, b in state["dropped"])
         trainer = self.config.trainer_tier

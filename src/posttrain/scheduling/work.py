@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Callable, NamedTuple, Protocol, Sequence, runtime_checkable
 
+from posttrain.values.episode import EpisodeResult
 from posttrain.values.generation import Completion, GenerationRequest
+from posttrain.values.task import Task
 from posttrain.values.trajectory import Trajectory
 
 
@@ -29,8 +31,9 @@ class EpisodeDriver(Protocol):
         request, or None when the episode is over."""
         ...
 
-    def result(self) -> Trajectory:
-        """The finished episode's trajectory: completed, truncated or infra_error."""
+    def result(self) -> EpisodeResult:
+        """The finished episode: its trajectory (completed, truncated or infra_error), its task
+        and its final workspace."""
         ...
 
 
@@ -49,13 +52,17 @@ class EpisodeSpec(NamedTuple):
     attempt: int
     """0 for the first run; each re-run (after an infra error or a restart) increments it"""
     task_seed: int
-    """the seed of the group's task (every member shares it)"""
-    seed: int
-    """this episode's own seed (sampling, simulated randomness), derived from group, member, attempt"""
+    """the seed the group's task is drawn with (every member shares it)"""
+    sampling_seed: int
+    """this episode's own seed (sampling, simulated randomness), derived from group, member,
+    attempt; distinct from the task's seed, which `Trajectory.seed` records"""
     policy_version: str
     """name of the policy version the group was admitted under"""
     version: int
     """its index: the number of policy updates before it"""
+    task: Task | None = None
+    """the group's task, resolved once by the engine when the group is first launched and handed
+    intact to every member, its result and the store (None for simulated episodes)"""
 
     @property
     def key(self) -> str:
@@ -63,6 +70,19 @@ class EpisodeSpec(NamedTuple):
 
 
 EpisodeFactory = Callable[[EpisodeSpec], EpisodeDriver]
+
+
+class TaskSource(Protocol):
+    """Where the engine gets a group's task (once per group, in the engine's process) and the
+    turns a scripted policy plays for it."""
+
+    def task_for(self, spec: EpisodeSpec) -> Task:
+        ...
+
+    def script_for(self, spec: EpisodeSpec, task: Task, role: str) -> Sequence[str]:
+        """The turns `role` ('oracle', a negative's name) names for `task`; raises ValueError
+        when the domain has no such script."""
+        ...
 
 
 @dataclass
@@ -95,8 +115,9 @@ class Group:
     task_seed: int
     policy_version: str
     version: int
-    trajectories: list[Trajectory]
-    """the members, in member order, all completed or truncated"""
+    results: list[EpisodeResult]
+    """the members, in member order, all completed or truncated, each with its task and final
+    workspace (a recovered group's come from the store: task and workspace None)"""
     usage: Usage = field(default_factory=Usage)
     """summed over members and over their failed attempts"""
     admitted_at: float = 0.0
@@ -106,6 +127,10 @@ class Group:
     recovered: bool = False
     """found complete in the store on resume, not run again: its trajectories come from
     `load_group` (empty without one: load them from the store by `group_id`)"""
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        return [r.trajectory for r in self.results]
 
     @property
     def rewards(self) -> list[float]:

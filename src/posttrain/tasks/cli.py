@@ -124,14 +124,15 @@ def _print_report(report) -> None:
     from rich.table import Table
 
     console = Console()
-    table = Table("family", "domains", "unchecked", "tasks", "oracle ok", "negs failed", "flips",
-                  "infra", "cpu s", title="posttrain tasks check")
+    table = Table("family", "domains", "unchecked", "tasks", "oracle ok", "negs failed", "hacks passed",
+                  "flips", "infra", "cpu s", title="posttrain tasks check")
     for fam, checks in sorted(report.by_family().items()):
         tasks = sum(c.tasks for c in checks)
         negs = sum(c.negatives for c in checks)
         table.add_row(fam, str(len(checks)), str(sum(bool(c.not_checked) for c in checks)), str(tasks),
                       f"{sum(c.oracle_passed for c in checks)}/{tasks}",
                       f"{sum(c.negatives_failed for c in checks)}/{negs}",
+                      f"{sum(c.hacks_passed for c in checks)}/{sum(c.hacks for c in checks)}",
                       str(sum(c.flips for c in checks)), str(sum(c.infra_errors for c in checks)),
                       f"{sum(c.seconds for c in checks):.2f}")
     console.print(table)
@@ -156,5 +157,5 @@ def _print_report(report) -> None:
     rate = s["tasks"] / report.seconds if report.seconds else 0.0
     console.print(f"{s['domains']} domains, {s['tasks']} tasks in {report.seconds:.1f}s ({rate:.1f} tasks/s); "
                   f"oracle pass {s['oracle_pass_rate']:.3f}, negatives failed {s['negative_fail_rate']:.3f}, "
-                  f"flip rate {s['flip_rate']:.4f}; {len(report.failures)} failures, "
+                  f"hack pass {s['hack_pass_rate']:.3f}, flip rate {s['flip_rate']:.4f}; {len(report.failures)} failures, "
                   f"{s['not_checked']} not checked", highlight=False)

@@ -1,8 +1,8 @@
 """A domain (task type): seeded generator + environment kind + verifier + oracle + negatives.
 
 Families register many domains from parameters (see `posttrain.tasks.registry`). Every domain
-must pass `posttrain tasks check`: its oracle passes, each of its negatives fails, and verifying
-the same outcome twice agrees.
+must pass `posttrain tasks check`: its oracle passes, each of its negatives and of its
+adversaries (`posttrain.tasks.adversaries`) fails, and verifying the same outcome twice agrees.
 
 Actions are model text in the environment's action format (see `posttrain.envs`): for a
 `single` environment one action, the answer itself; for a `tools` environment a list of turns,
@@ -67,6 +67,9 @@ class Domain:
     negatives: Callable[[Task], Mapping[str, Actions]]
     """named wrong attempts; must contain 'empty' and at least one plausible wrong answer"""
     description: str = ""
+    adversaries: Callable[[Task], Mapping[str, Actions]] | None = None
+    """named attempts that try to pass without solving the task (beside the library's generic
+    ones in `posttrain.tasks.adversaries`); `tasks check` requires every one to fail"""
     tags: tuple[str, ...] = field(default=())
     tools: tuple[ToolSpec, ...] = field(default=())
     """extra tools of a `tools` environment, beside bash/python/read/write/edit/submit"""

@@ -125,7 +125,7 @@ class StructuredAnswer:
     """JSON answer: schema, then values within tolerance, then consistency rules."""
 
     name: str = "json"
-    version: str = "1"
+    version: str = "2"
     needs_sandbox: bool = False
 
     def verify(self, task, outcome: Outcome) -> Verdict:
@@ -197,7 +197,8 @@ class StructuredAnswer:
             if not isinstance(got, str) or got.strip().casefold() != want.strip().casefold():
                 return [f"{where}: wrong text"]
             return []
-        return [] if got == want else [f"{where}: expected {json.dumps(want)}"]
+        # by type: True is not 1 (Python's == says it is)
+        return [] if type(got) is type(want) and got == want else [f"{where}: expected {json.dumps(want)}"]
 
     # -- consistency ---------------------------------------------------------------------
     @staticmethod

@@ -1,0 +1,276 @@
+"""Where graders run, and how their programs report: out of the policy's reach.
+
+**The grading context.** A grader never runs where the episode acted. `grading_context` opens a
+fresh sandbox (its own host uid, pid namespace, `/tmp`, `/dev/shm` and workspace; nothing the
+episode started or planted is there) and copies in only the task's declared artifacts from the
+episode's workspace (`include`: globs, default the whole workspace, regular files, directories
+and symbolic links with their modes), then restores the task's pristine input files over them
+(`pristine`), except those the task declares as outputs (`writable`). There is no fallback to
+the episode's workspace or `/tmp`: when the fresh sandbox cannot boot, grading is an
+infrastructure error. Candidate code that a grader only *runs* (the `unit-tests` verifier's
+candidate process, a geometry script) runs in the episode's own sandbox (`candidate_sandbox`),
+which is then never used to grade.
+
+**Grading programs** (`run_grader`) are sent into the grading sandbox and read back one line:
+
+* the program runs through the sandbox's warm path (`run_python`: a fresh fork of the sandbox's
+  resident interpreter) and its first statement removes the workspace and '' from `sys.path`,
+  before any import: the effect of `python3 -I` (a planted `json.py` cannot shadow an import);
+* its inputs (hidden test cases, expected values, check arguments) arrive on stdin at grading
+  time, never through a workspace file the policy could have edited;
+* its result is the last stdout line that starts with a marker holding a fresh random nonce
+  (`@@ptgrade:<nonce>@@`), sent on stdin with the inputs: without the nonce nothing can print
+  a result;
+* the program marks itself non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`), so processes it starts
+  cannot read its memory or file descriptors through `/proc` (the bubblewrap backend also denies
+  `ptrace` and `process_vm_readv`).
+
+**Failure semantics.** Before a grading program uses anything the policy made (a workspace file,
+candidate code, candidate results) it calls `policy_input()`. If it then dies, hangs or garbles
+its result, `run_grader` raises `GradingFailed` (a failed verdict, reason recorded); before that
+point, and when the sandbox itself fails, it raises `VerifierError` (infrastructure, retried).
+
+What this does *not* protect against: policy programs that a grader runs inside the grading
+sandbox (a Harbor `test.sh` importing the agent's module, a check running the agent's script)
+share the grading program's uid there. They cannot forge its result (nonce, non-dumpable) and
+killing it is a failed verdict, but code running *inside* a test process (pytest importing the
+agent's module) can subvert that test process itself; see the README's threat model.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError
+
+if TYPE_CHECKING:
+    from posttrain.sandbox.base import RunResult, Sandbox
+
+GRADER_MARGIN_S = 10.0
+"""extra wall time a grading program gets beyond the budget it gives what it runs (start-up of
+Python and trimesh on a busy machine, writing the result)"""
+
+PRELUDE = r'''
+import os, sys  # already loaded by every interpreter: no sys.path search happens here
+_ws = os.path.realpath(os.getcwd())
+sys.path[:] = [p for p in sys.path if p not in ("", ".")
+               and not (os.path.realpath(p) + "/").startswith(_ws + "/")]
+import ctypes, json
+try:  # PR_SET_DUMPABLE (4) = 0: children of this process cannot read its memory or fds in /proc
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+except Exception:
+    pass
+_PAYLOAD = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+_MARK = _PAYLOAD.pop("marker")
+sys.stdin.close()
+
+
+def emit(result):
+    """Print the one result line (the host takes the last line that carries the marker)."""
+    sys.stdout.flush()
+    os.write(1, ("\n" + _MARK + json.dumps(result) + "\n").encode("utf-8"))
+
+
+def policy_input():
+    """Say, before it happens, that the policy's code or files are about to be used: from here
+    on a crash, hang or garbled result of this program is the policy's failure (a failed
+    verdict), not infrastructure (see `GradingFailed`)."""
+    sys.stdout.flush()
+    os.write(1, ("\n" + _MARK + '{"__policy_input__": true}\n').encode("utf-8"))
+'''
+
+POLICY_INPUT = "__policy_input__"
+
+
+def tail(text: str, n: int = 800) -> str:
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def run_grader(sandbox: "Sandbox", program: str, payload: Mapping[str, Any], *, timeout: float,
+               label: str) -> dict[str, Any]:
+    """Run `PRELUDE + program` in `sandbox` (warm path) with `payload` (JSON) on stdin and
+    return the JSON object it `emit`s. `label` names the verifier and task in errors.
+
+    When the program does not emit a readable result (crash, timeout, a broken sandbox, a
+    garbled or absurdly nested line): `GradingFailed` if it had announced `policy_input()`
+    (the policy may be the cause), else `VerifierError` (infrastructure)."""
+    from posttrain.sandbox.base import LimitReason, SandboxError
+
+    marker = f"@@ptgrade:{secrets.token_hex(16)}@@"
+    stdin = json.dumps({**payload, "marker": marker})
+    touched, found, garbled = False, None, None
+    try:
+        result: RunResult = sandbox.run_python(PRELUDE + program, stdin=stdin, timeout=timeout)
+    except SandboxError as e:
+        raise VerifierError(f"{label}: the sandbox failed while grading: {e}") from e
+    for line in result.stdout.splitlines():
+        if not line.startswith(marker):
+            continue
+        try:
+            obj = json.loads(line[len(marker):])
+        except (ValueError, RecursionError) as e:  # RecursionError: a deeply nested line
+            garbled = f"unreadable grader result: {type(e).__name__}: {str(e)[:100]}"
+            continue
+        if not isinstance(obj, dict):
+            garbled = f"grader result is not an object: {obj!r:.200}"
+        elif obj.get(POLICY_INPUT) is True and len(obj) == 1:
+            touched = True
+        else:
+            found, garbled = obj, None
+    if found is not None:
+        return found
+    if garbled is not None:
+        what = garbled
+    elif result.limit is LimitReason.TIMEOUT:
+        what = f"the grading program ran past its {timeout:g} s timeout without a result"
+    elif result.limit is not None:
+        what = f"the grading program was killed by the {result.limit.value} limit without a result"
+    else:
+        what = (f"the grading program exited with status {result.exit_code} (signal "
+                f"{result.signal}) without a result")
+    if touched:
+        raise GradingFailed(f"{what}; stderr: {tail(result.stderr, 300)!r}")
+    raise VerifierError(f"{label}: {what}; stderr: {tail(result.stderr)!r}")
+
+
+MAX_ARTIFACT_BYTES = 32 << 20
+"""a workspace (as a tar) larger than this is not copied into a grading sandbox: a failed verdict
+(the policy filled it), never an infrastructure error"""
+
+# Copies the episode's artifacts into the fresh grading workspace (trusted; the tar was made by
+# the episode sandbox's supervisor, its contents by the policy).
+EXTRACT = r'''
+import base64, fnmatch, io, shutil, stat, tarfile
+p = _PAYLOAD
+ws = os.path.realpath(os.getcwd())
+policy_input()
+include = p["include"]
+
+
+def wanted(name):
+    return include is None or any(fnmatch.fnmatchcase(name, g) for g in include)
+
+
+def inside(path):
+    parent = os.path.realpath(os.path.dirname(path))
+    return parent == ws or parent.startswith(ws + "/")
+
+
+for rel, text in p["pristine"].items():  # the task's inputs first: they win over the episode's
+    target = os.path.join(ws, rel)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if inside(target) and not os.path.lexists(target):
+        with open(target, "w") as f:
+            f.write(text)
+
+
+def writable(name):
+    return any(fnmatch.fnmatchcase(name, g) for g in p["writable"])
+
+
+dirs, copied = [], 0
+tf = tarfile.open(fileobj=io.BytesIO(base64.b64decode(p["tar"])), mode="r:")
+for m in tf:
+    name = os.path.normpath(m.name)
+    if name.startswith("/") or name.split("/")[0] in ("..", ".") or not wanted(name):
+        continue
+    target = os.path.join(ws, name)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if not inside(target):
+        continue
+    if os.path.lexists(target) and not (os.path.isdir(target) and not os.path.islink(target)):
+        # a task input (written above, or in the grading sandbox's image): kept pristine unless
+        # the task declares it as the agent's to change
+        if not (p["protect"] is False or writable(name)):
+            continue
+        os.unlink(target)
+    if m.isdir():
+        os.makedirs(target, exist_ok=True)
+        dirs.append((target, m.mode & 0o777))
+    elif m.isfile():
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            shutil.copyfileobj(tf.extractfile(m), f)
+            os.fchmod(f.fileno(), m.mode & 0o777)
+        copied += 1
+    elif m.issym():
+        os.symlink(m.linkname, target)
+for d, mode in reversed(dirs):  # last: a read-only directory must not block its own contents
+    os.chmod(d, mode)
+emit({"copied": copied})
+'''
+
+
+@contextmanager
+def candidate_sandbox(outcome: Outcome) -> Iterator["Sandbox"]:
+    """Where a grader *runs* candidate code (never where it judges): the episode's sandbox, or
+    a fresh default one (closed afterwards) when the verifier is called without one."""
+    if outcome.sandbox is not None:
+        yield outcome.sandbox
+        return
+    with _fresh(None, ()) as sandbox:
+        yield sandbox
+
+
+@contextmanager
+def _fresh(like: "Sandbox | None", preload: Sequence[str], image: dict | None = None,
+           limits: Any = None) -> Iterator["Sandbox"]:
+    """A new sandbox with the backend and limits of `like` (the episode's): an episode that was
+    allowed the unisolated process backend is graded with it too. `image`: the task's image
+    (`posttrain.images`), when its tests must run over it. This is the one place a pool of
+    reset sandboxes can serve grading from."""
+    from posttrain.sandbox import Limits, open_sandbox
+
+    limits = limits or (like.limits if like is not None else Limits())
+    backend = like.info.backend if like is not None and like.info.backend in ("bwrap", "process") else "auto"
+    try:
+        sandbox = open_sandbox(limits, backend=backend, allow_unsandboxed=backend == "process",
+                               preload=tuple(preload), **({"image": image} if image else {}))
+    except Exception as e:  # SandboxError and backend start-up failures are infrastructure
+        raise VerifierError(f"could not open a fresh sandbox to grade in: {e}") from e
+    with sandbox:
+        yield sandbox
+
+
+@contextmanager
+def grading_context(outcome: Outcome, *, include: Sequence[str] | None = None,
+                    pristine: Mapping[str, str] | None = None, writable: Sequence[str] = (),
+                    preload: Sequence[str] = (), image: dict | None = None, limits: Any = None,
+                    label: str = "grader") -> Iterator["Sandbox"]:
+    """A fresh sandbox holding copies of the episode's artifacts (see the module docstring).
+
+    `include`: workspace globs to copy (None: everything); `pristine`: the task's input files.
+    When `pristine` is given (or an `image`), every path the fresh workspace already holds (the
+    task's inputs, the image's files) keeps its pristine content unless it matches a `writable`
+    glob (the task's outputs): edited or deleted input data is restored. `preload`: modules the
+    grading sandbox's warm interpreter imports; `image`, `limits`: as for `open_sandbox`.
+
+    Raises `GradingFailed` when the workspace is too large to copy (the policy filled it)."""
+    protect = pristine is not None or image is not None
+    blob = outcome.sandbox.archive() if outcome.sandbox is not None else b""
+    if len(blob) > MAX_ARTIFACT_BYTES:
+        raise GradingFailed(f"the workspace is larger than {MAX_ARTIFACT_BYTES >> 20} MiB "
+                            f"({len(blob) >> 20} MiB as a tar)")
+    with _fresh(outcome.sandbox, preload, image, limits) as sandbox:
+        if blob or pristine:
+            payload = {"tar": base64.b64encode(blob or _EMPTY_TAR).decode(), "include":
+                       None if include is None else list(include), "pristine": dict(pristine or {}),
+                       "writable": list(writable), "protect": protect}
+            run_grader(sandbox, EXTRACT, payload, timeout=60.0, label=f"{label}: copying artifacts")
+        yield sandbox
+
+
+def _empty_tar() -> bytes:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    tarfile.open(fileobj=buf, mode="w").close()
+    return buf.getvalue()
+
+
+_EMPTY_TAR = _empty_tar()
