@@ -52,7 +52,9 @@ def _store_bytes(path: Path) -> int:
 def image_store_growth(tmp: str, group: int, tasks: int, workers: int) -> dict:
     """Store bytes per image episode, and images stored vs referenced (see the module docstring)."""
     domains = [get_domain(n) for n in IMAGE_DOMAINS]
-    specs = [EpisodeSpec(d, d.task(seed)) for d in domains for seed in range(tasks) for _ in range(group)]
+    # one id per episode: the store keeps one trajectory per (run, group, member, attempt)
+    specs = [WorkItem(d, d.task(seed), group_id=f"{d.name}:{seed}:{k}")
+             for d in domains for seed in range(tasks) for k in range(group)]
     path = Path(tmp) / "images.sqlite"
     store = Store(path)
     empty = _store_bytes(path)
@@ -61,7 +63,7 @@ def image_store_growth(tmp: str, group: int, tasks: int, workers: int) -> dict:
         t0 = time.perf_counter()
         for i in range(0, len(specs), workers):  # `workers` at a time, as above (issue 13)
             run_episodes(specs[i:i + workers], ScriptedPolicy.oracle(), sandbox_factory=pool.sandbox,
-                         workers=workers, on_done=lambda ep: done.append((ep.result(), ep.task, ep.workspace_archive)))
+                         workers=workers, on_result=lambda r: done.append((r.trajectory, r.task, r.workspace_archive)))
         wall = time.perf_counter() - t0
     for traj, task, ws in done:
         store.put_trajectory(traj, task, ws)
