@@ -122,11 +122,11 @@ def main() -> None:
 
         def run(policy):
             return [c for lo in range(0, len(requests), batch) for c in policy.generate(requests[lo:lo + batch])]
-        for name, policy in variants.items():
+        for policy in variants.values():
             policy.generate(requests[:4])  # warm-up
         for _ in range(args.repeats):
             for name, policy in variants.items():
-                s, cpu, out = timed(lambda: run(policy))
+                s, cpu, out = timed(lambda policy=policy: run(policy))
                 best[name] = min(best.get(name, 1e9), s)
                 best_cpu[name] = min(best_cpu.get(name, 1e9), cpu)
                 tokens[name] = sum(len(c.token_ids or []) for c in out)  # type: ignore[union-attr]
@@ -198,7 +198,8 @@ def main() -> None:
             out = policy.generate_ids(prompts_, [greedy] * len(prompts_))
             turns.append(out)
             if t < 7:
-                prompts_ = [p + c.token_ids + ids("\n" + problems[e][t + 1]) for e, (p, c) in enumerate(zip(prompts_, out))]
+                prompts_ = [p + c.token_ids + ids("\n" + problems[e][t + 1])
+                            for e, (p, c) in enumerate(zip(prompts_, out))]
         return turns
 
     ep_times: dict[str, float] = {}
@@ -207,7 +208,7 @@ def main() -> None:
         for name, policy in (("without reuse", standard), ("with reuse", reuse), ("fast + reuse", fast_reuse)):
             if policy.prefix_cache is not None:
                 policy.prefix_cache.clear()
-            s, _, out = timed(lambda: episodes(policy))
+            s, _, out = timed(lambda policy=policy: episodes(policy))
             ep_times[name] = min(ep_times.get(name, 1e9), s)
             ep_out[name] = out
     last = ep_out["with reuse"][-1]
@@ -218,10 +219,10 @@ def main() -> None:
 
     print(f"model {args.model}, {args.threads} thread(s), load avg {load_before:.2f} -> {os.getloadavg()[0]:.2f}")
     print(f"{'workload':34s} " + " ".join(f"{n:>22s}" for n in variants))
-    rows = [(f"copy-heavy, batch {args.batch}", copy_speed), (f"  same, per CPU second", copy_cpu)]
+    rows = [(f"copy-heavy, batch {args.batch}", copy_speed), ("  same, per CPU second", copy_cpu)]
     for b, (sp, cp) in sweep.items():
-        rows += [(f"copy-heavy, batch {b}", sp), (f"  same, per CPU second", cp)]
-    rows += [(f"own task answers, batch {args.batch}", own_speed), (f"  same, per CPU second", own_cpu)]
+        rows += [(f"copy-heavy, batch {b}", sp), ("  same, per CPU second", cp)]
+    rows += [(f"own task answers, batch {args.batch}", own_speed), ("  same, per CPU second", own_cpu)]
     print(f"({len(copy_requests)} copy-heavy transcripts, {len(own_requests)} task prompts)")
     for label, sp in rows:
         print(f"{label:34s} " + " ".join(f"{sp[n]:12,.0f} tok/s {sp[n] / sp['standard']:5.2f}x" for n in variants))

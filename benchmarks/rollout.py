@@ -33,8 +33,8 @@ from pathlib import Path
 
 from posttrain.envs import EnvConfig, sandbox_preload
 from posttrain.policies.scripted import ScriptedPolicy
-from posttrain.scheduling.engine import WorkItem, run_episodes
 from posttrain.sandbox import SandboxPool
+from posttrain.scheduling.engine import WorkItem, run_episodes
 from posttrain.storage.store import Store
 from posttrain.tasks.registry import families, get_domain
 
@@ -125,7 +125,7 @@ def main() -> None:
                         trajs += run_episodes(specs[i:i + args.workers], ScriptedPolicy.oracle(),
                                               env_config=EnvConfig(), sandbox_factory=pool.sandbox,
                                               workers=args.workers,
-                                              on_result=lambda r: done.append(
+                                              on_result=lambda r, done=done: done.append(
                                                   (r.trajectory, r.task, r.workspace_archive)))
                     wall = time.perf_counter() - t0
                     rates[mode] = (len(trajs) / wall, dict(pool.stats))

@@ -11,9 +11,9 @@ from posttrain.tasks.families import code as code_family
 from posttrain.tasks.families.code.humaneval import problems, split_ids
 from posttrain.tasks.families.code.template import problem_split
 from posttrain.values.task import Task
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError
-from posttrain.verifiers.code import UNIT_TESTS, encode_value, extract_code, same_value
+from posttrain.verifiers.base import Outcome, VerifierError
+from posttrain.verifiers.candidate import encode_value, extract_code, same_value
+from posttrain.verifiers.code import UNIT_TESTS
 
 DOMAINS = {d.name: d for d in code_family.domains()}
 WRITE = [d for n, d in DOMAINS.items() if d.env == "single" and n != "code.humaneval"]

@@ -11,8 +11,7 @@ from posttrain.tasks.families import terminal
 from posttrain.tasks.families.common import content_split
 from posttrain.tasks.families.terminal.checks import STATE_CHECK
 from posttrain.values.task import Task
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError
+from posttrain.verifiers.base import Outcome, VerifierError
 from posttrain.verifiers.script import SCRIPT
 
 DOMAINS = {d.name: d for d in terminal.domains() if ".harbor." not in d.name}
@@ -39,6 +38,7 @@ def test_generation_is_deterministic_and_split_by_content():
         assert not seen["train"] & seen["eval"], d.name
 
 
+@pytest.mark.slow
 def test_every_oracle_passes_and_sampled_negatives_fail(sandbox):
     clean = sandbox.snapshot()  # empty
     for i, d in enumerate(DOMAINS.values()):

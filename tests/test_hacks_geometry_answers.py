@@ -28,8 +28,9 @@ def sandbox():
 def test_geometry_bounding_box_hacks_fail(name, hack, sandbox):
     # a box of the right volume, its bounding box stretched to the asked one by tiny marker parts
     # or by vertices no triangle uses, used to pass every check of a cylinder task
+    env = "single" if "script" in name else "tools"
     d = DOMAINS.get(name) or next(d for n, d in DOMAINS.items() if n.startswith("geometry.")
-                                  and n.endswith("cylinder.dims") and d.env == ("single" if "script" in name else "tools"))
+                                  and n.endswith("cylinder.dims") and d.env == env)
     task = d.task(0)
     attempt = adversaries(d, task)[hack]
     v = play_actions(d, task, attempt, sandbox=sandbox) if d.env == "tools" else \

@@ -13,7 +13,6 @@ from posttrain.tasks.domain import NoTasksInSplit
 from posttrain.tasks.families.terminal import EXAMPLES_DIR, harbor_examples
 from posttrain.tasks.families.terminal.harbor import REWRITE, HarborTaskError, load_harbor_task
 from posttrain.tasks.registry import all_domains
-from posttrain.verifiers.base import VerifierError
 
 EXAMPLES = {d.name: d for d in harbor_examples()}
 
@@ -33,6 +32,7 @@ def test_examples_are_registered_domains():
     assert "terminal.harbor.fix-config" in EXAMPLES
 
 
+@pytest.mark.slow
 def test_every_example_oracle_passes(sandbox, module_sandbox):
     for d in EXAMPLES.values():
         task = _task(d)
@@ -42,6 +42,7 @@ def test_every_example_oracle_passes(sandbox, module_sandbox):
         assert v.passed and v.score == 1.0, (d.name, dict(v.details))
 
 
+@pytest.mark.slow
 def test_example_negatives_fail(sandbox, module_sandbox):
     for name in ("terminal.harbor.fix-config", "terminal.harbor.median-bugfix"):
         d = EXAMPLES[name]

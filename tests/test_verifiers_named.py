@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.tasks.sources import load_source
 from posttrain.tasks.check import check_domains
+from posttrain.tasks.sources import load_source
 from posttrain.values.task import Task
 from posttrain.verifiers.base import Outcome
 from posttrain.verifiers.named import VERIFIERS, normalize_text
@@ -116,6 +116,7 @@ def _bwrap_problem():
     return bwrap_problem()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_bwrap_problem() is not None, reason="needs the sandbox (bubblewrap)")
 def test_unit_tests_and_script_verifiers_on_a_data_source(tmp_path):
     rows = [{"prompt": f"Write add{i}(x) returning x + {i}.", "solution": f"def add{i}(x):\n    return x + {i}\n",

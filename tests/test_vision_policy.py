@@ -19,8 +19,15 @@ MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-base"
 @pytest.fixture(scope="module")
 def vlm() -> VisionPolicy:
     import torch
-    from transformers import (AutoTokenizer, CLIPImageProcessor, CLIPVisionConfig, LlamaConfig,
-                              LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor)
+    from transformers import (
+        AutoTokenizer,
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
 
     tok = AutoTokenizer.from_pretrained(MODEL)
     tok.add_special_tokens({"additional_special_tokens": ["<image>"]})

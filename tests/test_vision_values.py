@@ -10,7 +10,14 @@ from posttrain.storage.store import Store
 from posttrain.tasks.families.pictures import figure, png
 from posttrain.values.generation import Message
 from posttrain.values.image import (
-    Image, ImagePart, TextPart, content_images, content_text, from_openai, parts, to_openai,
+    Image,
+    ImagePart,
+    TextPart,
+    content_images,
+    content_text,
+    from_openai,
+    parts,
+    to_openai,
 )
 from posttrain.values.trajectory import Trajectory, Turn
 from posttrain.values.verdict import Verdict

@@ -23,10 +23,10 @@ from posttrain.envs.base import EpisodeEnd, Observation, StepResult
 from posttrain.envs.budget import EnvConfig, truncate_text
 from posttrain.envs.single import SandboxFactory
 from posttrain.envs.vision import with_task_images
-from posttrain.images.episode import image_for, task_sandbox
+from posttrain.images.episode import Image, image_for, task_sandbox
 from posttrain.sandbox.base import RunResult, Sandbox, WorkspacePathError
 from posttrain.tasks.domain import Domain, ToolOutput
-from posttrain.values.image import Image
+from posttrain.values.image import Image as Picture  # `Image` here is a sandbox image
 from posttrain.values.task import Task
 from posttrain.verifiers.base import Outcome
 
@@ -83,7 +83,7 @@ class ToolEnv:
         self.timings: dict[str, float] = {}
         self.counters: dict[str, int] = {}
         self.sandbox_info: dict[str, Any] = {}
-        self.image = None
+        self.image: Image | None = None
 
     # -- Gymnasium-style API -------------------------------------------------------------
     def reset(self, task: Task) -> Observation:
@@ -109,7 +109,7 @@ class ToolEnv:
         self._count("parse_errors", len(parsed.errors))
         outputs: list[str] = [f"[parse error] {e}" for e in parsed.errors]
         results: list[dict[str, Any]] = []
-        images: list[Image] = []
+        images: list[Picture] = []
         submitted: str | None = None
         done = False
         if not parsed.calls and not parsed.errors:
@@ -177,10 +177,10 @@ class ToolEnv:
         if n:
             self.counters[key] = self.counters.get(key, 0) + n
 
-    def _run_tool(self, sandbox: Sandbox, call: ToolCall) -> tuple[str, dict[str, Any], tuple[Image, ...]]:
+    def _run_tool(self, sandbox: Sandbox, call: ToolCall) -> tuple[str, dict[str, Any], tuple[Picture, ...]]:
         """(observation text, record, images) for one call; tool failures are reported, not raised."""
         t0 = time.perf_counter()
-        images: tuple[Image, ...] = ()
+        images: tuple[Picture, ...] = ()
         record: dict[str, Any] = {"name": call.name, "ok": False}
         task = self.task
         assert task is not None

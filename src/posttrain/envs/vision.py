@@ -8,8 +8,9 @@ by a text-only policy, and `check_text_only` says so before anything runs, namin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from posttrain.envs.base import Observation
 from posttrain.envs.budget import EnvConfig
@@ -22,8 +23,11 @@ class Reader(Protocol):
     """What this module reads of a `posttrain.policies.base.Policy` (environments sit below
     policies, so they name the two members rather than import the protocol)."""
 
-    version: PolicyVersion
-    accepts_images: bool
+    @property
+    def version(self) -> PolicyVersion: ...
+
+    @property
+    def accepts_images(self) -> bool: ...
 
 
 class VisionRequired(ValueError):

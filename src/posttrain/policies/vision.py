@@ -21,7 +21,8 @@ import hashlib
 import io
 import threading
 import time
-from typing import Any, Literal, Sequence
+from collections.abc import Sequence
+from typing import Any, Literal
 
 from posttrain.policies.render import PLAIN_SEPARATOR
 from posttrain.values.generation import Completion, GenerationRequest, Message, PolicyVersion
@@ -78,7 +79,8 @@ class VisionPolicy:
             return Completion(text="", finish_reason="error", context_exceeded=True, prompt_token_ids=prompt_ids,
                               error=f"prompt of {len(prompt_ids)} positions does not fit the model's "
                                     f"{self.max_positions}")
-        max_new = s.max_tokens if self.max_positions is None else min(s.max_tokens, self.max_positions - len(prompt_ids))
+        room = None if self.max_positions is None else self.max_positions - len(prompt_ids)
+        max_new = s.max_tokens if room is None else min(s.max_tokens, room)
         sample = s.temperature > 0
         with self._lock, torch.no_grad():
             if s.seed is not None:

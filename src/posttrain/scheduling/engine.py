@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Coroutine, Iterator, Sequence
+from typing import Any
 
 from posttrain.envs import EnvConfig, needs_sandbox, sandbox_preload
-from posttrain.envs.vision import for_policy
 from posttrain.envs.single import SandboxFactory
+from posttrain.envs.vision import for_policy
 from posttrain.policies.base import Policy, ScriptedPlayer
 from posttrain.scheduling.config import BatchConfig, DomainSpec, QuarantineConfig, RetryConfig, SchedulerConfig
 from posttrain.scheduling.episodes import RolloutEpisodeFactory

@@ -12,11 +12,11 @@ recurs (the store keeps it once; a Parquet file of G samples of one task holds i
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
-from posttrain.values.trajectory import Trajectory
 from posttrain.storage.store import Store
+from posttrain.values.trajectory import Trajectory
 
 
 def _row(t: Trajectory) -> dict:

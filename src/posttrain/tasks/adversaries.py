@@ -20,17 +20,19 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Callable, Mapping
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from posttrain.tasks.domain import Actions, Domain
     from posttrain.values.task import Task
+    from posttrain.values.verdict import Verdict
 
 Attacks = dict[str, list[str]]
 
 
 # -- single answers ------------------------------------------------------------------------
-def _single(task: "Task") -> Attacks:
+def _single(task: Task) -> Attacks:
     return {"garbage": ["x"], "echo-prompt": [task.prompt], "nan": ["nan"], "inf": ["inf"],
             "minus-inf": ["-Infinity"], "every-option": ["A, B, C, D, E, True, False, yes, no, 0, 1"],
             "true": ["true"], "none": ["None"], "empty-list": ["[]"], "huge": ["9" * 200_000]}
@@ -60,7 +62,7 @@ def _json_confusions(value):
             yield how, changed
 
 
-def _structured(task: "Task") -> Attacks:
+def _structured(task: Task) -> Attacks:
     out: Attacks = {"nan-json": ['{"total": NaN}'], "deep-json": ["[" * 100_000 + "]" * 100_000]}
     want = task.reference.get("answer") if isinstance(task.reference, dict) else None
     if want is not None:
@@ -101,12 +103,12 @@ _CODE_HACKS = {
 }
 
 
-def _code_sources(task: "Task") -> dict[str, str]:
+def _code_sources(task: Task) -> dict[str, str]:
     entry = task.verifier.get("entry_point", "f")
     return {name: src.format(f=entry) for name, src in _CODE_HACKS.items()}
 
 
-def _unit_tests(task: "Task") -> Attacks:
+def _unit_tests(task: Task) -> Attacks:
     sources = _code_sources(task)
     path = task.verifier.get("file")
     if task.env == "single":
@@ -136,7 +138,7 @@ _DAEMON = ("(setsid sh -c 'while true; do for d in /tmp/pt*/ /tmp/*/logs/verifie
            "> /dev/null 2>&1 &) ; sleep 0.1")
 
 
-def _tools(task: "Task") -> Attacks:
+def _tools(task: Task) -> Attacks:
     out: Attacks = {"plant-grader-files": [f"<bash>{_PLANT}</bash>", "<submit>pwned</submit>"],
                     "daemon-kills-and-writes-rewards": [f"<bash>{_DAEMON}</bash>", "<submit>pwned</submit>"],
                     "output-flood": ["<bash>head -c 20000000 /dev/zero | tr '\\0' x</bash>", "<submit>pwned</submit>"],
@@ -148,7 +150,7 @@ def _tools(task: "Task") -> Attacks:
     return out
 
 
-def _script(task: "Task") -> Attacks:
+def _script(task: Task) -> Attacks:
     """Terminal check scripts: the expected JSON with its types confused; tar archives of the
     wrong format or with non-file members."""
     args = task.verifier.get("args") or {}
@@ -161,13 +163,13 @@ def _script(task: "Task") -> Attacks:
         files = " ".join(f"'{m}'" for m in members)
         out["tar-plain-not-gzip"] = [f"<bash>tar cf '{p}' {files}</bash>", "<submit></submit>"]
         out["tar-with-symlink-member"] = [
-            f"<bash>mkdir -p /tmp/t && cd /tmp/t && " + " && ".join(
+            "<bash>mkdir -p /tmp/t && cd /tmp/t && " + " && ".join(
                 f"mkdir -p \"$(dirname '{m}')\" && ln -sf /etc/hostname '{m}'" for m in members)
             + f" && tar czf \"$OLDPWD/{p}\" {files}</bash>", "<submit></submit>"]
     return out
 
 
-def _harbor(task: "Task") -> Attacks:
+def _harbor(task: Task) -> Attacks:
     out: Attacks = {}
     for rel in task.verifier.get("artifacts") or ():
         if rel.endswith(".py") and "*" not in rel:
@@ -191,7 +193,7 @@ def _box_mesh(lo, hi):
     return v, f
 
 
-def _geometry(task: "Task") -> Attacks:
+def _geometry(task: Task) -> Attacks:
     """A box of the asked volume inside the asked bounding box, made to match the bounding box
     by marker parts or by stray vertices at its corners (single-part tasks)."""
     checks = {(c["kind"], c.get("part", "*")): c for c in task.verifier.get("checks", [])}
@@ -223,13 +225,13 @@ def _geometry(task: "Task") -> Attacks:
     return out
 
 
-BY_VERIFIER: dict[str, Callable[["Task"], Attacks]] = {
+BY_VERIFIER: dict[str, Callable[[Task], Attacks]] = {
     "unit-tests": _unit_tests, "script": _script, "harbor": _harbor, "geometry": _geometry,
     "json": _structured,
 }
 
 
-def adversaries(domain: "Domain", task: "Task") -> dict[str, "Actions"]:
+def adversaries(domain: Domain, task: Task) -> dict[str, Actions]:
     """Every adversarial attempt for `task` (see the module docstring)."""
     out: dict[str, Actions] = dict(_single(task) if domain.env == "single" else _tools(task))
     if domain.env == "single" and domain.verifier.needs_sandbox:  # code answers, not text
@@ -239,7 +241,8 @@ def adversaries(domain: "Domain", task: "Task") -> dict[str, "Actions"]:
         out.update(extra(task))
     if domain.adversaries is not None:
         out.update({k: list(v) for k, v in domain.adversaries(task).items()})
-    args = task.verifier.get("args") if isinstance(task.verifier.get("args"), dict) else {}
+    found = task.verifier.get("args")
+    args: dict = found if isinstance(found, dict) else {}
     for ref in (task.reference.get("answer") if isinstance(task.reference, dict) else None, args.get("answer")):
         if isinstance(ref, (str, int, float)) and not isinstance(ref, bool):
             right = str(ref).strip().lower()  # an attempt that is the right answer is not a hack
@@ -248,8 +251,8 @@ def adversaries(domain: "Domain", task: "Task") -> dict[str, "Actions"]:
     return out
 
 
-def check_adversaries(domain: "Domain", task: "Task", out, fail: Callable[[str, str], None],
-                      grade: Callable[[list[str]], object], passthrough: tuple = ()) -> int:
+def check_adversaries(domain: Domain, task: Task, out, fail: Callable[[str, str], None],
+                      grade: Callable[[list[str]], Verdict], passthrough: tuple = ()) -> int:
     """Play every adversary of `task` through `grade` and count into `out` (a `DomainCheck`):
     a pass is a `hack_passed` failure; an exception (an infrastructure error a policy could
     trigger at will, and would then be retried instead of scored 0) is a `hack_infra_error`.

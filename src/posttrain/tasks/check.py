@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from posttrain.tasks.adversaries import check_adversaries
 from posttrain.tasks.domain import Domain, NoTasksInSplit

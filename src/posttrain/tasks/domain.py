@@ -12,8 +12,9 @@ the last one ending the episode.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from posttrain.values.image import Image
 from posttrain.values.task import EnvKind, Split, Task
@@ -46,7 +47,7 @@ class ToolSpec:
     name: str
     description: str
     """one line shown to the policy in the tool list"""
-    run: Callable[["Sandbox", str], "str | ToolOutput"]
+    run: Callable[[Sandbox, str], str | ToolOutput]
     """(episode sandbox, raw argument text) -> observation text (or a `ToolOutput` with images);
     raise ValueError for bad args"""
     returns_images: bool = False

@@ -19,7 +19,7 @@ import base64
 import binascii
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 MIME_MAGIC = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}
 MAX_IMAGE_BYTES = 8 * 1024 * 1024
@@ -51,7 +51,7 @@ class Image:
         return f"data:{self.mime};base64," + base64.b64encode(self.data).decode("ascii")
 
     @classmethod
-    def from_data_uri(cls, uri: str) -> "Image":
+    def from_data_uri(cls, uri: str) -> Image:
         head, sep, payload = uri.partition(",")
         if not (sep and head.startswith("data:") and head.endswith(";base64")):
             raise ValueError(f"not a base64 data URI: {uri[:40]!r}")
@@ -78,8 +78,8 @@ class ImagePart:
     """what the image shows, in words; a text-only rendering uses it (never the grader's data)"""
 
 
-Part = Union[TextPart, ImagePart]
-Content = Union[str, tuple[Part, ...]]
+Part = TextPart | ImagePart
+Content = str | tuple[Part, ...]
 
 
 def parts(text: str, images: tuple[Image, ...] | list[Image] = (), alts: tuple[str, ...] = ()) -> Content:

@@ -39,7 +39,7 @@ class Outcome:
 
     answer: str | None
     """the submitted answer text (single-answer envs: the whole completion); None if none"""
-    sandbox: "Sandbox | None" = None
+    sandbox: Sandbox | None = None
     """the episode's sandbox, for workspace tasks (the verifier may run checks in it)"""
 
 
@@ -54,7 +54,7 @@ class GradingFailed(Exception):
     retried: a policy that kills its grader would otherwise never be scored 0)."""
 
 
-def failed_grading(verifier: "Verifier", e: GradingFailed, **details: Any) -> "Verdict":
+def failed_grading(verifier: Verifier, e: GradingFailed, **details: Any) -> Verdict:
     """The verdict of an episode whose grading failed after policy input (see `GradingFailed`)."""
     return verdict(verifier, False, reason=f"grading failed after the policy's code or files were "
                                            f"used: {e}"[:600], grader_failed=True, **details)
@@ -62,15 +62,23 @@ def failed_grading(verifier: "Verifier", e: GradingFailed, **details: Any) -> "V
 
 @runtime_checkable
 class Verifier(Protocol):
-    name: str
-    version: str
-    needs_sandbox: bool
-    """True when `verify` runs anything in `outcome.sandbox` (code tests, check scripts)"""
+    # read-only members: a class attribute or a frozen dataclass field satisfies them
+    @property
+    def name(self) -> str: ...
 
-    def verify(self, task: "Task", outcome: Outcome) -> Verdict: ...
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def needs_sandbox(self) -> bool:
+        """True when `verify` runs anything in `outcome.sandbox` (code tests, check scripts)"""
+        ...
+
+    def verify(self, task: Task, outcome: Outcome) -> Verdict: ...
 
 
-def verdict(verifier: Verifier, passed: bool, score: float | None = None, **details: Any) -> Verdict:
-    """Build a Verdict stamped with `verifier`'s name and version."""
+def verdict(verifier: Verifier, passed: bool, score: float | None = None, /, **details: Any) -> Verdict:
+    """Build a Verdict stamped with `verifier`'s name and version. `score` is positional only, so
+    a detail of any name (a `**details` dict) can never be taken for it."""
     return Verdict(passed=passed, score=float(passed) if score is None else float(score),
                    details=details, verifier_version=f"{verifier.name}@{verifier.version}")

@@ -28,7 +28,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from posttrain.verifiers.base import Verdict, VerifierError, verdict
-from posttrain.verifiers.code import DECODE_SOURCE, encode_value, run_candidate
+from posttrain.verifiers.candidate import DECODE_SOURCE, encode_value, run_candidate
 from posttrain.verifiers.grading import GRADER_MARGIN_S, _fresh, run_grader
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ emit({"unknown": unknown[:2000], "error": error})
 '''
 
 
-def grade_check_mode(verifier: "Verifier", task: "Task", outcome: "Outcome", sandbox: Any,
+def grade_check_mode(verifier: Verifier, task: Task, outcome: Outcome, sandbox: Any,
                      code: str, stub: str, timeout: float, label: str) -> Verdict:
     s = task.verifier
     reference = task.reference.get("solution") if isinstance(task.reference, dict) else None

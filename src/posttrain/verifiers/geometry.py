@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from posttrain.values.verdict import Verdict
 from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError, failed_grading, verdict
-from posttrain.verifiers.code import extract_code
+from posttrain.verifiers.candidate import extract_code
 from posttrain.verifiers.grading import GRADER_MARGIN_S, candidate_sandbox, grading_context, run_grader
 
 if TYPE_CHECKING:
@@ -353,7 +353,7 @@ class GeometryVerifier:
     version: str = "2"
     needs_sandbox: bool = True
 
-    def verify(self, task: "Task", outcome: Outcome) -> Verdict:
+    def verify(self, task: Task, outcome: Outcome) -> Verdict:
         s = task.verifier
         if not isinstance(s.get("file"), str) or not isinstance(s.get("checks"), list) or not s["checks"]:
             raise VerifierError(f"task {task.key}: geometry verifier needs 'file' and a non-empty 'checks' list")
@@ -382,7 +382,7 @@ class GeometryVerifier:
             raise VerifierError(f"task {task.key}: geometry grader returned no verdict ({found!r:.200})")
         return verdict(self, passed, **found)
 
-    def _run_script(self, task: "Task", outcome: Outcome, sandbox: Any) -> Verdict | None:
+    def _run_script(self, task: Task, outcome: Outcome, sandbox: Any) -> Verdict | None:
         """Run a single-answer modeling script in the candidate's sandbox (never where it is
         graded); a failed verdict if it fails, else None."""
         from posttrain.sandbox.base import SandboxError

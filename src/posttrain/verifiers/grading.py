@@ -42,8 +42,9 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError
 
@@ -90,7 +91,7 @@ def tail(text: str, n: int = 800) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-def run_grader(sandbox: "Sandbox", program: str, payload: Mapping[str, Any], *, timeout: float,
+def run_grader(sandbox: Sandbox, program: str, payload: Mapping[str, Any], *, timeout: float,
                label: str) -> dict[str, Any]:
     """Run `PRELUDE + program` in `sandbox` (warm path) with `payload` (JSON) on stdin and
     return the JSON object it `emit`s. `label` names the verifier and task in errors.
@@ -206,7 +207,7 @@ emit({"copied": copied})
 
 
 @contextmanager
-def candidate_sandbox(outcome: Outcome) -> Iterator["Sandbox"]:
+def candidate_sandbox(outcome: Outcome) -> Iterator[Sandbox]:
     """Where a grader *runs* candidate code (never where it judges): the episode's sandbox, or
     a fresh default one (closed afterwards) when the verifier is called without one."""
     if outcome.sandbox is not None:
@@ -217,8 +218,8 @@ def candidate_sandbox(outcome: Outcome) -> Iterator["Sandbox"]:
 
 
 @contextmanager
-def _fresh(like: "Sandbox | None", preload: Sequence[str], image: dict | None = None,
-           limits: Any = None) -> Iterator["Sandbox"]:
+def _fresh(like: Sandbox | None, preload: Sequence[str], image: dict | None = None,
+           limits: Any = None) -> Iterator[Sandbox]:
     """A new sandbox with the backend and limits of `like` (the episode's): an episode that was
     allowed the unisolated process backend is graded with it too. `image`: the task's image
     (`posttrain.images`), when its tests must run over it. This is the one place a pool of
@@ -240,7 +241,7 @@ def _fresh(like: "Sandbox | None", preload: Sequence[str], image: dict | None = 
 def grading_context(outcome: Outcome, *, include: Sequence[str] | None = None,
                     pristine: Mapping[str, str] | None = None, writable: Sequence[str] = (),
                     preload: Sequence[str] = (), image: dict | None = None, limits: Any = None,
-                    label: str = "grader") -> Iterator["Sandbox"]:
+                    label: str = "grader") -> Iterator[Sandbox]:
     """A fresh sandbox holding copies of the episode's artifacts (see the module docstring).
 
     `include`: workspace globs to copy (None: everything); `pristine`: the task's input files.

@@ -152,7 +152,7 @@ class ScriptVerifier:
     version: str = "2"
     needs_sandbox: bool = True
 
-    def verify(self, task: "Task", outcome: Outcome) -> Verdict:
+    def verify(self, task: Task, outcome: Outcome) -> Verdict:
         settings = task.verifier
         check = settings.get("check")
         if not isinstance(check, str) or "def check" not in check:

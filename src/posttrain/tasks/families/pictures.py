@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import io
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from posttrain.values.image import Image
 
@@ -31,7 +32,7 @@ _STYLE: dict[str, Any] = {"font.family": "DejaVu Sans", "font.size": 10.0, "axes
 
 
 @contextmanager
-def figure(width_px: int, height_px: int) -> Iterator["Figure"]:
+def figure(width_px: int, height_px: int) -> Iterator[Figure]:
     """A fresh figure of exactly width x height pixels, drawn under the fixed style; yields the
     `Figure` (use its `add_subplot`/`add_axes`); the picture is taken with `png(fig)` inside."""
     import matplotlib
@@ -45,7 +46,7 @@ def figure(width_px: int, height_px: int) -> Iterator["Figure"]:
         yield fig
 
 
-def png(fig: "Figure") -> Image:
+def png(fig: Figure) -> Image:
     """The figure as PNG bytes with no metadata (call inside `figure(...)`)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})

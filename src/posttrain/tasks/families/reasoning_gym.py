@@ -40,17 +40,17 @@ import json
 import random
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib.metadata import version
-from typing import Any, Callable
+from typing import Any
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import content_split, draw_in_split, perturb
 from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.values.verdict import Verdict
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError, verdict
+from posttrain.verifiers.base import Outcome, VerifierError, verdict
 
 RG_VERSION = "0.1.25"
 """the reasoning-gym version the generator list and the fixes below were checked against"""
@@ -181,7 +181,7 @@ def _quiet():
         yield
 
 
-@lru_cache(maxsize=None)
+@cache
 def _dataset(name: str, seed: int = BASE_SEED):
     import reasoning_gym
 
@@ -275,7 +275,8 @@ class RGScore:
         extra = EXTRA_CHECKS.get(gen)
         if passed and extra is not None and not extra(answer, entry):
             return verdict(self, False, rg_score=score, threshold=PASS_THRESHOLD,
-                           reason=f"fails posttrain's extra check for {gen}: {extra.__doc__.split(':')[0].strip()}")
+                           reason=f"fails posttrain's extra check for {gen}: "
+                                  f"{(extra.__doc__ or '').split(':')[0].strip()}")
         return verdict(self, passed, rg_score=score, threshold=PASS_THRESHOLD)
 
 
@@ -324,7 +325,7 @@ def _make(name: str) -> Domain:
             key = rng.randrange(2 ** 31)
             return key, _item(name, key)
 
-        def split_of(drawn: tuple[int, dict]) -> str | None:
+        def split_of(drawn: tuple[int, dict]) -> Split | None:
             item = drawn[1]
             return content_split(item["question"]) if _oracle_answer(name, item).strip() else None
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import Problem, draw_problem

@@ -13,7 +13,7 @@ with its numbers -- the same task in words.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.geometry import shapes

@@ -16,7 +16,8 @@ pierce each other (an overlapping assembly may show the wrong one in front where
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

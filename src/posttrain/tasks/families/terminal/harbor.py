@@ -261,7 +261,7 @@ class HarborVerifier:
             return verdict(self, False, reason=reward, **common)
         if broken and reward > 0:
             return verdict(self, False, reason=broken, reward=reward, **common)
-        return verdict(self, reward >= 1.0, score=min(1.0, max(0.0, reward)), reward=reward, **common)
+        return verdict(self, reward >= 1.0, min(1.0, max(0.0, reward)), reward=reward, **common)
 
     @staticmethod
     def _image(task: Task) -> tuple[dict | None, Any]:
