@@ -35,6 +35,7 @@ from typing import Any
 
 from posttrain.envs import EnvConfig, needs_sandbox, sandbox_preload
 from posttrain.envs.single import SandboxFactory
+from posttrain.envs.vision import for_policy
 from posttrain.policies.base import Policy, ScriptedPlayer
 from posttrain.scheduling.config import BatchConfig, DomainSpec, QuarantineConfig, RetryConfig, SchedulerConfig
 from posttrain.scheduling.episodes import RolloutEpisodeFactory
@@ -111,6 +112,8 @@ async def _run(work: list[WorkItem], policy: Policy, sampling: SamplingParams, e
                max_sandboxes: int | None, player: ScriptedPlayer | None,
                on_result: Callable[[EpisodeResult], None] | None) -> list[list[EpisodeResult]]:
     domains = {w.domain.name: w.domain for w in work}
+    # a text-only policy gets image domains' textual fallbacks, or a refusal naming the domains
+    env_config = for_policy(env_config, policy, list(domains.values()))
     gids: list[str] = []
     seen: dict[str, int] = {}
     for i, w in enumerate(work):
