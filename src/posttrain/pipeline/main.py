@@ -237,9 +237,12 @@ class Job:
 
                         self.tracker.log(trainer.step_count, flatten(row))
                     rewards: dict[str, list[float]] = {}
+                    acts: dict[str, list[tuple[int, int]]] = {}
                     for g in groups:
                         rewards.setdefault(g.domain, []).extend(g.rewards)
-                    view.update(trainer.step_count, {**metrics, **self._sched_brief(sched)}, rewards)
+                        acts.setdefault(g.domain, []).extend(
+                            (len(t.turns), sum(len(u.tool_calls) for u in t.turns)) for t in g.trajectories)
+                    view.update(trainer.step_count, {**metrics, **self._sched_brief(sched)}, rewards, acts)
                     if at_checkpoint:
                         self.checkpoint(trainer, sched, store)
                         saved = trainer.step_count

@@ -1,4 +1,5 @@
-"""The live view of a training round: a progress bar and live reward per domain (rich).
+"""The live view of a training round: a progress bar and live reward, turns and tool calls per
+domain (rich).
 
 Rewards are exponential moving averages over the groups each domain has delivered, so a glance
 shows which domains are learning, which are saturated and which never get a reward. When stdout is
@@ -23,6 +24,8 @@ class RoundProgress:
         self.console, self.steps, self.alpha = console, steps, alpha
         self.reward: dict[str, float | None] = {d: None for d in domains}
         self.groups: dict[str, int] = {d: 0 for d in domains}
+        self.turns: dict[str, float | None] = {d: None for d in domains}
+        self.tool_calls: dict[str, float | None] = {d: None for d in domains}
         self.last: dict[str, Any] = {}
         self.step = start_step
         self.started = time.monotonic()
@@ -43,8 +46,16 @@ class RoundProgress:
             self.live.update(self._render())
             self.live.__exit__(*exc)
 
-    def update(self, step: int, metrics: Mapping[str, Any], domain_rewards: Mapping[str, list[float]]) -> None:
+    def update(self, step: int, metrics: Mapping[str, Any], domain_rewards: Mapping[str, list[float]],
+               domain_acts: Mapping[str, list[tuple[int, int]]] | None = None) -> None:
+        """`domain_acts`: per domain, (turns, tool calls) of each episode this step (EMA'd too)."""
         self.step, self.last = step, dict(metrics)
+        for d, acts in (domain_acts or {}).items():
+            for key, table in ((0, self.turns), (1, self.tool_calls)):
+                if acts:
+                    mean = sum(a[key] for a in acts) / len(acts)
+                    prev = table.get(d)
+                    table[d] = mean if prev is None else (1 - self.alpha) * prev + self.alpha * mean
         for d, rewards in domain_rewards.items():
             if not rewards:
                 continue
@@ -71,7 +82,11 @@ class RoundProgress:
         table.add_column("reward", justify="right")
         table.add_column("", min_width=20)
         table.add_column("groups", justify="right")
+        table.add_column("turns", justify="right")
+        table.add_column("tool calls", justify="right")
         for d, r in sorted(self.reward.items()):
             bar = "" if r is None else "█" * int(round(r * 20))
-            table.add_row(d, "-" if r is None else f"{r:.2f}", f"[green]{bar}", str(self.groups.get(d, 0)))
+            turns, calls = self.turns.get(d), self.tool_calls.get(d)
+            table.add_row(d, "-" if r is None else f"{r:.2f}", f"[green]{bar}", str(self.groups.get(d, 0)),
+                          "-" if turns is None else f"{turns:.1f}", "-" if calls is None else f"{calls:.1f}")
         return Group(self.progress, table, self._line())

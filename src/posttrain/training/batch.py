@@ -1,12 +1,19 @@
 """From trajectories to token tensors, and the teacher-forced log-probs of a batch.
 
-Each turn of a selected trajectory becomes one `Sample`: its prompt ids (what the policy was
-conditioned on for that turn, as recorded), its generated ids, the sampler's log-probs, and the
-trajectory's advantage. Training on turns as recorded, rather than re-rendering the episode,
-means the trainer sees exactly the tokens the sampler saw (no re-tokenisation drift).
+A trajectory becomes `Sample`s holding exactly the ids the sampler saw and produced (no
+re-tokenisation drift), the sampler's log-probs and the trajectory's advantage:
 
-The loss mask is implicit: only generated tokens get a log-prob, prompt tokens (observations,
-tool output) never do.
+* **multi-turn, one sequence** (the field's way, when the episode ran token-in/token-out: each
+  turn's prompt ids extend the previous turn's prompt + completion ids): the whole episode is one
+  sample, `prompt_ids` (the first observation) followed by every turn's generated ids with the
+  observation ids between them (`between`). Only the model's own tokens are trained: log-probs
+  are taken at generated positions only (per turn, in order), observations and tool output are
+  context. The history is computed once instead of once per turn;
+* **one sample per turn** otherwise (turns whose prompts do not extend each other, e.g. a
+  backend that re-rendered the history): each turn's recorded prompt and its generated ids.
+
+Either way the loss mask is implicit: only generated tokens get a log-prob, prompt tokens
+(observations, tool output) never do, and `completion_ids` holds exactly the trained tokens.
 """
 
 from __future__ import annotations
@@ -28,16 +35,59 @@ class Sample:
     advantage: float
     owner: int
     """index of the trajectory (within the step) this turn belongs to"""
+    turn_lengths: list[int] | None = None
+    """a merged multi-turn sample: generated ids per turn (they sum to len(completion_ids))"""
+    between: list[list[int]] | None = None
+    """a merged multi-turn sample: the observation ids that follow each turn but the last"""
+
+    def tail(self) -> tuple[list[int], list[bool]]:
+        """Everything after the prompt, and which of it the model generated (the loss mask)."""
+        if not self.turn_lengths:
+            return list(self.completion_ids), [True] * len(self.completion_ids)
+        ids: list[int] = []
+        mask: list[bool] = []
+        at = 0
+        for i, n in enumerate(self.turn_lengths):
+            ids += self.completion_ids[at:at + n]
+            mask += [True] * n
+            at += n
+            if i < len(self.turn_lengths) - 1:
+                ids += self.between[i]  # type: ignore[index]
+                mask += [False] * len(self.between[i])  # type: ignore[index]
+        return ids, mask
 
 
-def samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float]
-                 ) -> tuple[list[Sample], int]:
-    """One sample per turn that generated tokens; returns (samples, turns skipped).
+def merged(traj: Trajectory, adv: float, owner: int) -> Sample | None:
+    """The whole episode as one sample, or None unless every turn has token ids and each
+    turn's prompt extends the previous prompt + completion (token-in/token-out)."""
+    turns = traj.turns
+    if len(turns) < 2 or any(not t.token_ids or not t.prompt_token_ids for t in turns):
+        return None
+    between = []
+    for prev, nxt in zip(turns, turns[1:]):
+        history = list(prev.prompt_token_ids) + list(prev.token_ids)  # type: ignore[arg-type]
+        if list(nxt.prompt_token_ids[:len(history)]) != history:  # type: ignore[index]
+            return None
+        between.append(list(nxt.prompt_token_ids[len(history):]))  # type: ignore[index]
+    if any(t.logprobs is not None and len(t.logprobs) != len(t.token_ids) for t in turns):  # type: ignore[arg-type]
+        return None  # reported by the per-turn path below
+    old = None if any(t.logprobs is None for t in turns) else [lp for t in turns for lp in t.logprobs]  # type: ignore[union-attr]
+    return Sample(list(turns[0].prompt_token_ids), [i for t in turns for i in t.token_ids],  # type: ignore[arg-type, union-attr]
+                  old, float(adv), owner, [len(t.token_ids) for t in turns], between)  # type: ignore[arg-type]
+
+
+def samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float], *,
+                 merge_turns: bool = True) -> tuple[list[Sample], int]:
+    """The samples of a step (see the module docstring); returns (samples, turns skipped).
 
     A turn without recorded token ids (a backend that does not expose them) or with an empty
     prompt cannot be trained on; it is skipped and counted."""
     samples, skipped = [], 0
     for owner, (traj, adv) in enumerate(zip(trajectories, advantages)):
+        whole = merged(traj, adv, owner) if merge_turns else None
+        if whole is not None:
+            samples.append(whole)
+            continue
         for turn in traj.turns:
             if not turn.token_ids:
                 skipped += turn.token_ids is None
@@ -91,11 +141,12 @@ def _whole_sequence_logits(model: torch.nn.Module, samples: Sequence[Sample]
     """Every sequence run whole, left-padded: each row's generated tokens are its last columns,
     so only the last (longest completion + 1) positions need logits (`logits_to_keep`)."""
     device = next(model.parameters()).device
-    ids, mask = (t.to(device) for t in left_pad([s.prompt_ids + s.completion_ids for s in samples]))
-    keep = max(len(s.completion_ids) for s in samples)
+    tails = [s.tail() for s in samples]
+    ids, mask = (t.to(device) for t in left_pad([s.prompt_ids + t[0] for s, t in zip(samples, tails)]))
+    keep = max(len(t[0]) for t in tails)
     valid = torch.zeros((len(samples), keep), dtype=torch.bool)
-    for i, s in enumerate(samples):
-        valid[i, keep - len(s.completion_ids):] = True
+    for i, (_, gen) in enumerate(tails):
+        valid[i, keep - len(gen):] = torch.tensor(gen, dtype=torch.bool)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions_of(mask), use_cache=False,
                    **keep_last(model, keep + 1)).logits
     return logits[:, -(keep + 1):-1, :], ids[:, -keep:], valid.to(device)
@@ -116,14 +167,17 @@ def _shared_prompt_logits(model: torch.nn.Module, samples: Sequence[Sample]
         return None
     rows = torch.tensor(row_of, device=device)
     cache.batch_select_indices(rows)  # differentiable gather: a repeated index copies the row
-    keep = max(len(s.completion_ids) for s in samples)
+    tails = [s.tail() for s in samples]
+    keep = max(len(t[0]) for t in tails)
     c_ids = torch.zeros((len(samples), keep), dtype=torch.long)
     valid = torch.zeros((len(samples), keep), dtype=torch.bool)
-    for i, s in enumerate(samples):
-        c_ids[i, :len(s.completion_ids)] = torch.tensor(s.completion_ids, dtype=torch.long)
-        valid[i, :len(s.completion_ids)] = True
+    present = torch.zeros((len(samples), keep), dtype=torch.long)
+    for i, (tail_ids, gen) in enumerate(tails):
+        c_ids[i, :len(tail_ids)] = torch.tensor(tail_ids, dtype=torch.long)
+        valid[i, :len(gen)] = torch.tensor(gen, dtype=torch.bool)
+        present[i, :len(tail_ids)] = 1
     c_ids, valid = c_ids.to(device), valid.to(device)
-    mask = torch.cat([p_mask[rows], valid.long()], dim=1)
+    mask = torch.cat([p_mask[rows], present.to(device)], dim=1)
     positions = p_mask[rows].sum(-1, keepdim=True) + torch.arange(keep, device=device)[None, :]
     logits = model(input_ids=c_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                    **{cache_kwarg(model): cache}).logits
