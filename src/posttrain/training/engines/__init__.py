@@ -5,6 +5,24 @@ device under `torchrun`); `make_engine` picks by `TrainerConfig.engine`. The con
 `posttrain.training.engines.base.TrainEngine`.
 """
 
-from posttrain.training.engines.base import ENGINES, TrainEngine, make_engine
+from typing import Any
+
+import torch
+
+from posttrain.training.engines.base import ENGINES, TrainEngine
 
 __all__ = ["ENGINES", "TrainEngine", "make_engine"]
+
+
+def make_engine(model: torch.nn.Module, config: Any, reference: torch.nn.Module | None = None) -> Any:
+    """The backend `config.engine` names, around `model` (and the frozen reference, if any)."""
+    name = getattr(config, "engine", "local")
+    if name == "local":
+        from posttrain.training.engines.local import LocalEngine
+
+        return LocalEngine(model, config, reference)
+    if name == "fsdp":
+        from posttrain.training.engines.fsdp import FSDPEngine
+
+        return FSDPEngine(model, config, reference)
+    raise ValueError(f"TrainerConfig.engine must be one of {ENGINES}, got {name!r}")

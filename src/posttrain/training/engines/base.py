@@ -77,17 +77,3 @@ def split(lengths: Sequence[int], lo: int, hi: int, size: int, tokens: int = 0) 
 def sample_tokens(samples: Sequence[Any]) -> list[int]:
     """Each sample's tokens (prompt + completion): what a micro-batch's memory grows with."""
     return [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
-
-
-def make_engine(model: torch.nn.Module, config: Any, reference: torch.nn.Module | None = None) -> Any:
-    """The backend `config.engine` names, around `model` (and the frozen reference, if any)."""
-    name = getattr(config, "engine", "local")
-    if name == "local":
-        from posttrain.training.engines.local import LocalEngine
-
-        return LocalEngine(model, config, reference)
-    if name == "fsdp":
-        from posttrain.training.engines.fsdp import FSDPEngine
-
-        return FSDPEngine(model, config, reference)
-    raise ValueError(f"TrainerConfig.engine must be one of {ENGINES}, got {name!r}")
