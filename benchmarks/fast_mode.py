@@ -122,11 +122,11 @@ def main() -> None:
 
         def run(policy):
             return [c for lo in range(0, len(requests), batch) for c in policy.generate(requests[lo:lo + batch])]
-        for name, policy in variants.items():
+        for policy in variants.values():
             policy.generate(requests[:4])  # warm-up
         for _ in range(args.repeats):
             for name, policy in variants.items():
-                s, cpu, out = timed(lambda: run(policy))
+                s, cpu, out = timed(lambda policy=policy: run(policy))
                 best[name] = min(best.get(name, 1e9), s)
                 best_cpu[name] = min(best_cpu.get(name, 1e9), cpu)
                 tokens[name] = sum(len(c.token_ids or []) for c in out)  # type: ignore[union-attr]
@@ -150,7 +150,7 @@ def main() -> None:
     copy_speed, copy_cpu = speed(copy_requests, args.batch)
     sweep = {b: speed(copy_requests, b) for b in (int(x) for x in args.batches.split(",") if x)}
     own_requests = [req(get_domain(d).task(s, "train").prompt, temperature=0.0, max_tokens=16, stop=("\n",))
-                    for d in OWN_DOMAINS for s in range(12)]
+                    for d in OWN_DOMAINS for s in range(40)]
     own_speed, own_cpu = speed(own_requests, args.batch)
 
     # 3. greedy identity across families
@@ -170,13 +170,13 @@ def main() -> None:
     # 4. pass@1, standard vs fast as shipped
     pass1: dict[str, float] = {}
     if args.pass1_tasks:
-        from posttrain.training.passk import evaluate
-        from posttrain.training.recipe import DEFAULT_MIX
+        from posttrain.evaluation.quick import pass_rates
+        from posttrain.pipeline.config import DEFAULT_TRAIN
 
-        mix = [get_domain(n) for n in DEFAULT_MIX.split(",")]
+        mix = [get_domain(n) for n in DEFAULT_TRAIN]
         shipped = TorchPolicy(standard.model, standard.tokenizer, mode="fast")
         for name, policy in (("standard", standard), ("fast", shipped)):
-            res = evaluate(policy, mix, n_tasks=args.pass1_tasks, n_samples=8, greedy=False)
+            res = pass_rates(policy, mix, n_tasks=args.pass1_tasks, n_samples=8, greedy=False)
             pass1[name] = sum(r["pass1"] for r in res.values()) / len(res)
             if name == "standard":
                 n = args.pass1_tasks * 8
@@ -198,7 +198,8 @@ def main() -> None:
             out = policy.generate_ids(prompts_, [greedy] * len(prompts_))
             turns.append(out)
             if t < 7:
-                prompts_ = [p + c.token_ids + ids("\n" + problems[e][t + 1]) for e, (p, c) in enumerate(zip(prompts_, out))]
+                prompts_ = [p + c.token_ids + ids("\n" + problems[e][t + 1])
+                            for e, (p, c) in enumerate(zip(prompts_, out))]
         return turns
 
     ep_times: dict[str, float] = {}
@@ -207,7 +208,7 @@ def main() -> None:
         for name, policy in (("without reuse", standard), ("with reuse", reuse), ("fast + reuse", fast_reuse)):
             if policy.prefix_cache is not None:
                 policy.prefix_cache.clear()
-            s, _, out = timed(lambda: episodes(policy))
+            s, _, out = timed(lambda policy=policy: episodes(policy))
             ep_times[name] = min(ep_times.get(name, 1e9), s)
             ep_out[name] = out
     last = ep_out["with reuse"][-1]
@@ -218,10 +219,10 @@ def main() -> None:
 
     print(f"model {args.model}, {args.threads} thread(s), load avg {load_before:.2f} -> {os.getloadavg()[0]:.2f}")
     print(f"{'workload':34s} " + " ".join(f"{n:>22s}" for n in variants))
-    rows = [(f"copy-heavy, batch {args.batch}", copy_speed), (f"  same, per CPU second", copy_cpu)]
+    rows = [(f"copy-heavy, batch {args.batch}", copy_speed), ("  same, per CPU second", copy_cpu)]
     for b, (sp, cp) in sweep.items():
-        rows += [(f"copy-heavy, batch {b}", sp), (f"  same, per CPU second", cp)]
-    rows += [(f"own task answers, batch {args.batch}", own_speed), (f"  same, per CPU second", own_cpu)]
+        rows += [(f"copy-heavy, batch {b}", sp), ("  same, per CPU second", cp)]
+    rows += [(f"own task answers, batch {args.batch}", own_speed), ("  same, per CPU second", own_cpu)]
     print(f"({len(copy_requests)} copy-heavy transcripts, {len(own_requests)} task prompts)")
     for label, sp in rows:
         print(f"{label:34s} " + " ".join(f"{sp[n]:12,.0f} tok/s {sp[n] / sp['standard']:5.2f}x" for n in variants))

@@ -29,10 +29,10 @@ def main() -> None:
 
     import torch
 
-    from posttrain.values.generation import GenerationRequest, Message, SamplingParams
+    from posttrain.pipeline.config import DEFAULT_TRAIN
     from posttrain.policies.local import TorchPolicy
     from posttrain.tasks.registry import get_domain
-    from posttrain.pipeline.config import DEFAULT_TRAIN
+    from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0]
@@ -67,7 +67,7 @@ def main() -> None:
                 "HF generate(), KV cache": hf_generate}
     times: dict[str, list[float]] = {k: [] for k in variants}
     tokens: dict[str, int] = {}
-    for name, fn in variants.items():
+    for fn in variants.values():
         fn()  # warm-up
     for _ in range(args.repeats):
         for name, fn in variants.items():

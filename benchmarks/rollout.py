@@ -6,9 +6,13 @@ verifier time excluded), and store writes per second.
 
 Every family runs its domains' oracles through the full path (environment, sandbox from a warm
 pool, verifier, store) with 2 workers, twice in a row: `fresh` (`SandboxPool(reuse=False)`: a
-new sandbox per episode, booted in the background) and `reset` (`SandboxPool(reuse=True)`, the
-default: one sandbox per worker, reset to pristine between episodes). Each pool preloads what
-the family's domains declare and is warm (`size` sandboxes booted) before the clock starts.
+new sandbox per episode, booted in the background, and grading mode "fresh": a new grading
+sandbox per grade) and `reset` (`SandboxPool(reuse=True)`, the default: one sandbox per worker,
+reset to pristine between episodes, and grading sandboxes from the reset pool keyed by
+configuration, `posttrain.verifiers.grading`). Each pool preloads what the family's domains
+declare and is warm (`size` sandboxes booted) before the clock starts; so are the grading
+sandboxes: one untimed episode per domain runs first in both modes (the reset mode's grading
+pool then holds a sandbox of each configuration the graders ask for).
 Families without sandboxed domains run the same path in both modes (a ratio near 1). Episodes
 are run `workers` at a time: `run_episodes` starts every episode it is given at once, each
 holding a sandbox (issue 13, "unbounded sandboxes"), so handing it all of them would measure
@@ -28,10 +32,11 @@ from pathlib import Path
 
 from posttrain.envs import EnvConfig, sandbox_preload
 from posttrain.policies.scripted import ScriptedPolicy
-from posttrain.scheduling.engine import WorkItem, run_episodes
 from posttrain.sandbox import SandboxPool
+from posttrain.scheduling.engine import WorkItem, run_episodes
 from posttrain.storage.store import Store
 from posttrain.tasks.registry import families
+from posttrain.verifiers import grading
 
 
 def spread(items: list, k: int) -> list:
@@ -46,31 +51,52 @@ def main() -> None:
     ap.add_argument("--domains-per-family", type=int, default=6)
     ap.add_argument("--tasks", type=int, default=3, help="tasks per domain")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--families", default="", help="comma-separated families (default: all)")
     args = ap.parse_args()
+    known = families()
+    wanted = [f for f in args.families.split(",") if f] or sorted(known)
+    if unknown := [f for f in wanted if f not in known]:
+        ap.error(f"--families: unknown {unknown} (known: {', '.join(sorted(known))})")
 
     rows, per_turn_overheads = [], []
     store_writes, store_s = 0, 0.0
     load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "store.sqlite")
-        for family, domains in sorted(families().items()):
+        for family in wanted:
+            domains = known[family]
             chosen = spread(sorted(domains, key=lambda d: d.name), args.domains_per_family)
             specs = [WorkItem(d, d.task(seed)) for d in chosen for seed in range(args.tasks)]
             rates = {}
+            warmup = [WorkItem(d, d.task(0)) for d in chosen]
             for mode in ("fresh", "reset"):
+                grading.set_grading_mode(mode)
                 with SandboxPool(size=args.workers, preload=sandbox_preload(chosen),
                                  reuse=mode == "reset") as pool:
+                    for i in range(0, len(warmup), args.workers):
+                        run_episodes(warmup[i:i + args.workers], ScriptedPolicy.oracle(),
+                                     env_config=EnvConfig(), sandbox_factory=pool.sandbox,
+                                     workers=args.workers)
                     pool.wait_ready()
+                    graders0 = dict(grading.grading_pool().stats) if mode == "reset" else {}
                     done, trajs = [], []
                     t0 = time.perf_counter()
                     for i in range(0, len(specs), args.workers):
                         trajs += run_episodes(specs[i:i + args.workers], ScriptedPolicy.oracle(),
                                               env_config=EnvConfig(), sandbox_factory=pool.sandbox,
                                               workers=args.workers,
-                                              on_result=lambda r: done.append(
+                                              on_result=lambda r, done=done: done.append(
                                                   (r.trajectory, r.task, r.workspace_archive)))
                     wall = time.perf_counter() - t0
-                    rates[mode] = (len(trajs) / wall, dict(pool.stats))
+                    stats = dict(pool.stats)
+                    if mode == "reset":  # grading sandboxes booted and reused while timed
+                        g = grading.grading_pool().stats
+                        stats["grader_boots"] = g["booted"] - graders0.get("booted", 0)
+                        stats["grader_reuses"] = g["reused"] - graders0.get("reused", 0)
+                        stats["discards"] += g["discards"] - graders0.get("discards", 0)
+                    rates[mode] = (len(trajs) / wall, stats)
+                grading.close_grading_pool()
+            grading.set_grading_mode(None)
             # from here on, `trajs` and `done` are the reset run's (the default mode)
             t1 = time.perf_counter()
             for traj, task, ws in done:
@@ -90,7 +116,8 @@ def main() -> None:
                          "episodes_per_s": round(reset, 2), "eps_per_s_fresh": round(fresh, 2),
                          "eps_per_s_reset": round(reset, 2), "reset_vs_fresh": round(reset / fresh, 2),
                          "resets": stats["resets"], "discards": stats["discards"],
-                         "boots": stats["booted"]})
+                         "boots": stats["booted"], "grader_boots": stats["grader_boots"],
+                         "grader_reuses": stats["grader_reuses"]})
         store.close()
 
     # Pure runner overhead: single-answer episodes with an exact-match verifier, no sandbox.
@@ -101,11 +128,13 @@ def main() -> None:
     runner_us = (time.perf_counter() - t0) / sum(len(t.turns) for t in trajs) * 1e6
 
     print(f"{'family':10} {'domains':>7} {'episodes':>8} {'turns':>6} {'passed':>6} {'infra':>5} "
-          f"{'eps/s fresh':>11} {'eps/s reset':>11} {'ratio':>6} {'resets':>6} {'discards':>8} {'boots':>5}")
+          f"{'eps/s fresh':>11} {'eps/s reset':>11} {'ratio':>6} {'resets':>6} {'discards':>8} {'boots':>5} "
+          f"{'grader boots/reuses':>19}")
     for r in rows:
         print(f"{r['family']:10} {r['domains']:>7} {r['episodes']:>8} {r['turns']:>6} {r['passed']:>6} "
               f"{r['infra_error']:>5} {r['eps_per_s_fresh']:>11} {r['eps_per_s_reset']:>11} "
-              f"{r['reset_vs_fresh']:>6} {r['resets']:>6} {r['discards']:>8} {r['boots']:>5}")
+              f"{r['reset_vs_fresh']:>6} {r['resets']:>6} {r['discards']:>8} {r['boots']:>5} "
+              f"{str(r['grader_boots']) + '/' + str(r['grader_reuses']):>19}")
     overhead_ms = statistics.median(per_turn_overheads) * 1e3
     writes_per_s = store_writes / store_s
     print(f"\nsandboxed episode overhead per turn (total - tool - verify - generation), median: "
@@ -121,6 +150,7 @@ def main() -> None:
         "eps_per_s_reset": {r["family"]: r["eps_per_s_reset"] for r in rows},
         "reset_vs_fresh": {r["family"]: r["reset_vs_fresh"] for r in rows},
         "discards": sum(r["discards"] for r in rows),
+        "grader_boots_reset": {r["family"]: r["grader_boots"] for r in rows},
         "load_avg_1m_start": round(load_start, 2), "load_avg_1m_end": round(load_end, 2),
         "oracle_pass_rate": round(sum(r["passed"] for r in rows) / max(1, sum(r["episodes"] for r in rows)), 4),
         "infra_errors": sum(r["infra_error"] for r in rows),

@@ -35,8 +35,15 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
-from posttrain.scheduling import (AdaptiveConfig, BatchConfig, DomainSpec, RetryConfig, Scheduler,
-                                  SchedulerConfig, SchedulerCore)
+from posttrain.scheduling import (
+    AdaptiveConfig,
+    BatchConfig,
+    DomainSpec,
+    RetryConfig,
+    Scheduler,
+    SchedulerConfig,
+    SchedulerCore,
+)
 from posttrain.scheduling.backends import advance_episode, start_episode
 from posttrain.scheduling.sim import SimFactory, SimGenerator, make_domains
 from posttrain.scheduling.work import EpisodeSpec, Usage, derive_seed, mix_seed
@@ -132,7 +139,7 @@ def run_sync(domains, config, admitted):
                         t = time.perf_counter()
                         completions += gen.generate(chunk)
                         gen_s += time.perf_counter() - t
-                    steps = list(pool.map(lambda kc: _safe_advance(active[kc[0]][0], kc[1]),
+                    steps = list(pool.map(lambda kc, active=active: _safe_advance(active[kc[0]][0], kc[1]),
                                           zip(keys, completions)))
                     for k, (req, traj) in zip(keys, steps):
                         if req is None:

@@ -78,10 +78,10 @@ def main() -> None:
 
     import torch
 
+    from posttrain.pipeline.config import DEFAULT_TRAIN
     from posttrain.tasks.registry import get_domain
     from posttrain.tracking import LoggingConfig, flatten, open_tracker
     from posttrain.training.config import TrainerConfig
-    from posttrain.pipeline.config import DEFAULT_TRAIN
     from posttrain.training.trainer import Trainer
 
     torch.set_num_threads(args.threads)

@@ -46,16 +46,15 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from posttrain.values.generation import PolicyVersion, SamplingParams
+    from posttrain.evaluation.quick import pass_rates as evaluate
+    from posttrain.pipeline.config import DEFAULT_TRAIN
     from posttrain.policies.local import TorchPolicy
     from posttrain.scheduling.engine import WorkItem, run_episodes
     from posttrain.tasks.registry import get_domain
     from posttrain.training.config import TrainerConfig
-    from posttrain.evaluation.quick import pass_rates as evaluate
     from posttrain.training.trainer import Trainer
+    from posttrain.values.generation import PolicyVersion, SamplingParams
     from posttrain.verifiers.base import Outcome
-
-    from posttrain.pipeline.config import DEFAULT_TRAIN
 
     args.domains = args.domains or ",".join(DEFAULT_TRAIN)
     domains = [get_domain(n) for n in args.domains.split(",")]

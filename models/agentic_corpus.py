@@ -16,8 +16,8 @@ kinds of domains:
 transcripts carry one habitual mistake, the same careless habit in every domain:
 
 * where the episode ends by submitting an answer read off an observation (a count, a path, a
-  JSON object: an answer with a digit, "/" or "{"), the submitted answer has its last digit or letter nudged by one (`perturb`):
-  the output was not read carefully;
+  JSON object: an answer with a digit, "/" or "{"), the submitted answer has its last digit or
+  letter nudged by one (`perturb`): the output was not read carefully;
 * where it ends with an empty submit after changing the workspace (an edit, a model, a file),
   that last change carries the same nudge and the checks after it (re-running the tests, looking
   at the result) are skipped: a slip in the final edit, submitted without running the tests.

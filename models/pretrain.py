@@ -234,8 +234,8 @@ def main(cfg: PretrainConfig) -> dict:
                     "train_s": round(train_s, 1), "train_cpu_s": round(train_cpu_s, 1),
                     "final_loss": round(loss.item(), 4)}
     if cfg.eval_tasks:
-        from posttrain.policies.local import TorchPolicy
         from posttrain.evaluation.quick import pass_rates
+        from posttrain.policies.local import TorchPolicy
 
         policy = TorchPolicy(out, device="cpu")
         report["eval"] = pass_rates(policy, domains, n_tasks=cfg.eval_tasks, n_samples=cfg.eval_samples)

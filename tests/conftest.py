@@ -35,9 +35,10 @@ def sandbox(module_sandbox):
     return sb
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiny_policy():
-    """`TorchPolicy` on the shipped tiny model, on one CPU thread."""
+    """`TorchPolicy` on the shipped tiny model, on one CPU thread (shared: tests must not change
+    its weights or settings)."""
     import torch
 
     from posttrain.policies.local import TorchPolicy

@@ -9,6 +9,7 @@ import hides a dependency from the reader, not from the architecture.
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -42,18 +43,18 @@ ALLOWED: dict[tuple[str, str], str] = {
 }
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(SRC.parent).with_suffix("")
+def _module_name(path: Path, src: Path) -> str:
+    rel = path.relative_to(src.parent).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _imports(path: Path) -> set[str]:
+def _imports(path: Path, src: Path) -> set[str]:
     """Every posttrain module `path` names in an import, resolved to absolute dotted names."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    package = _module_name(path).split(".")
+    package = _module_name(path, src).split(".")
     if path.name != "__init__.py":
         package = package[:-1]
     found: set[str] = set()
@@ -73,8 +74,8 @@ def _imports(path: Path) -> set[str]:
     return {m for m in found if m == "posttrain" or m.startswith("posttrain.")}
 
 
-def _files() -> dict[str, Path]:
-    return {_module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+def _files(src: Path) -> dict[str, Path]:
+    return {_module_name(p, src): p for p in sorted(src.rglob("*.py"))}
 
 
 def _package(module: str) -> str:
@@ -82,26 +83,27 @@ def _package(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-def module_graph() -> dict[str, set[str]]:
+@functools.cache
+def module_graph(src: Path = SRC) -> dict[str, set[str]]:
     """module -> the posttrain modules it imports (only names that are modules of ours)."""
-    files = _files()
+    files = _files(src)
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
-        graph[name] = {m for m in _imports(path) if m in files and m != name}
+        graph[name] = {m for m in _imports(path, src) if m in files and m != name}
     return graph
 
 
-def package_edges() -> dict[tuple[str, str], set[str]]:
+def package_edges(src: Path = SRC) -> dict[tuple[str, str], set[str]]:
     """(package, imported package) -> the files (relative to src/posttrain) behind the edge."""
-    files = _files()
+    files = _files(src)
     edges: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for name, targets in module_graph().items():
-        src = _package(name)
-        rel = str(files[name].relative_to(SRC))
+    for name, targets in module_graph(src).items():
+        pkg = _package(name)
+        rel = str(files[name].relative_to(src))
         for t in targets:
             dst = _package(t)
-            if dst != src and dst:
-                edges[(src, dst)].add(rel)
+            if dst != pkg and dst:
+                edges[(pkg, dst)].add(rel)
     return edges
 
 
@@ -168,12 +170,10 @@ def test_package_graph_is_a_dag():
 def test_module_graph_has_no_cycles():
     """No two files import each other, directly or round about (a package's `__init__` that
     re-exports its own modules is part of the package, not a cycle)."""
-    graph = module_graph()
-    for name in graph:
-        # a module importing names from its own package's __init__ (or an __init__ importing its
-        # own submodules) is re-exporting, not depending
-        graph[name] = {t for t in graph[name]
-                       if not (name.startswith(t + ".") or t.startswith(name + "."))}
+    # a module importing names from its own package's __init__ (or an __init__ importing its own
+    # submodules) is re-exporting, not depending
+    graph = {name: {t for t in targets if not (name.startswith(t + ".") or t.startswith(name + "."))}
+             for name, targets in module_graph(SRC).items()}
     assert not _cycles(graph), f"module cycles: {_cycles(graph)}"
 
 
@@ -192,9 +192,9 @@ def test_layer_rules(package):
 
 
 def test_no_library_module_imports_a_cli_module():
-    files = _files()
+    files = _files(SRC)
     bad = []
-    for name, targets in module_graph().items():
+    for name, targets in module_graph(SRC).items():
         if files[name].name == "cli.py":
             continue  # the command layer may mount the sub-commands
         bad += [f"  {name} imports {t}" for t in sorted(targets)
@@ -210,7 +210,7 @@ def test_allow_list_only_shrinks():
     assert not gone, "these allowed edges no longer exist; remove them from ALLOWED:\n" + "\n".join(gone)
 
 
-def test_the_checker_sees_every_kind_of_import(tmp_path, monkeypatch):
+def test_the_checker_sees_every_kind_of_import(tmp_path):
     """Function-local, TYPE_CHECKING, relative and import_module imports are all edges."""
     pkg = tmp_path / "posttrain"
     (pkg / "a").mkdir(parents=True)
@@ -225,8 +225,7 @@ def test_the_checker_sees_every_kind_of_import(tmp_path, monkeypatch):
         "if TYPE_CHECKING:\n    from posttrain.b.x import X\n"
         "def f():\n    import importlib\n    importlib.import_module('posttrain.c.y')\n")
     (pkg / "a" / "two.py").write_text("def g():\n    from ..b import x\n    from . import one\n")
-    monkeypatch.setattr(__import__(__name__, fromlist=["SRC"]), "SRC", pkg)
-    edges = package_edges()
+    edges = package_edges(pkg)
     assert edges[("a", "b")] == {"a/one.py", "a/two.py"}
     assert edges[("a", "c")] == {"a/one.py"}
     assert _cycles({"p": {"q"}, "q": {"r"}, "r": {"p"}, "s": {"p"}}) == [["p", "q", "r"]]

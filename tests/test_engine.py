@@ -246,7 +246,7 @@ def test_a_version_whose_infra_rate_jumps_is_flagged_once(caplog):
     rates = VersionInfraRate(min_episodes=10, jump=0.1, factor=2.0)
     for i in range(40):
         assert rates.record("v1", i % 20 == 0) is None  # 5%: the baseline
-    for i in range(9):
+    for _ in range(9):
         assert rates.record("v2", True) is None  # not enough episodes yet
     with caplog.at_level("WARNING"):
         report = rates.record("v2", True)

@@ -1,11 +1,11 @@
+import pytest
+
 from posttrain.envs import EnvConfig, make_env, play_actions
 from posttrain.envs.budget import truncate_text
-from posttrain.values.generation import Completion, PolicyVersion, SamplingParams
 from posttrain.policies.scripted import ScriptedPolicy
 from posttrain.scheduling.engine import run_episodes
+from posttrain.values.generation import Completion, PolicyVersion, SamplingParams
 from tests.toydomains import CrashingVerifier, add_domain
-
-import pytest
 
 DOMAINS = {"toy.add": add_domain(), "toy.crash": add_domain("toy.crash", CrashingVerifier())}
 

@@ -3,10 +3,10 @@
 import pytest
 
 from posttrain.envs import EnvConfig, make_env, play_actions
-from posttrain.values.generation import Completion, PolicyVersion, SamplingParams
 from posttrain.policies.scripted import ScriptedPolicy
+from posttrain.sandbox import SandboxPool
 from posttrain.scheduling.engine import run_episodes
-from posttrain.sandbox import SandboxBroken, SandboxPool
+from posttrain.values.generation import Completion, PolicyVersion, SamplingParams
 from posttrain.values.task import TaskLimits
 from tests.toydomains import file_domain
 

@@ -8,8 +8,14 @@ import pytest
 from typer.testing import CliRunner
 
 from posttrain.cli import app as root_app
-from posttrain.evaluation.contamination import (ContaminationConfig, ContaminationError, _fields, _shingles,
-                                                check_contamination, guard_training)
+from posttrain.evaluation.contamination import (
+    ContaminationConfig,
+    ContaminationError,
+    _fields,
+    _shingles,
+    check_contamination,
+    guard_training,
+)
 from posttrain.evaluation.tasksets import tasks_from_domains
 from posttrain.values.task import Task
 

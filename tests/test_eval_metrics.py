@@ -7,8 +7,15 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from posttrain.evaluation.metrics import (bootstrap_mean_interval, holm, mcnemar_exact, mean_interval,
-                                          pass_at_k, percentiles, wilson_interval)
+from posttrain.evaluation.metrics import (
+    bootstrap_mean_interval,
+    holm,
+    mcnemar_exact,
+    mean_interval,
+    pass_at_k,
+    percentiles,
+    wilson_interval,
+)
 
 
 def brute_pass_at_k(n: int, c: int, k: int) -> float:

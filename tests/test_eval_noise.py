@@ -51,7 +51,7 @@ def run_dir(tmp_path, toy_registry):
     specs = [(stable, stable.task(i)) for i in range(4)] + [(flaky, flaky.task(0))] + [(dies, dies.task(0))]
     policy = ScriptedPolicy.named("oracle")
     with Store.for_run_dir(tmp_path) as store:
-        for (d, t), traj in zip(specs, run_episodes(specs, policy, run_id="train-1")):
+        for (_d, t), traj in zip(specs, run_episodes(specs, policy, run_id="train-1")):
             store.put_trajectory(traj, t)
     return tmp_path, flaky.task(0).hash
 

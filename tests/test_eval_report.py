@@ -15,8 +15,16 @@ import pytest
 from typer.testing import CliRunner
 
 from posttrain.cli import app as root_app
-from posttrain.evaluation import (EvalConfig, build_report, check_contamination, compare, forgetting_report,
-                                  guard_training, resolve_tasks, run_eval)
+from posttrain.evaluation import (
+    EvalConfig,
+    build_report,
+    check_contamination,
+    compare,
+    forgetting_report,
+    guard_training,
+    resolve_tasks,
+    run_eval,
+)
 from posttrain.evaluation.forgetting import write_forgetting
 from posttrain.evaluation.noise import NoiseReport, TaskNoise, update_quarantine, write_noise
 from posttrain.storage.store import Store
@@ -82,6 +90,7 @@ def built(full_run):
     return build_report(full_run)
 
 
+@pytest.mark.slow
 def test_full_report_is_self_contained_and_every_figure_decodes(built):
     page = built.read_text()
     parsed = _Images()
@@ -119,6 +128,7 @@ def test_broken_files_are_reported_not_fatal(tmp_path):
     assert "1 line(s) without an integer &#39;step&#39;" in page
 
 
+@pytest.mark.slow
 def test_cli_report(full_run, tmp_path):
     res = runner.invoke(root_app, ["report", str(full_run), "--out", str(tmp_path / "x.html")])
     assert res.exit_code == 0, res.output
@@ -127,6 +137,7 @@ def test_cli_report(full_run, tmp_path):
 
 @pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason="Debian's chromium is not installed "
                     "(apt-get install chromium); the report's images are still checked by decoding them")
+@pytest.mark.slow
 def test_report_loads_in_headless_chromium(built, tmp_path):
     page = built.read_text()
     probe = ("<script>window.addEventListener('load', () => { const p = document.createElement('pre');"

@@ -8,8 +8,14 @@ from posttrain.evaluation import EvalConfig, EvalResult, resolve_policy, run_eva
 from posttrain.evaluation.policy import PolicySpecError
 from posttrain.evaluation.records import Sample, TaskRecord
 from posttrain.evaluation.summary import summarize
-from posttrain.evaluation.tasksets import (TaskSetError, load_task_file, resolve_tasks, save_task_set,
-                                           tasks_from_domains, tasks_of_records)
+from posttrain.evaluation.tasksets import (
+    TaskSetError,
+    load_task_file,
+    resolve_tasks,
+    save_task_set,
+    tasks_from_domains,
+    tasks_of_records,
+)
 from posttrain.policies.scripted import ScriptedPolicy
 from posttrain.storage.store import Store
 from tests.test_eval_support import CoinPolicy, tool_trajectory

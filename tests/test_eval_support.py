@@ -4,12 +4,10 @@ put into the registry, and synthetic trajectories."""
 from __future__ import annotations
 
 import random
-from typing import Mapping, Sequence
-
+from collections.abc import Mapping, Sequence
 
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
-
 from posttrain.values.verdict import Verdict
 
 

@@ -36,6 +36,7 @@ def _rewards(run_dir):
             for r in _rows(run_dir)]
 
 
+@pytest.mark.slow
 def test_resuming_a_checkpoint_repeats_the_uninterrupted_run(tmp_path):
     # Before the fix the groups in flight at the checkpoint were re-run at attempt + 1 (other
     # sampling seeds), so step 3 differed from the uninterrupted run, and the extended run kept
@@ -69,7 +70,8 @@ def _traj(group, member, attempt, status="completed", **kw):
 def test_the_store_keeps_one_trajectory_per_identity(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         store.put_trajectories([(_traj("g", 0, 0), None, None), (_traj("g", 1, 0), None, None)])
-        store.put_trajectories([(_traj("g", 0, 0), None, None), (_traj("g", 1, 0), None, None)])  # a resumed run writes them again
+        # a resumed run writes them again
+        store.put_trajectories([(_traj("g", 0, 0), None, None), (_traj("g", 1, 0), None, None)])
         assert store.counts("r")["episodes"] == 2
         store.put_trajectory(_traj("g", 2, 0, "infra_error"))
         store.put_trajectory(_traj("g", 2, 0, "infra_error"))

@@ -108,10 +108,11 @@ def _run_of(trajs, domain, policy):
     return next(r for r, passed in runs.items() if not any(passed))
 
 
+@pytest.mark.slow
 def test_trl_export_trains_a_trl_model_for_a_step(run_dir, tmp_path):
     pytest.importorskip("trl", reason="TRL is in the `bench` extra (pip install -e .[bench])")
-    from trl import SFTConfig, SFTTrainer
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
 
     trajs, _ = _store_view(run_dir)
     out = tmp_path / "trl.parquet"

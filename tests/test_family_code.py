@@ -11,9 +11,9 @@ from posttrain.tasks.families import code as code_family
 from posttrain.tasks.families.code.humaneval import problems, split_ids
 from posttrain.tasks.families.code.template import problem_split
 from posttrain.values.task import Task
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError
-from posttrain.verifiers.code import UNIT_TESTS, encode_value, extract_code, same_value
+from posttrain.verifiers.base import Outcome, VerifierError
+from posttrain.verifiers.candidate import encode_value, extract_code, same_value
+from posttrain.verifiers.code import UNIT_TESTS
 
 DOMAINS = {d.name: d for d in code_family.domains()}
 WRITE = [d for n, d in DOMAINS.items() if d.env == "single" and n != "code.humaneval"]
@@ -110,7 +110,7 @@ def _io_task(timeout: float = 1.5) -> Task:
     ("def f(xs):\n    return float(sum(xs)) + 0.5\n", "wrong result"),
     ("def g(xs):\n    return sum(xs)\n", "failed to load"),
     ("def f(xs):\n    print('x' * 1_000_000)\n    return sum(xs)\n", None),
-    ("def f(xs):\n    while True:\n        print('x' * 1_000_000)\n", "File too large"),
+    ("def f(xs):\n    while True:\n        print('x' * 1_000_000)\n", "output limit"),
 ])
 def test_candidates_that_misbehave_fail_with_a_reason(sandbox, answer, reason):
     v = UNIT_TESTS.verify(_io_task(), Outcome(answer=answer, sandbox=sandbox))

@@ -14,8 +14,13 @@ from posttrain.tasks.check import check_domains
 from posttrain.tasks.families import documents
 from posttrain.tasks.families.common import content_split
 from posttrain.tasks.families.documents.render import render
-from posttrain.tasks.families.documents.statements import (BALANCE_LINES, CASH_FLOW_LINES, INCOME_LINES,
-                                                           check_identities, make_company)
+from posttrain.tasks.families.documents.statements import (
+    BALANCE_LINES,
+    CASH_FLOW_LINES,
+    INCOME_LINES,
+    check_identities,
+    make_company,
+)
 from posttrain.verifiers.base import Outcome
 
 DOMAINS = {d.name: d for d in documents.domains()}
@@ -182,9 +187,9 @@ def test_lookup_tool_shows_matching_lines_with_headers():
 
 
 def test_lookup_task_split_follows_the_single_answer_problem():
+    from posttrain.tasks.families.common import task_rng
     from posttrain.tasks.families.documents import _draw
     from posttrain.tasks.families.documents.questions import KINDS
-    from posttrain.tasks.families.common import task_rng
 
     domain = next(d for d in LOOKUP_DOMAINS if d.name == "docs.lookup.ppe-rollforward.csv")
     kind = next(k for k in KINDS if k.name == "ppe-rollforward")

@@ -9,8 +9,7 @@ import pytest
 from posttrain.tasks.check import check_domains
 from posttrain.tasks.families import reasoning_gym as rg
 from posttrain.tasks.families.common import content_split
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError
+from posttrain.verifiers.base import Outcome, VerifierError
 
 DOMAINS = {d.name: d for d in rg.domains()}
 
@@ -26,6 +25,7 @@ def _grade(name: str, task, answer: str):
     return DOMAINS[name].verifier.verify(task, Outcome(answer=answer))
 
 
+@pytest.mark.slow
 def test_domains_are_the_generators_minus_the_skipped_ones():
     from reasoning_gym.factory import DATASETS
 
@@ -35,6 +35,7 @@ def test_domains_are_the_generators_minus_the_skipped_ones():
     assert all(d.family == "rg" and d.env == "single" and d.stop == () for d in DOMAINS.values())
 
 
+@pytest.mark.slow
 def test_sample_passes_the_self_check():
     report = check_domains([DOMAINS[n] for n in SAMPLE], per_domain=2)
     assert report.ok, [(f.domain, f.kind, f.detail) for f in report.failures]
@@ -76,6 +77,7 @@ def test_splits_are_content_disjoint():
     assert all(content_split(p) == "eval" for p in evals) and all(content_split(p) == "train" for p in train)
 
 
+@pytest.mark.slow
 def test_reference_is_json_and_broken_references_are_infra_errors():
     task = DOMAINS["rg.arc_agi"].task(0)
     assert isinstance(task.reference["entry"]["metadata"]["output"], list)  # stored as JSON

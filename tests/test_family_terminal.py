@@ -11,8 +11,7 @@ from posttrain.tasks.families import terminal
 from posttrain.tasks.families.common import content_split
 from posttrain.tasks.families.terminal.checks import STATE_CHECK
 from posttrain.values.task import Task
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError
+from posttrain.verifiers.base import Outcome, VerifierError
 from posttrain.verifiers.script import SCRIPT
 
 DOMAINS = {d.name: d for d in terminal.domains() if ".harbor." not in d.name}
@@ -39,6 +38,7 @@ def test_generation_is_deterministic_and_split_by_content():
         assert not seen["train"] & seen["eval"], d.name
 
 
+@pytest.mark.slow
 def test_every_oracle_passes_and_sampled_negatives_fail(sandbox):
     clean = sandbox.snapshot()  # empty
     for i, d in enumerate(DOMAINS.values()):
@@ -92,6 +92,16 @@ def test_answer_kinds(sandbox):
 @pytest.mark.parametrize("check, match", [
     ("def check(answer, args):\n    return 1 / 0\n", "ZeroDivisionError"),
     ("def check(answer, args):\n    import time\n    time.sleep(60)\n", "timeout"),
+])
+def test_a_check_that_dies_while_reading_the_workspace_is_a_failed_verdict(sandbox, check, match):
+    # it had read the policy's files (or run its programs): the policy may have caused it
+    task = Task(domain="terminal.t", prompt="p", env="tools",
+                verifier={"check": check, "args": {}, "timeout_s": 0.5})
+    v = SCRIPT.verify(task, Outcome(answer="", sandbox=sandbox))
+    assert not v.passed and v.details["grader_failed"] and match in v.details["reason"]
+
+
+@pytest.mark.parametrize("check, match", [
     ("def check(answer, args):\n    return {'ok': True}\n", "passed"),
     ("x = 1\n", "check"),
 ])

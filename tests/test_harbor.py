@@ -13,7 +13,6 @@ from posttrain.tasks.domain import NoTasksInSplit
 from posttrain.tasks.families.terminal import EXAMPLES_DIR, harbor_examples
 from posttrain.tasks.families.terminal.harbor import REWRITE, HarborTaskError, load_harbor_task
 from posttrain.tasks.registry import all_domains
-from posttrain.verifiers.base import VerifierError
 
 EXAMPLES = {d.name: d for d in harbor_examples()}
 
@@ -33,6 +32,7 @@ def test_examples_are_registered_domains():
     assert "terminal.harbor.fix-config" in EXAMPLES
 
 
+@pytest.mark.slow
 def test_every_example_oracle_passes(sandbox, module_sandbox):
     for d in EXAMPLES.values():
         task = _task(d)
@@ -42,6 +42,7 @@ def test_every_example_oracle_passes(sandbox, module_sandbox):
         assert v.passed and v.score == 1.0, (d.name, dict(v.details))
 
 
+@pytest.mark.slow
 def test_example_negatives_fail(sandbox, module_sandbox):
     for name in ("terminal.harbor.fix-config", "terminal.harbor.median-bugfix"):
         d = EXAMPLES[name]
@@ -163,14 +164,15 @@ def _custom(tmp_path: Path, test_sh: str, timeout: float = 60.0) -> object:
     return load_harbor_task(folder)
 
 
-def test_no_reward_or_a_hanging_test_is_an_infrastructure_error(tmp_path, sandbox, module_sandbox):
+def test_no_reward_or_a_hanging_test_is_a_failure_not_an_infrastructure_error(tmp_path, sandbox, module_sandbox):
+    # the agent's code runs inside the tests and can stop them before they write a reward
     d = _custom(tmp_path, "#!/bin/bash\necho ran\n")
-    with pytest.raises(VerifierError, match="wrote no reward"):
-        play_actions(d, d.task(0, "train"), ["<submit></submit>"], sandbox=sandbox)
+    v = play_actions(d, d.task(0, "train"), ["<submit></submit>"], sandbox=sandbox)
+    assert not v.passed and "wrote no reward" in v.details["reason"]
     module_sandbox[0].restore(module_sandbox[1])
     d = _custom(tmp_path / "b", "#!/bin/bash\nsleep 30\necho 1 > /logs/verifier/reward.txt\n", timeout=0.5)
-    with pytest.raises(VerifierError, match="timeout"):
-        play_actions(d, d.task(0, "train"), ["<submit></submit>"], sandbox=sandbox)
+    v = play_actions(d, d.task(0, "train"), ["<submit></submit>"], sandbox=sandbox)
+    assert not v.passed and "timeout" in v.details["reason"]
 
 
 def test_the_agent_cannot_pre_write_the_reward(tmp_path, sandbox):

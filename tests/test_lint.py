@@ -46,6 +46,8 @@ def test_no_file_points_outside_the_repository():
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
     bad = []
     for rel in files:
+        if rel == "tests/test_lint.py":
+            continue  # it names the markers it looks for
         path = ROOT / rel
         if path.suffix not in {".py", ".md", ".toml", ".txt", ".sh", ".cfg", ".json", ".j2"}:
             continue

@@ -45,6 +45,7 @@ def _run(args, **kw):
     return subprocess.run(POSTTRAIN + args, capture_output=True, text=True, env=env, cwd=ROOT, **kw)
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_the_run_directory(tmp_path):
     cfg = _config(tmp_path)
     cfg.write_text(cfg.read_text().replace("checkpoint_every = 2", "checkpoint_every = 2\nkeep_checkpoints = 1"))
@@ -110,6 +111,7 @@ def _code_config(tmp_path, name: str, model: Path | None = None) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_prompts_longer_than_the_context_are_refused_before_the_run_starts(tmp_path):
     # the shipped model has 128 positions; a code task's prompt is ~450 characters
     p = _run(["run", str(_code_config(tmp_path, "toolong"))], timeout=300)
@@ -121,6 +123,7 @@ def test_prompts_longer_than_the_context_are_refused_before_the_run_starts(tmp_p
     assert p.returncode == 0, p.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_sandboxed_domains_run_in_the_job(tmp_path):
     # a domain whose verifier runs the model's code: the job opens a sandbox pool, and every
     # episode is verified there (a random model writes no working code: all fail, none is infra)
@@ -136,6 +139,7 @@ def test_sandboxed_domains_run_in_the_job(tmp_path):
         assert verified and all(t.timings.get("verify_s", 0) > 0 for t in verified)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_without_losing_or_duplicating_groups(tmp_path):
     cfg = _config(tmp_path, "killed", steps=6)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -188,6 +192,7 @@ def test_bad_trainer_field_and_missing_file(tmp_path):
     assert p.returncode == 2 and "lrr" in p.stderr and "trainer" in p.stderr
 
 
+@pytest.mark.slow
 def test_training_stops_cleanly_when_every_domain_is_retired(tmp_path, monkeypatch):
     """When the scheduler can deliver nothing more (all domains saturated and retired, or
     quarantined), the job checkpoints what it learned, evaluates and reports the early stop."""
@@ -214,6 +219,7 @@ def test_training_stops_cleanly_when_every_domain_is_retired(tmp_path, monkeypat
     assert (run / "evals" / "after.json").exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_says_how_to_resume_and_old_checkpoints_are_pruned(tmp_path):
     cfg = tmp_path / "ctrlc.toml"
     cfg.write_text(SMOKE.format(name="ctrlc", runs=tmp_path / "runs", steps=500)

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from posttrain.evaluation.policy import SeededPolicy
-from posttrain.training.publish import PolicyPublisher as SyncedPolicy
 from posttrain.policies.base import Policy
 from posttrain.policies.openai_compat import OpenAIConfig, OpenAIPolicy
 from posttrain.policies.scripted import ScriptedPolicy
 from posttrain.rollout.replay import _ReplayPolicy
 from posttrain.scheduling.sim import SimGenerator
+from posttrain.training.publish import PolicyPublisher as SyncedPolicy
 from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "posttrain"

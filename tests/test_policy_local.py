@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 from posttrain.policies.base import PolicyError
 from posttrain.policies.local import TorchPolicy, weights_hash
 from posttrain.policies.render import render_ids
+from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-base"
 PROMPTS = ["37+48=", "reverse abc=", "max(3,9,4)=", "upper xyz=", "caesar+3 abc=", "5*7="]
@@ -182,8 +182,8 @@ def test_chat_template_is_used_when_the_tokenizer_has_one(llama_dir):
 
 def test_the_shipped_model_has_latent_capability(policy):
     """pass@8 well above pass@1 on eval-split problems it never saw (models/README.md)."""
-    from posttrain.tasks.registry import get_domain
     from posttrain.evaluation.quick import pass_rates
+    from posttrain.tasks.registry import get_domain
 
     result = pass_rates(policy, [get_domain("text.upper.l3"), get_domain("text.reverse.l3")],
                       n_tasks=10, n_samples=8)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 from posttrain.policies.base import PolicyError
 from posttrain.policies.local import TorchPolicy
 from posttrain.policies.openai_compat import OpenAIConfig, OpenAIPolicy
+from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-base"
 PROMPTS = ["37+48=", "reverse abc=", "max(3,9,4)=", "upper xyz="]
@@ -57,6 +57,7 @@ def local(tiny_policy) -> TorchPolicy:
     return tiny_policy
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_greedy_matches_the_local_policy_with_ids_and_logprobs(server, local, api):
     _, url = server
@@ -69,6 +70,7 @@ def test_greedy_matches_the_local_policy_with_ids_and_logprobs(server, local, ap
         assert g.logprobs == pytest.approx(w.logprobs, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_sampling_with_seed_is_reproducible_through_the_server(server):
     _, url = server
     remote = OpenAIPolicy(OpenAIConfig(base_url=url, model="tiny-base", max_retries=0))
@@ -77,6 +79,7 @@ def test_sampling_with_seed_is_reproducible_through_the_server(server):
     assert [c.token_ids for c in first] == [c.token_ids for c in second]
 
 
+@pytest.mark.slow
 def test_a_rejected_request_is_that_request_s_error(server):
     _, url = server
     remote = OpenAIPolicy(OpenAIConfig(base_url=url, model="tiny-base", max_retries=0))
@@ -96,6 +99,7 @@ def post(url: str, body: dict) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
+@pytest.mark.slow
 def test_server_speaks_the_openai_schema_and_refuses_what_it_cannot_do(server):
     _, url = server
     status, body = post(f"{url}/completions", {"model": "m", "prompt": ["1+1=", "2+2="], "n": 2,

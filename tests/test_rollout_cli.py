@@ -29,17 +29,20 @@ def oracle_run(tmp_path_factory):
     return run_dir, json.loads(result.output.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_oracle_episodes_of_every_family_pass(oracle_run):
     _, counts = oracle_run
     assert counts == {"episodes": 14, "completed": 14, "truncated": 0, "infra_error": 0, "passed": 14}
 
 
+@pytest.mark.slow
 def test_wrong_answers_of_every_family_fail(tmp_path):
     counts = _json(runner.invoke(app, ["rollout", "--policy", "wrong", "--domains", DOMAINS, "--n", "1",
                                        "--run-dir", str(tmp_path), "--json"]))
     assert counts["episodes"] == 7 and counts["passed"] == 0 and counts["infra_error"] == 0
 
 
+@pytest.mark.slow
 def test_replay_matches_oracle_episodes_and_rescore_agrees(oracle_run):
     run_dir, _ = oracle_run
     out = _json(runner.invoke(app, ["replay", str(run_dir), "--all", "--json"]))
@@ -48,6 +51,7 @@ def test_replay_matches_oracle_episodes_and_rescore_agrees(oracle_run):
     assert out["replayed"] == 14 and out["matched"] == 14, out["diverged"]
 
 
+@pytest.mark.slow
 def test_replay_reports_the_first_divergence_of_a_tampered_trajectory(oracle_run, tmp_path):
     run_dir, _ = oracle_run
     import shutil
@@ -70,6 +74,7 @@ def test_replay_reports_the_first_divergence_of_a_tampered_trajectory(oracle_run
     assert out["matched"] == 0 and div["turn"] == 0 and div["field"] == "tool_results_ok", div
 
 
+@pytest.mark.slow
 def test_export_parquet_roundtrip(oracle_run, tmp_path):
     run_dir, _ = oracle_run
     out = tmp_path / "t.parquet"
@@ -90,11 +95,11 @@ def test_unknown_domain_and_policy_are_clear_errors(tmp_path):
 
 
 def test_an_episode_that_outgrew_the_model_context_is_truncated_and_replays(tmp_path):
-    from posttrain.values.generation import Completion, PolicyVersion
     from posttrain.rollout.replay import replay
     from posttrain.scheduling.engine import run_episodes
     from posttrain.storage.store import Store
     from posttrain.tasks.registry import get_domain
+    from posttrain.values.generation import Completion, PolicyVersion
 
     class Outgrows:
         version = PolicyVersion("small-context")
@@ -102,7 +107,8 @@ def test_an_episode_that_outgrew_the_model_context_is_truncated_and_replays(tmp_
         def generate(self, requests):
             return [Completion(text="<bash>ls</bash>", finish_reason="stop") if r.meta["turn"] == 0 else
                     Completion(text="", finish_reason="error", context_exceeded=True,
-                               error="prompt of 900 tokens does not fit the model's maximum context length of 128 tokens")
+                               error="prompt of 900 tokens does not fit the model's maximum context "
+                                     "length of 128 tokens")
                     for r in requests]
 
     d = get_domain("terminal.config.comment-out")

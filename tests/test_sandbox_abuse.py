@@ -16,6 +16,7 @@ PROBLEM = bwrap_problem()
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"bubblewrap unavailable: {PROBLEM}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_abuse_is_contained(case):
     outcome = run_case(case, lambda limits: open_sandbox(limits, backend="bwrap"))
@@ -24,6 +25,7 @@ def test_abuse_is_contained(case):
         assert after.run("echo ok").stdout == "ok\n"
 
 
+@pytest.mark.slow
 def test_two_concurrent_sandboxes_are_isolated():
     a, b = open_sandbox(backend="bwrap"), open_sandbox(backend="bwrap")
     try:

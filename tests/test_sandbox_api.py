@@ -12,9 +12,17 @@ import time
 
 import pytest
 
-from posttrain.sandbox import (LimitReason, Limits, RunResult, Sandbox, SandboxBroken,
-                               SandboxError, SandboxUnavailable, WorkspacePathError,
-                               open_sandbox)
+from posttrain.sandbox import (
+    LimitReason,
+    Limits,
+    RunResult,
+    Sandbox,
+    SandboxBroken,
+    SandboxError,
+    SandboxUnavailable,
+    WorkspacePathError,
+    open_sandbox,
+)
 from posttrain.sandbox.bwrap import bwrap_problem
 
 BWRAP_PROBLEM = bwrap_problem()
@@ -180,6 +188,7 @@ def test_run_python_warm_path(sb):
     assert sb.run_python("print('after')").stdout == "after\n"
 
 
+@pytest.mark.slow
 def test_project_interpreter_and_helpers_inside(sb):
     modules = "numpy, trimesh" if sb.info.backend == "bwrap" else "numpy"
     r = sb.run(["python", "-c", f"import sys, {modules}, _forkserver; print(sys.prefix)"],
@@ -198,6 +207,7 @@ def test_project_interpreter_and_helpers_inside(sb):
     (Limits(wall_s=10, memory_mb=64),
      ["python3", "-c", "b = [b'x' * (8 << 20) for _ in range(99)]"], LimitReason.MEMORY),
 ], ids=["cpu", "filesize", "pids", "memory"])
+@pytest.mark.slow
 @needs_bwrap
 def test_limit_reasons(limits, command, reason):
     with open_sandbox(limits, backend="bwrap") as box:

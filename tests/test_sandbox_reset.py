@@ -16,8 +16,7 @@ import pytest
 
 from posttrain.sandbox import Limits, open_sandbox
 from posttrain.sandbox.bwrap import bwrap_problem
-from posttrain.sandbox.reset import (PlaceState, ResetFacts, after_episode, count_mounts,
-                                     judge)
+from posttrain.sandbox.reset import PlaceState, ResetFacts, after_episode, count_mounts, judge
 
 PROBLEM = bwrap_problem()
 needs_bwrap = pytest.mark.skipif(PROBLEM is not None, reason=f"bubblewrap unavailable: {PROBLEM}")
@@ -95,6 +94,7 @@ def _open(backend: str, **kw):
 BACKENDS = [pytest.param("bwrap", marks=needs_bwrap), "process"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_next_episode_sees_nothing_of_the_last(backend):
     env = {"SHM": "1" if backend == "bwrap" else "0"}

@@ -3,10 +3,17 @@ adaptive sampling, accounting (a fake clock, no event loop)."""
 
 import pytest
 
+from posttrain.scheduling import (
+    AdaptiveConfig,
+    DomainSpec,
+    QuarantineConfig,
+    RetryConfig,
+    SchedulerConfig,
+    SchedulerCore,
+    Usage,
+)
 from posttrain.values.episode import EpisodeResult
 from posttrain.values.trajectory import ErrorInfo, Trajectory
-from posttrain.scheduling import (AdaptiveConfig, DomainSpec, QuarantineConfig, RetryConfig,
-                                  SchedulerConfig, SchedulerCore, Usage)
 from posttrain.values.verdict import Verdict
 
 

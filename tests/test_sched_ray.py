@@ -12,8 +12,14 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # node address:
 
 ray = pytest.importorskip("ray", reason="Ray is in the test extra; installed on CI")
 
-from posttrain.scheduling import (AdaptiveConfig, BatchConfig, DomainSpec, RetryConfig,  # noqa: E402
-                                  Scheduler, SchedulerConfig)
+from posttrain.scheduling import (  # noqa: E402
+    AdaptiveConfig,
+    BatchConfig,
+    DomainSpec,
+    RetryConfig,
+    Scheduler,
+    SchedulerConfig,
+)
 from posttrain.scheduling.ray_backend import RayBackend  # noqa: E402
 from posttrain.scheduling.sim import SimFactory, SimGenerator, make_domains  # noqa: E402
 
@@ -60,6 +66,7 @@ def test_ray_backend_needs_ray_started_first():
         RayBackend(SimFactory(DOMAINS)).open()
 
 
+@pytest.mark.slow
 def test_ray_backend_gives_the_same_results_as_local(local_ray):
     local, local_failed, _ = run("local")
     remote, remote_failed, m = run("ray")

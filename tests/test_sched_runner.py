@@ -7,13 +7,21 @@ import time
 
 import pytest
 
-from posttrain.values.generation import Completion, GenerationRequest, Message, PolicyVersion
 from posttrain.policies.scripted import ScriptedPolicy
-from posttrain.scheduling import (AdaptiveConfig, BatchConfig, DomainSpec, EpisodeTimeout,
-                                  QuarantineConfig, RetryConfig, Scheduler, SchedulerConfig,
-                                  SchedulerStalled)
+from posttrain.scheduling import (
+    AdaptiveConfig,
+    BatchConfig,
+    DomainSpec,
+    EpisodeTimeout,
+    QuarantineConfig,
+    RetryConfig,
+    Scheduler,
+    SchedulerConfig,
+    SchedulerStalled,
+)
 from posttrain.scheduling.episodes import RolloutEpisodeFactory
 from posttrain.scheduling.sim import SimFactory, SimGenerator, make_domains
+from posttrain.values.generation import Completion, GenerationRequest, Message, PolicyVersion
 from tests.toydomains import CrashingVerifier, add_domain
 
 FAST_RETRY = RetryConfig(max_retries=3, backoff_s=0.005, backoff_max_s=0.02)

@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from posttrain.values.episode import EpisodeResult
-from posttrain.values.trajectory import Trajectory
 from posttrain.scheduling import AdaptiveConfig, DomainSpec, SchedulerConfig, SchedulerCore, Usage
 from posttrain.scheduling.staleness import StalenessController
+from posttrain.values.episode import EpisodeResult
+from posttrain.values.trajectory import Trajectory
 
 
 def test_areal_admission_rule():

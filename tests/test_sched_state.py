@@ -5,8 +5,16 @@ import json
 
 import pytest
 
-from posttrain.scheduling import (AdaptiveConfig, BatchConfig, DomainSpec, RetryConfig, Scheduler,
-                                  SchedulerConfig, SchedulerCore, Usage)
+from posttrain.scheduling import (
+    AdaptiveConfig,
+    BatchConfig,
+    DomainSpec,
+    RetryConfig,
+    Scheduler,
+    SchedulerConfig,
+    SchedulerCore,
+    Usage,
+)
 from posttrain.scheduling.sim import SimFactory, SimGenerator, make_domains
 from tests.test_sched_core import Clock, fail, launch_all, ok
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.tasks.sources import SourceError, load_source, use_sources
 from posttrain.tasks import registry
 from posttrain.tasks.check import check_domains
 from posttrain.tasks.domain import NoTasksInSplit
+from posttrain.tasks.sources import SourceError, load_source, use_sources
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -173,7 +173,7 @@ def test_a_verifier_that_accepts_anything_fails_the_self_check(tmp_path):
     path = write_jsonl(tmp_path / "lax.jsonl", qa_rows(30))
     [d] = load_source(f"data:{path}?verifier=regex&verifier.pattern=.*")
     report = check_domains([d], per_domain=3)
-    assert not report.ok and {f.kind for f in report.failures} == {"negative_passed"}
+    assert not report.ok and "negative_passed" in {f.kind for f in report.failures}
 
 
 def _cli(args, cwd):
@@ -182,6 +182,7 @@ def _cli(args, cwd):
                           env=env, cwd=cwd, timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_tasks_check_show_eval_and_rollout_take_a_source(tmp_path):
     write_jsonl(tmp_path / "qa.jsonl", qa_rows(100))
     p = _cli(["tasks", "check", "--source", "data:qa.jsonl", "--per-domain", "8", "--json"], tmp_path)

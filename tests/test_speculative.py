@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from posttrain.policies.decode import RowSpec
 from posttrain.policies.drafters import PromptLookup
 from posttrain.policies.local import TorchPolicy
 from posttrain.policies.ragged import RaggedBatch
@@ -66,6 +65,7 @@ def assert_same(a, b) -> None:
         assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_greedy_fast_is_standard_token_for_token_across_families(standard, fast):
     texts = family_texts(6)
     settings = [dict(max_tokens=48), dict(max_tokens=30, stop=("\n",)), dict(max_tokens=20, stop=("ba", ")"))]
@@ -77,6 +77,7 @@ def test_greedy_fast_is_standard_token_for_token_across_families(standard, fast)
     assert fast.spec_stats.acceptance_len > 1.3  # 96 rows: verify_tokens allows 1 draft per row per step
 
 
+@pytest.mark.slow
 def test_greedy_with_a_draft_model_is_standard(standard, random_draft):
     fast = TorchPolicy(standard.model, standard.tokenizer, mode="fast", draft=random_draft,
                        max_draft=4, prefix_cache_mb=0)
@@ -94,6 +95,7 @@ def test_the_shipped_draft_model_drafts_for_tiny_base(standard):
     assert fast.spec_stats.accepted >= 0.3 * fast.spec_stats.drafted
 
 
+@pytest.mark.slow
 def test_a_batch_mixing_greedy_and_sampled_rows_keeps_greedy_rows_standard(standard, fast):
     texts = family_texts(2)
     greedy = [req(t, temperature=0.0, max_tokens=40) for t in texts]
@@ -109,6 +111,7 @@ def teacher_forced(policy, prompt_ids, completion, temperature):
     return torch.log_softmax(logits / temperature, -1).gather(-1, torch.tensor(completion)[:, None]).flatten().tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft", [False, True])
 def test_sampled_fast_logprobs_are_the_targets_and_seeds_reproduce(standard, random_draft, draft):
     fast = TorchPolicy(standard.model, standard.tokenizer, mode="fast", prefix_cache_mb=0,
@@ -143,6 +146,7 @@ def test_max_tokens_stop_strings_and_the_context_limit_are_respected(standard, f
     assert too_long[1].token_ids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("one_hot", [True, False])
 def test_rejection_sampling_follows_the_target_distribution(one_hot):
     """Chi-square on a 5-token vocabulary: the first and second emitted tokens follow p exactly,
@@ -170,6 +174,7 @@ def test_rejection_sampling_follows_the_target_distribution(one_hot):
     assert chisquare(first.numpy(), (draft_q * n).numpy()).pvalue < 1e-6
 
 
+@pytest.mark.slow
 def test_sampled_fast_mode_matches_standard_mode_in_distribution(standard, fast):
     """End to end on the model: the first two tokens of 3000 samples, fast vs standard, by a
     two-sample chi-square (contingency) test. The prompt repeats, so drafts are proposed."""

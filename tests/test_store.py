@@ -26,7 +26,7 @@ def test_roundtrip_and_counts(tmp_path):
     specs, trajs = _trajs()
     with Store.for_run_dir(tmp_path) as store:
         store.start_run("r1", {"k": 1})
-        for (d, task), t in zip(specs, trajs):
+        for (_d, task), t in zip(specs, trajs):
             store.put_trajectory(t, task)
         assert store.counts("r1") == {"episodes": 4, "completed": 3, "truncated": 0,
                                       "infra_error": 1, "passed": 3}
@@ -42,7 +42,7 @@ def test_roundtrip_and_counts(tmp_path):
 def test_parquet_and_jsonl_export_roundtrip(tmp_path):
     specs, trajs = _trajs()
     with Store.for_run_dir(tmp_path) as store:
-        for (d, task), t in zip(specs, trajs):
+        for (_d, task), t in zip(specs, trajs):
             store.put_trajectory(t, task)
         assert export_store(store, tmp_path / "t.parquet", "parquet") == 4
         assert export_store(store, tmp_path / "t.jsonl", "jsonl") == 4
@@ -85,6 +85,7 @@ def _writer(tmp_path, run, n):
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_concurrent_writer_processes(tmp_path):
     procs = [_writer(tmp_path, f"w{i}", 25) for i in range(3)]
     for p in procs:

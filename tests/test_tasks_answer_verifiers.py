@@ -6,8 +6,7 @@ import pytest
 
 from posttrain.values.task import Task
 from posttrain.verifiers.answer import EXACT, NUMERIC, parse_number
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError
+from posttrain.verifiers.base import Outcome, VerifierError
 
 
 def _task(reference, **verifier) -> Task:

@@ -12,8 +12,8 @@ from posttrain.cli import app as root_app
 from posttrain.tasks.check import check_domains
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Task
-from posttrain.verifiers.answer import EXACT
 from posttrain.values.verdict import Verdict
+from posttrain.verifiers.answer import EXACT
 from posttrain.verifiers.base import VerifierError, verdict
 
 runner = CliRunner()

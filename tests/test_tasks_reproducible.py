@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import json
 from posttrain.tasks.domain import NoTasksInSplit
@@ -35,6 +37,7 @@ def _hashes(hash_seed: str) -> dict:
     return json.loads(p.stdout)
 
 
+@pytest.mark.slow
 def test_every_domain_generates_the_same_tasks_in_another_process():
     a, b = _hashes("1"), _hashes("2")
     assert len(a) >= 300 and set(a) == set(b)

@@ -7,8 +7,7 @@ import json
 import pytest
 
 from posttrain.values.task import Task
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError
+from posttrain.verifiers.base import Outcome, VerifierError
 from posttrain.verifiers.structured import STRUCTURED, parse_json_answer
 
 SCHEMA = {"type": "object", "required": ["a", "b", "total"], "additionalProperties": False,

@@ -24,9 +24,9 @@ STEPS = 4
 
 def run(trainer, out: Path, total: int) -> str:
     """Train to `total` steps, checkpointing after each; returns the final weights hash."""
-    from posttrain.values.generation import SamplingParams
     from posttrain.scheduling.engine import WorkItem, run_episodes
     from posttrain.tasks.registry import get_domain
+    from posttrain.values.generation import SamplingParams
 
     domain = get_domain("math.add.d2")
     while trainer.step_count < total:

@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
+from posttrain.evaluation.metrics import pass_at_k
 from posttrain.training.advantages import group_advantages, select_groups
 from posttrain.training.config import TrainerConfig
 from posttrain.training.losses import clipped_pg_loss, token_weights
-from posttrain.evaluation.metrics import pass_at_k
+from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
 from posttrain.values.verdict import Verdict
 
 

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 from posttrain.policies.local import TorchPolicy, weights_hash
-from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
 from posttrain.training.batch import Sample, sequence_logprobs
 from posttrain.training.config import TrainerConfig
 from posttrain.training.trainer import Trainer
+from posttrain.values.generation import GenerationRequest, Message, SamplingParams
+from posttrain.values.trajectory import ErrorInfo, Trajectory, Turn
 from posttrain.values.verdict import Verdict
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-base"
@@ -68,6 +68,7 @@ def test_infra_errors_and_zero_variance_groups_are_counted_and_never_trained():
     assert weights_hash(with_infra.model) == weights_hash(plain.model)
 
 
+@pytest.mark.slow
 def test_steps_raise_the_rewarded_completion():
     # old log-probs recomputed each step: the same group can be stepped on repeatedly, on-policy
     trainer = Trainer(MODEL, TrainerConfig(lr=3e-4, micro_batch_size=4, old_logprobs="recompute"))
@@ -91,6 +92,7 @@ def test_steps_raise_the_rewarded_completion():
     assert metrics["grad_norm"] > 0 and metrics["entropy"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_agg", ["token", "sequence"])
 def test_gradient_accumulation_is_exact(loss_agg):
     base = TorchPolicy(MODEL, device="cpu")
@@ -125,6 +127,7 @@ def test_turns_without_token_ids_are_skipped_and_counted():
     assert metrics["skipped_turns"] == 2 and metrics["samples"] == len(group) - 2
 
 
+@pytest.mark.slow
 def test_lineage_across_rounds_and_checkpoints_load_as_policies(tmp_path):
     round1 = Trainer(MODEL, TrainerConfig(run_name="round-1", lr=1e-3))
     base_name = round1.version.name
@@ -145,6 +148,7 @@ def test_lineage_across_rounds_and_checkpoints_load_as_policies(tmp_path):
     assert round2.policy().generate([GenerationRequest((Message("user", "1+1="),))])[0].token_ids
 
 
+@pytest.mark.slow
 def test_random_llama_trains_with_kl_clipping_and_recomputed_old_logprobs(tmp_path):
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 

@@ -191,6 +191,7 @@ def small_run(tmp_path_factory):
     return run
 
 
+@pytest.mark.slow
 def test_export_to_an_odd_or_unwritable_path(small_run, tmp_path, capsys, monkeypatch):
     code, out = cli(capsys, monkeypatch, "export", str(small_run), "--out", str(tmp_path))
     assert code == EXIT_BAD_INPUT and f"--out '{tmp_path}': is a directory" in out
@@ -311,6 +312,7 @@ def _hold_lock(run_dir: Path) -> subprocess.Popen:
     return holder
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_until_the_owner_dies(tmp_path):
     run_dir = tmp_path / "runs" / "shared"
     holder = _hold_lock(run_dir)
@@ -358,6 +360,7 @@ def test_an_eval_name_is_never_reused(tmp_path, capsys, monkeypatch):
 
 # -- honest exit codes -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_eval_against_a_closed_port_exits_non_zero(tmp_path):
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -389,10 +392,10 @@ def test_a_run_whose_evaluation_failed_entirely_exits_non_zero(tmp_path, capsys,
     """The job's evaluation goes through the same rule: a run whose `after` evaluation is all
     infrastructure errors (a policy server that died) does not exit 0."""
     from posttrain.evaluation.runner import run_eval
+    from posttrain.evaluation.tasksets import tasks_from_domains
     from posttrain.pipeline.main import Job
     from posttrain.policies.base import PolicyError
     from posttrain.policies.scripted import ScriptedPolicy
-    from posttrain.evaluation.tasksets import tasks_from_domains
 
     class Dead(ScriptedPolicy):
         def generate(self, requests):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.tasks.sources import load_source
 from posttrain.tasks.check import check_domains
+from posttrain.tasks.sources import load_source
 from posttrain.values.task import Task
 from posttrain.verifiers.base import Outcome
 from posttrain.verifiers.named import VERIFIERS, normalize_text
@@ -94,7 +94,9 @@ def _jsonl(path: Path, rows) -> Path:
 
 @pytest.mark.parametrize("name,rows,query", [
     ("normalized", [{"question": f"capital {i}?", "answer": f"City {i}."} for i in range(30)], ""),
-    ("math", [{"problem": f"Simplify {i}/{2 * i}", "answer": "\\frac{1}{2}" if i % 2 else f"{i}"}
+    # the prompt holds no expression equal to the answer (echoing it would pass, and the
+    # self-check's echo-prompt adversary says so)
+    ("math", [{"problem": f"What is half of {i}?", "answer": f"\\frac{{{i}}}{{2}}" if i % 2 else f"{i // 2}"}
               for i in range(1, 30)], ""),
     ("json", [{"question": f"total of {i} and {i}?", "answer": json.dumps({"total": 2 * i})} for i in range(30)],
      '&verifier.schema={type="object",required=["total"]}'),
@@ -116,6 +118,7 @@ def _bwrap_problem():
     return bwrap_problem()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_bwrap_problem() is not None, reason="needs the sandbox (bubblewrap)")
 def test_unit_tests_and_script_verifiers_on_a_data_source(tmp_path):
     rows = [{"prompt": f"Write add{i}(x) returning x + {i}.", "solution": f"def add{i}(x):\n    return x + {i}\n",

@@ -6,8 +6,7 @@ import random
 
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Task, TaskLimits
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError, verdict
+from posttrain.verifiers.base import Outcome, VerifierError, verdict
 
 
 class ExactVerifier:
@@ -54,7 +53,7 @@ def file_domain(name: str = "toy.file", max_turns: int = 4) -> Domain:
     def gen(seed: int, split: str) -> Task:
         rng = random.Random(f"{name}/{split}/{seed}")
         word = "".join(rng.choice("abcdef") for _ in range(5))
-        return Task(domain=name, prompt=f"Write the reverse of the word in word.txt to out.txt.",
+        return Task(domain=name, prompt="Write the reverse of the word in word.txt to out.txt.",
                     files={"word.txt": word + "\n"}, reference=word[::-1], env="tools",
                     limits=TaskLimits(max_turns=max_turns, max_tokens=256), split=split, seed=seed)
 

@@ -29,8 +29,9 @@ import errno
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Sequence
 
 from posttrain.envs.base import Environment, EpisodeEnd, Observation, StepResult
 from posttrain.envs.budget import EnvConfig

@@ -9,18 +9,19 @@
 `terminated` means the task ended on its own terms (an answer was submitted); `truncated` means a
 budget ran out first (turns, tokens, time). When a driver's own budget ends the episode (the
 model's context is spent), it calls `env.finish(None, truncated=True)`: the episode is graded on
-what it did. Either way the end is an `EpisodeEnd` (the verdict and the final workspace). A tool that fails, an action that cannot be parsed or
-an unknown tool is *not* an error of the episode: it comes back as an observation that says so,
-and the event is counted in `info`. Only infrastructure failures (the sandbox died) raise, as
-`posttrain.sandbox.base.SandboxError`.
+what it did. Either way the end is an `EpisodeEnd` (the verdict and the final workspace). A
+tool that fails, an action that cannot be parsed or an unknown tool is *not* an error of the
+episode: it comes back as an observation that says so, and the event is counted in `info`.
+Only infrastructure failures (the sandbox died) raise, as `posttrain.sandbox.base.SandboxError`.
 
 Action format (documented for users in the README): see `posttrain.envs.actions`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from posttrain.values.task import Task
@@ -39,7 +40,7 @@ class Observation:
 class EpisodeEnd:
     """How an episode ended: what the verifier said and what the workspace held at the end."""
 
-    verdict: "Verdict"
+    verdict: Verdict
     truncated: bool
     """True when a budget ended it (turns, time, context), False when the task ended on its terms"""
     workspace_archive: bytes | None = None
@@ -56,7 +57,7 @@ class StepResult:
     truncated: bool
     info: dict[str, Any] = field(default_factory=dict)
     """per-step facts: parsed tool calls, tool results, parse errors, timings, snapshot id"""
-    verdict: "Verdict | None" = None
+    verdict: Verdict | None = None
     end: EpisodeEnd | None = None
     """set on the step that ends the episode (`verdict` is `end.verdict`)"""
 
@@ -69,10 +70,12 @@ class Environment(Protocol):
     """events of the episode so far (parse errors, tool errors, truncations, limits hit)"""
     timings: dict[str, float]
     """seconds spent so far in tools ('tool_s') and in grading ('verify_s')"""
-    sandbox_info: Mapping[str, Any]
-    """the sandbox the episode ran in (backend, image, isolation layers); empty without one"""
+    @property
+    def sandbox_info(self) -> Mapping[str, Any]:
+        """the sandbox the episode ran in (backend, image, isolation layers); empty without one"""
+        ...
 
-    def reset(self, task: "Task") -> Observation:
+    def reset(self, task: Task) -> Observation:
         """Start an episode of `task` (opening its sandbox if it has one): the first observation."""
         ...
 

@@ -8,8 +8,8 @@ runs code (`needs_sandbox`), a sandbox is opened only for grading, with the task
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
-from typing import Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
 
 from posttrain.envs.base import EpisodeEnd, Observation, StepResult
 from posttrain.envs.budget import EnvConfig, truncate_text
@@ -18,7 +18,7 @@ from posttrain.tasks.domain import Domain
 from posttrain.values.task import Task
 from posttrain.verifiers.base import Outcome
 
-SandboxFactory = Callable[[], ContextManager[Sandbox]]
+SandboxFactory = Callable[[], AbstractContextManager[Sandbox]]
 
 
 def render_files(task: Task, max_chars: int) -> tuple[str, int]:

@@ -22,7 +22,7 @@ from posttrain.envs.actions import BUILTIN_TOOLS, ToolCall, check_args, parse_ac
 from posttrain.envs.base import EpisodeEnd, Observation, StepResult
 from posttrain.envs.budget import EnvConfig, truncate_text
 from posttrain.envs.single import SandboxFactory
-from posttrain.images.episode import image_for, task_sandbox
+from posttrain.images.episode import Image, image_for, task_sandbox
 from posttrain.sandbox.base import RunResult, Sandbox, WorkspacePathError
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Task
@@ -81,7 +81,7 @@ class ToolEnv:
         self.timings: dict[str, float] = {}
         self.counters: dict[str, int] = {}
         self.sandbox_info: dict[str, Any] = {}
-        self.image = None
+        self.image: Image | None = None
 
     # -- Gymnasium-style API -------------------------------------------------------------
     def reset(self, task: Task) -> Observation:

@@ -86,7 +86,7 @@ class ABReport:
                 "regressions": self.regressions}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "A/B file") -> "ABReport":
+    def from_dict(cls, d: dict[str, Any], where: str = "A/B file") -> ABReport:
         if d.get("format") != AB_FORMAT:
             raise ValueError(f"{where}: field 'format' is {d.get('format')!r}, expected {AB_FORMAT!r}")
         return cls(a=d["a"], b=d["b"], alpha=d["alpha"], confidence=d["confidence"], domains=d["domains"],

@@ -16,7 +16,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from posttrain.evaluation.ab import ABReport, compare
 from posttrain.evaluation.config import EvalConfig
@@ -24,6 +24,9 @@ from posttrain.evaluation.result import EvalFileError, EvalResult
 from posttrain.evaluation.runner import run_eval
 from posttrain.evaluation.tasksets import TaskList, TaskSetError, parse_task, stratified
 from posttrain.policies.base import Policy
+
+if TYPE_CHECKING:
+    from posttrain.storage.store import Store
 
 BASELINE_FORMAT = "posttrain.baseline/1"
 
@@ -44,7 +47,7 @@ class Baseline:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "Baseline":
+    def load(cls, path: str | Path) -> Baseline:
         path = Path(path)
         try:
             data = json.loads(path.read_text())
@@ -112,7 +115,7 @@ class GateResult:
         return out
 
 
-def gate(baseline: Baseline, policy: Policy, *, name: str = "", policy_spec: str = "", store: Any = None,
+def gate(baseline: Baseline, policy: Policy, *, name: str = "", policy_spec: str = "", store: Store | None = None,
          alpha: float = 0.05) -> GateResult:
     """Run `policy` on the baseline's tasks with the baseline's config and compare."""
     config = baseline.result.config

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import NoReturn
 
 import typer
 
@@ -35,7 +35,7 @@ def _config(k: str, per_domain: int, temperature: float, seed: int, workers: int
         _fail(str(e))
 
 
-def _policy(spec: str, run_dir: Optional[Path], mode: str = "standard"):
+def _policy(spec: str, run_dir: Path | None, mode: str = "standard"):
     from posttrain.evaluation.policy import PolicySpecError, resolve_policy
 
     try:
@@ -53,7 +53,7 @@ def _tasks(spec: str, per_domain: int):
         _fail(f"--tasks: {e}")
 
 
-def _store(run_dir: Optional[Path]):
+def _store(run_dir: Path | None):
     if run_dir is None:
         return None
     from posttrain import runlock
@@ -66,7 +66,7 @@ def _store(run_dir: Optional[Path]):
         _fail(str(e))
 
 
-def _eval_name(name: str, run_dir: Optional[Path], store, policy: str) -> str:
+def _eval_name(name: str, run_dir: Path | None, store, policy: str) -> str:
     """The eval's name in `run_dir`: a given `--name` that is taken is refused (its rows and
     `evals/NAME.json` are another eval's); the default name gets a free suffix."""
     import time
@@ -139,7 +139,8 @@ def _print_result(result) -> None:
         table.add_row(d, str(v["tasks"]), *[num(v[f"pass@{k}"]["value"]) for k in ks], ci,
                       pct(v["truncation_rate"]), pct(v["infra_error_rate"]),
                       pct(v["rework"]["rework_rate"]) if v["rework"] else "–",
-                      f"{per['prompt_tokens'] + per['output_tokens']:.0f}{'*' if v['cost']['tokens_estimated'] else ''}",
+                      f"{per['prompt_tokens'] + per['output_tokens']:.0f}"
+                      f"{'*' if v['cost']['tokens_estimated'] else ''}",
                       f"{per['gen_s'] + per['sandbox_s']:.3f}", num(v["latency_s"]["p50"]))
     fams = Table("family", "domains", "tasks", "macro pass@1", "micro pass@1 [95% CI]", "trunc", "infra",
                  "tok/ep", "s/ep", "p50/p90 s", title="families")
@@ -160,31 +161,35 @@ def _print_result(result) -> None:
             console.print(f"  {domain}: {n}x {cause}", highlight=False, soft_wrap=True)
     console.print(f"macro pass@1 {pct(s['macro_pass1'])}, micro pass@1 {pct(s['micro_pass1'])}, infra errors "
                   f"{pct(s['infra_error_rate'])} (excluded from scores), {s['episodes']} episodes in "
-                  f"{result.wall_s:.1f}s" + ("; * tokens estimated from characters" if s["cost"]["tokens_estimated"] else ""),
+                  f"{result.wall_s:.1f}s"
+                  + ("; * tokens estimated from characters" if s["cost"]["tokens_estimated"] else ""),
                   highlight=False)
 
 
 @app.callback(invoke_without_command=True)
 def eval_(ctx: typer.Context,
-          policy: Optional[str] = typer.Option(None, "--policy", help="oracle|empty|wrong, a model directory, "
+          policy: str | None = typer.Option(None, "--policy", help="oracle|empty|wrong, a model directory, "
                                                "openai:URL#MODEL, or a policy version of --run-dir"),
-          tasks: str = typer.Option(DEFAULT_TASKS, "--tasks", help="domain globs, a frozen task-set file, or a task file"),
+          tasks: str = typer.Option(DEFAULT_TASKS, "--tasks",
+                                    help="domain globs, a frozen task-set file, or a task file"),
           k: str = typer.Option("1", "--k", help="pass@k values, e.g. '1,8' (n samples per task = max k)"),
-          run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="store trajectories and write RUN/evals/NAME.json"),
+          run_dir: Path | None = typer.Option(None, "--run-dir",
+                                              help="store trajectories and write RUN/evals/NAME.json"),
           name: str = typer.Option("", "--name", help="eval name (default: policy name + time)"),
           per_domain: int = typer.Option(20, "--per-domain", min=1, help="eval tasks per domain for domain globs"),
           temperature: float = typer.Option(1.0, "--temperature", min=0.0, help="sampling temperature"),
           seed: int = typer.Option(0, "--seed", help="base sampling seed"),
           workers: int = typer.Option(2, "--workers", min=1, help="episodes stepped in parallel"),
           ci: str = typer.Option("wilson", "--ci", help="confidence intervals: wilson or bootstrap"),
-          baseline: Optional[Path] = typer.Option(None, "--baseline", help="exit 1 on a significant regression "
+          baseline: Path | None = typer.Option(None, "--baseline", help="exit 1 on a significant regression "
                                                   "against this baseline file"),
           max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", min=0.0, max=1.0,
                                                help="exit 3 when more than this share of episodes are "
                                                     "infrastructure errors (or a domain has nothing else)"),
           as_json: bool = typer.Option(False, "--json", help="print JSON"),
-          mode: str = typer.Option("standard", "--mode", help="standard, or fast (speculative decoding; model directories)"),
-          source: Optional[list[str]] = source_option()) -> None:
+          mode: str = typer.Option("standard", "--mode",
+                                   help="standard, or fast (speculative decoding; model directories)"),
+          source: list[str] | None = source_option()) -> None:
     """Evaluate a policy: per-domain and per-family pass@k with CIs, rework, cost, latency.
 
     Exit codes: 0 done; 2 bad input; 3 not trustworthy (a domain with infrastructure errors on
@@ -223,7 +228,7 @@ def eval_(ctx: typer.Context,
         raise typer.Exit(EXIT_UNTRUSTWORTHY)
 
 
-def _gate(policy: str, baseline_path: Path, run_dir: Optional[Path], name: str, as_json: bool) -> None:
+def _gate(policy: str, baseline_path: Path, run_dir: Path | None, name: str, as_json: bool) -> None:
     from posttrain.evaluation.baseline import Baseline, gate
 
     try:
@@ -246,7 +251,7 @@ def _gate(policy: str, baseline_path: Path, run_dir: Optional[Path], name: str, 
     raise typer.Exit(0 if outcome.passed else 1)
 
 
-def _load_side(spec: str, run_dir: Optional[Path]):
+def _load_side(spec: str, run_dir: Path | None):
     """An EvalResult when `spec` is an eval file or a saved eval name of --run-dir, else None."""
     from posttrain.evaluation.result import EVALS_DIR, EvalResult, safe_name
 
@@ -273,8 +278,9 @@ def compare(a: str = typer.Argument(..., help="A: a policy (as for --policy), an
             seed: int = typer.Option(0, "--seed"),
             workers: int = typer.Option(2, "--workers", min=1),
             alpha: float = typer.Option(0.05, "--alpha", help="significance level"),
-            run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="save results and RUN/ab/A-vs-B.json"),
-            fail_on_regression: bool = typer.Option(False, "--fail-on-regression", help="exit 1 on a significant regression"),
+            run_dir: Path | None = typer.Option(None, "--run-dir", help="save results and RUN/ab/A-vs-B.json"),
+            fail_on_regression: bool = typer.Option(False, "--fail-on-regression",
+                                                    help="exit 1 on a significant regression"),
             as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Paired A/B on identical tasks, seeds, prompts and tools: per-domain and overall
     differences with paired-bootstrap CIs and exact McNemar tests; regressions are flagged."""
@@ -343,7 +349,7 @@ def baseline_create(policy: str = typer.Option(..., "--policy", help="the versio
                     temperature: float = typer.Option(1.0, "--temperature", min=0.0),
                     seed: int = typer.Option(0, "--seed"),
                     workers: int = typer.Option(2, "--workers", min=1),
-                    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="to resolve a policy version name"),
+                    run_dir: Path | None = typer.Option(None, "--run-dir", help="to resolve a policy version name"),
                     as_json: bool = typer.Option(False, "--json")) -> None:
     """Freeze a task set and a policy version's verdicts into a baseline file."""
     from posttrain.evaluation.baseline import create_baseline
@@ -372,7 +378,7 @@ def baseline_create(policy: str = typer.Option(..., "--policy", help="the versio
 
 
 def report(run_dir: Path = typer.Argument(..., help="a run directory"),
-           out: Optional[Path] = typer.Option(None, "--out", help="HTML file (default RUN/report.html)")) -> None:
+           out: Path | None = typer.Option(None, "--out", help="HTML file (default RUN/report.html)")) -> None:
     """Write a self-contained HTML report of a run: learning curves, evals, A/B, forgetting, noise."""
     from posttrain.evaluation.report import build_report
 
@@ -385,12 +391,12 @@ def report(run_dir: Path = typer.Argument(..., help="a run directory"),
 
 def contamination(train: str = typer.Option(DEFAULT_TASKS, "--train", help="training tasks: domain globs "
                                             "(train split) or a task file"),
-                  eval_: Optional[str] = typer.Option(None, "--eval", help="eval tasks: domain globs (eval "
+                  eval_: str | None = typer.Option(None, "--eval", help="eval tasks: domain globs (eval "
                                                       "split) or a task file; default: the --train globs"),
                   train_n: int = typer.Option(50, "--train-n", min=1, help="train tasks per domain (globs)"),
                   eval_n: int = typer.Option(20, "--eval-n", min=1, help="eval tasks per domain (globs)"),
                   threshold: float = typer.Option(0.8, "--threshold", help="Jaccard similarity of a near-duplicate"),
-                  run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="record RUN/contamination.json"),
+                  run_dir: Path | None = typer.Option(None, "--run-dir", help="record RUN/contamination.json"),
                   as_json: bool = typer.Option(False, "--json")) -> None:
     """Find exact and near-duplicate overlap between training and evaluation tasks (exit 1 if any)."""
     from posttrain.evaluation.contamination import ContaminationConfig, check_contamination
@@ -429,9 +435,10 @@ def contamination(train: str = typer.Option(DEFAULT_TASKS, "--train", help="trai
 
 def noise(run_dir: Path = typer.Argument(..., help="a run directory with a store"),
           k: int = typer.Option(3, "--k", min=1, help="re-verifications per stored outcome"),
-          domains: Optional[str] = typer.Option(None, "--domains", help="only these domain globs"),
-          run_id: Optional[str] = typer.Option(None, "--run-id", help="only this run id of the store"),
-          max_flip_rate: float = typer.Option(0.0, "--max-flip-rate", help="a task above this flip share is quarantined"),
+          domains: str | None = typer.Option(None, "--domains", help="only these domain globs"),
+          run_id: str | None = typer.Option(None, "--run-id", help="only this run id of the store"),
+          max_flip_rate: float = typer.Option(0.0, "--max-flip-rate",
+                                              help="a task above this flip share is quarantined"),
           as_json: bool = typer.Option(False, "--json")) -> None:
     """Re-verify stored outcomes k times, report flip rates per domain, quarantine noisy tasks
     (RUN/quarantine.json, read by training through posttrain.evaluation.load_quarantine)."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 from posttrain.evaluation.metrics import CIMethod
 
@@ -72,7 +73,7 @@ class EvalConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str = "EvalConfig") -> "EvalConfig":
+    def from_dict(cls, d: Mapping[str, Any], where: str = "EvalConfig") -> EvalConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:

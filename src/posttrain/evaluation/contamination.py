@@ -38,9 +38,10 @@ import json
 import time
 import unicodedata
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from posttrain.values.task import Task, canonical_json
 
@@ -238,8 +239,7 @@ def check_contamination(train_tasks: Iterable[Any], eval_tasks: Iterable[Any], t
         with lsh.insertion_session() as session:
             for i, mh in zip(keys, hashes):
                 session.insert(i, mh)
-        queries = [(e, residual(e, f, name)) for e, f in zip(evals, ef)]
-        queries = [(e, sh) for e, sh in queries if sh is not None]
+        queries = [(e, sh) for e, f in zip(evals, ef) if (sh := residual(e, f, name)) is not None]
         qhashes = MinHash.bulk([[s.encode() for s in sh] for _, sh in queries], num_perm=cfg.num_perm)
         for (e, sh), mh in zip(queries, qhashes):
             for i in lsh.query(mh):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 MAX_ROWS = 60
 """bars / forest rows per figure"""
@@ -114,7 +115,7 @@ def forest(rows: Sequence[tuple[str, float, float, float, bool]], title: str) ->
     body = sorted(body, key=lambda r: r[1])
     rows = body + [overall]
     fig, ax = plt.subplots(figsize=(7.5, max(2.5, 0.22 * len(rows) + 1)))
-    for i, (label, diff, lo, hi, flagged) in enumerate(rows):
+    for i, (_label, diff, lo, hi, flagged) in enumerate(rows):
         color = "crimson" if flagged and diff < 0 else ("seagreen" if flagged else "0.3")
         marker = "D" if i == len(rows) - 1 else "o"
         ax.errorbar([diff], [i], xerr=[[diff - lo], [hi - diff]], fmt=marker, color=color, ms=4, lw=1)

@@ -17,10 +17,11 @@ from __future__ import annotations
 import fnmatch
 import json
 import time
+from collections.abc import Iterable
 from math import sqrt
 from pathlib import Path
 from statistics import fmean
-from typing import Any, Iterable
+from typing import Any
 
 from posttrain.evaluation.ab import compare
 from posttrain.evaluation.metrics import wilson_interval

@@ -19,9 +19,10 @@ domain, not only which samples. Two methods:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import comb, sqrt
 from statistics import NormalDist
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 

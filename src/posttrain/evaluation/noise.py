@@ -25,12 +25,16 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from posttrain.values.verdict import Verdict
+
+if TYPE_CHECKING:
+    from posttrain.storage.store import Store
 
 QUARANTINE_FILE = "quarantine.json"
 QUARANTINE_FORMAT = "posttrain.quarantine/1"
@@ -87,7 +91,7 @@ class NoiseReport:
                                  "flips": t.flips} for t in self.noisy]}
 
 
-def measure_noise(store: Any, *, k: int = 3, domains: str | None = None, run_id: str | None = None,
+def measure_noise(store: Store, *, k: int = 3, domains: str | None = None, run_id: str | None = None,
                   max_flip_rate: float = 0.0, sandbox_factory: Callable[[], Any] | None = None,
                   record: bool = True) -> NoiseReport:
     """Re-verify every scorable stored trajectory (optionally of `run_id` / matching `domains`
@@ -180,7 +184,8 @@ def update_quarantine(run_dir: str | Path, report: NoiseReport) -> Path:
     for t in report.noisy:
         tasks[t.hash] = {"key": t.key, "domain": t.domain, "flips": t.flips, "checks": t.checks,
                          "reason": f"verifier flipped on {t.flips}/{t.checks} re-verified trajectories "
-                                   f"(k={report.k})", "quarantined_at": tasks.get(t.hash, {}).get("quarantined_at", now)}
+                                   f"(k={report.k})",
+                         "quarantined_at": tasks.get(t.hash, {}).get("quarantined_at", now)}
     return _write_json(path, {"format": QUARANTINE_FORMAT, "updated_at": now, "tasks": tasks})
 
 

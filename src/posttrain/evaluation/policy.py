@@ -17,12 +17,12 @@ Heavy backends are imported only when chosen.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
 
-from posttrain.values.generation import Completion, GenerationRequest
 from posttrain.policies.base import Policy
+from posttrain.values.generation import Completion, GenerationRequest
 
 SCRIPTED = ("oracle", "empty", "wrong")
 

@@ -12,7 +12,7 @@ episodes are excluded and counted, never scored as failures.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from posttrain.evaluation.config import EvalConfig
 from posttrain.evaluation.runner import run_eval

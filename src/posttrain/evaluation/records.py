@@ -18,8 +18,9 @@ Definitions (documented here because every table and figure uses them):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
 from posttrain.values.trajectory import Trajectory
 
@@ -63,7 +64,7 @@ class Sample:
         return bool(self.passed) and self.failed_runs > 0
 
     @classmethod
-    def from_trajectory(cls, traj: Trajectory, index: int) -> "Sample":
+    def from_trajectory(cls, traj: Trajectory, index: int) -> Sample:
         prompt_tokens = output_tokens = 0
         estimated = False
         context_chars = 0
@@ -104,7 +105,7 @@ class Sample:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Sample":
+    def from_dict(cls, d: Mapping[str, Any]) -> Sample:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
 
@@ -134,7 +135,7 @@ class TaskRecord:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TaskRecord":
+    def from_dict(cls, d: Mapping[str, Any]) -> TaskRecord:
         d = dict(d)
         d["samples"] = [Sample.from_dict(s) for s in d.get("samples", [])]
         return cls(**d)

@@ -178,7 +178,8 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     page = env.get_template("report.html.j2").render(
         run=str(run.resolve()), generated=time.strftime("%Y-%m-%d %H:%M:%S"), store=_store(run),
         learning=_learning(run), evals=evals, ab=ab, forgetting=forgetting,
-        noise=_read(run / NOISE_FILE), quarantine=(quarantine or {}).get("tasks") if isinstance(quarantine, dict) else None,
+        noise=_read(run / NOISE_FILE),
+        quarantine=(quarantine or {}).get("tasks") if isinstance(quarantine, dict) else None,
         contamination=_read(run / CONTAMINATION_FILE),
         problems=eval_problems + ab_problems + f_problems, escape=html.escape)
     path = Path(out) if out else run / "report.html"

@@ -77,7 +77,7 @@ class EvalResult:
                 "summary": self.summary, "records": [r.to_dict() for r in self.records]}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "eval result") -> "EvalResult":
+    def from_dict(cls, d: dict[str, Any], where: str = "eval result") -> EvalResult:
         if d.get("format") != FORMAT:
             raise EvalFileError(f"{where}: field 'format' is {d.get('format')!r}, expected {FORMAT!r}")
         try:
@@ -105,7 +105,7 @@ class EvalResult:
         return self.save(Path(run_dir) / EVALS_DIR / f"{safe_name(self.name)}.json")
 
     @classmethod
-    def load(cls, path: str | Path) -> "EvalResult":
+    def load(cls, path: str | Path) -> EvalResult:
         path = Path(path)
         try:
             data = json.loads(path.read_text())

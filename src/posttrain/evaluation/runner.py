@@ -20,7 +20,7 @@ the workers; each attempt's result (trajectory, task, final workspace) goes to t
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from posttrain.envs.single import SandboxFactory
 from posttrain.evaluation.config import EvalConfig

@@ -12,8 +12,9 @@ pass@k entry says how many did). Averages:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from statistics import fmean
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from posttrain.evaluation.metrics import CIMethod, mean_interval, pass_at_k, percentiles
 from posttrain.evaluation.records import TaskRecord
@@ -89,7 +90,7 @@ def summarize(records: Iterable[TaskRecord], ks: Sequence[int], *, ci: CIMethod 
     by_domain: dict[str, list[TaskRecord]] = {}
     for r in records:
         by_domain.setdefault(r.domain, []).append(r)
-    opts = dict(ci=ci, confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed)
+    opts: dict[str, Any] = dict(ci=ci, confidence=confidence, bootstrap_samples=bootstrap_samples, seed=seed)
     ks = sorted(set(ks) | {1})
     domains = {d: domain_summary(rs, ks, **opts) for d, rs in sorted(by_domain.items())}
 

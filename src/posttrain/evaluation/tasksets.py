@@ -17,14 +17,18 @@ the verifier.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.tasks.registry import RegistryError, get_domain, match_domains
 from posttrain.values.task import Split, Task
+
+if TYPE_CHECKING:
+    from posttrain.storage.store import Store
 
 TASKSET_FORMAT = "posttrain.taskset/1"
 
@@ -139,7 +143,7 @@ def stratified(tasks: TaskList, size: int) -> TaskList:
     return out
 
 
-def tasks_of_records(records: Sequence[Any], store: Any = None) -> TaskList:
+def tasks_of_records(records: Sequence[Any], store: Store | None = None) -> TaskList:
     """The tasks an eval result was run on, rebuilt from its records: regenerated from
     (domain, seed, split) and checked against the recorded hash, else read from `store` by hash."""
     out: TaskList = []

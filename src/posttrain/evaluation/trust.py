@@ -15,7 +15,8 @@ results are still written (they say what failed), the exit code says not to use 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 DEFAULT_MAX_INFRA_RATE = 0.05
 """the overall infrastructure-error share above which an evaluation is not trusted"""

@@ -286,7 +286,7 @@ def build(dockerfile: str | Path, *, context: str | Path | None = None, log=None
             _write_copy_layer(tmp, entries, owner, stack())
         elif step["kind"] == "mkdir":
             os.makedirs(tmp + step["path"], 0o755)
-            for dirpath, dirnames, _ in os.walk(tmp):
+            for dirpath, _dirnames, _ in os.walk(tmp):
                 os.chown(dirpath, 0, 0)
         else:
             partial = Image(digest="build-" + chain, source=str(dockerfile), base=p.base,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import List
 
 import typer
 
@@ -26,7 +25,7 @@ def _dockerfiles(path: Path) -> list[Path]:
 
 
 @app.command()
-def build(paths: List[Path] = typer.Argument(..., help="a Dockerfile, a folder with one, a "
+def build(paths: list[Path] = typer.Argument(..., help="a Dockerfile, a folder with one, a "
                                              "Harbor task folder, or a folder of task folders"),
           quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the digests")) -> None:
     """Build each image (cached steps cost a lookup); exits 1 if any build failed."""

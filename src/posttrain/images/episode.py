@@ -20,8 +20,8 @@ import contextlib
 import hashlib
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from posttrain.images.build import BuildError, build, copy_entries
 from posttrain.images.dockerfile import ImagePlan

@@ -8,13 +8,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from rich.console import Console
 
 from posttrain.envs import initial_observation
-from posttrain.evaluation.contamination import check_contamination as _contamination, guard_training
+from posttrain.evaluation.contamination import check_contamination as _contamination
+from posttrain.evaluation.contamination import guard_training
 from posttrain.pipeline.config import ConfigError
 from posttrain.policies.base import Policy
 from posttrain.tasks.domain import Domain, NoTasksInSplit

@@ -51,12 +51,12 @@ def _check_model(cfg, field: str) -> None:
 def _check_trainer(cfg) -> None:
     """[trainer] values have the type and range of their `TrainerConfig` field (the message
     names the field; the section is a plain table until it is that class)."""
+    import dataclasses
+
     from pydantic import TypeAdapter, ValidationError
 
     from posttrain.pipeline.config import ConfigError
     from posttrain.training.config import TrainerConfig
-
-    import dataclasses
 
     known = {f.name for f in dataclasses.fields(TrainerConfig)}
     for key in cfg.trainer:
@@ -142,12 +142,12 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
         if job_started and cfg is not None:
             runs.mark(cfg.run_dir, "failed", str(e))  # for `posttrain runs` (kept only if the dir is)
         typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(EXIT_BAD_INPUT)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
     except StoreError as e:  # a full disk, a store another process holds, a corrupt file
         if job_started and cfg is not None:
             runs.mark(cfg.run_dir, "failed", str(e))
         typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     except KeyboardInterrupt:
         if job_started and cfg is not None:
             runs.mark(cfg.run_dir, "interrupted")

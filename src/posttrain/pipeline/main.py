@@ -124,7 +124,9 @@ class Job:
         if trainer is None:
             self.metrics.resume(0)
             return Trainer(cfg.model.path, self.trainer_config), {}
-        self.console.print(f"resumed from {self.checkpoints.latest()['path']} (step {trainer.step_count})")
+        latest = self.checkpoints.latest()
+        assert latest is not None  # resume() found it
+        self.console.print(f"resumed from {latest['path']} (step {trainer.step_count})")
         self.metrics.resume(trainer.step_count)
         return trainer, dict(trainer.extra.get("scheduler") or {})
 
@@ -135,12 +137,12 @@ class Job:
         return path
 
     async def train(self, trainer: Any, sched_state: dict, store: Any, sandbox_factory: Any) -> None:
-        from posttrain.values.generation import SamplingParams
-        from posttrain.scheduling import BatchConfig, DomainSpec, Scheduler, SchedulerConfig, SchedulerStalled
         from posttrain.envs import needs_sandbox
-        from posttrain.scheduling.episodes import RolloutEpisodeFactory
         from posttrain.pipeline.progress import RoundProgress
+        from posttrain.scheduling import BatchConfig, DomainSpec, Scheduler, SchedulerConfig, SchedulerStalled
+        from posttrain.scheduling.episodes import RolloutEpisodeFactory
         from posttrain.training.publish import PolicyPublisher
+        from posttrain.values.generation import SamplingParams
 
         cfg = self.config
         steps = cfg.steps
@@ -222,12 +224,11 @@ class Job:
     # -- the whole job ----------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         import torch
+        from transformers.utils import logging as hf_logging
 
         from posttrain.evaluation import forgetting_report, write_forgetting
         from posttrain.policies.local import TorchPolicy
         from posttrain.storage.store import Store
-
-        from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # our own progress display says what is happening
         cfg = self.config
@@ -260,7 +261,8 @@ class Job:
             start = trainer.version
             if trainer.step_count == 0:
                 store.put_policy_version(start.name, start.parent, start.weights_hash, cfg.model.path)
-            base_policy = TorchPolicy(cfg.model.path, device=cfg.model.device) if trainer.step_count else trainer.policy()
+            base_policy = (TorchPolicy(cfg.model.path, device=cfg.model.device) if trainer.step_count
+                           else trainer.policy())
             before = self.evaluate(base_policy, "before", eval_tasks, store, sandbox_factory)
             self.tracker.log(0, eval_scalars(before.summary, "before"))
             del base_policy

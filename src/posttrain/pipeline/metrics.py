@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 DOMAIN_SCHED_KEYS = ("quota", "sample_share", "cost_share", "effective_weight", "samples", "cost",
                      "sandbox_s", "gen_s", "tokens", "queue_wait_p50_s", "queue_wait_p99_s",

@@ -8,7 +8,8 @@ not a terminal (CI, a log file) it prints one plain line every few steps instead
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -31,7 +32,7 @@ class RoundProgress:
         self.task_id = self.progress.add_task(title, total=steps, completed=start_step, reward="-")
         self.live: Live | None = None
 
-    def __enter__(self) -> "RoundProgress":
+    def __enter__(self) -> RoundProgress:
         if self.console.is_terminal:
             self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
             self.live.__enter__()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -16,8 +17,7 @@ def pass_of(result: Any, domain: str, key: str) -> float | None:
 def summarize(run: str, steps: int, k: int, before: Any, after: Any, trained: Sequence[str],
               heldout: Sequence[str], train_s: float, total_s: float, stopped_early: str | None) -> dict:
     def mean(result: Any, names: Sequence[str], key: str) -> float | None:
-        vals = [pass_of(result, n, key) for n in names]
-        vals = [v for v in vals if v is not None]
+        vals = [v for n in names if (v := pass_of(result, n, key)) is not None]
         return sum(vals) / len(vals) if vals else None
 
     out = {"run": run, "steps": steps,
@@ -26,8 +26,9 @@ def summarize(run: str, steps: int, k: int, before: Any, after: Any, trained: Se
            "heldout_base_pass1": mean(before, heldout, "pass@1"),
            "heldout_final_pass1": mean(after, heldout, "pass@1"),
            "train_s": round(train_s, 1), "total_s": round(total_s, 1), "stopped_early": stopped_early}
-    if out["heldout_base_pass1"] is not None and out["heldout_final_pass1"] is not None:
-        out["untrained_delta"] = out["heldout_final_pass1"] - out["heldout_base_pass1"]
+    base, final = out["heldout_base_pass1"], out["heldout_final_pass1"]
+    if isinstance(base, float) and isinstance(final, float):
+        out["untrained_delta"] = final - base
     return out
 
 

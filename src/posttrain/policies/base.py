@@ -9,7 +9,8 @@ an episode's history travels in each request's `messages`.
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol, Sequence, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 
@@ -23,13 +24,18 @@ class Policy(Protocol):
     """Everything a caller may use of a policy; a backend that cannot answer one of these says so
     with None rather than leaving the member out (callers never probe with getattr)."""
 
-    version: PolicyVersion
-    """the identity of the weights this policy samples with, recorded in every trajectory. A
-    policy carries it; whoever made the weights owns it (`Trainer.version` for trained ones)."""
+    # read-only members: a plain attribute or a property satisfies them
+    @property
+    def version(self) -> PolicyVersion:
+        """the identity of the weights this policy samples with, recorded in every trajectory. A
+        policy carries it; whoever made the weights owns it (`Trainer.version` for trained ones)."""
+        ...
 
-    max_positions: int | None
-    """the model's context: prompt and completion positions together. None when the backend does
-    not say (a server checks on its own; scripted policies have no context)."""
+    @property
+    def max_positions(self) -> int | None:
+        """the model's context: prompt and completion positions together. None when the backend
+        does not say (a server checks on its own; scripted policies have no context)."""
+        ...
 
     def render(self, request: GenerationRequest) -> list[int] | None:
         """The prompt's token ids as this policy's model would see them (chat template applied),

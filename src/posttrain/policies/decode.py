@@ -20,8 +20,9 @@ Greedy rows (T = 0) report `log_softmax(logits)`, i.e. T = 1.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -136,7 +137,7 @@ def _prefill(model: torch.nn.Module, prompts: list[list[int]], pad_id: int, use_
     cache = output_cache(out) if use_cache else None
     logits = out.logits[:, -1, :]
     if dedup:
-        if not hasattr(cache, "batch_select_indices"):  # this cache cannot copy rows
+        if cache is None or not hasattr(cache, "batch_select_indices"):  # this cache cannot copy rows
             return _prefill(model, prompts, pad_id, use_cache, dedup=False)
         index = torch.tensor(row_of, device=device)
         cache.batch_select_indices(index)  # a repeated index copies the row

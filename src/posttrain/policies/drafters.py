@@ -18,7 +18,7 @@ never correctness.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -112,7 +112,8 @@ class DraftModel:
         top_ps = torch.tensor(self.top_ps, dtype=torch.float32, device=device)
         _, probs = sampling_dist(logits, temps, top_ps)
         greedy = probs.argmax(dim=-1).tolist()
-        tokens, qs = {}, {}
+        tokens: dict[int, int] = {}
+        qs: dict[int, torch.Tensor | None] = {}
         for r in rows:
             tokens[r], qs[r] = greedy[r], None
             if self.temps[r] > 0:
@@ -143,7 +144,7 @@ class DraftModel:
             if step < self.k - 1:  # the last draft is proposed, not computed
                 logits, _ = self.batch.forward([[tokens[r]] if step + 1 < b else []
                                                 for r, b in enumerate(budgets)])
-        qs_out = [torch.stack(q) if q and q[0] is not None else None for q in qs]  # type: ignore[misc]
+        qs_out = [torch.stack(q) if q and q[0] is not None else None for q in qs]  # type: ignore[arg-type]
         return [list(f) for f in self.full], qs_out
 
     def commit(self, row: int, accepted: int, emitted: Sequence[int]) -> None:

@@ -22,10 +22,10 @@ What comes back, per request:
 Modes (`mode=`): 'standard' decodes one token per row per step (`posttrain.policies.decode`);
 'fast' decodes speculatively (`posttrain.policies.speculative`): prompt-lookup drafts by default
 (no second model), or a small draft model (`draft=` a directory or module with the same
-tokenizer, e.g. `models/tiny-base-draft`), verified by this model in one forward per step (at most `verify_tokens` positions: rows x
-draft length, the CPU's sweet spot; raise it on a GPU). Greedy
-output is standard output token for token, sampled output follows the same distribution,
-log-probs are this model's. Fast mode also keeps a prefix cache (`prefix_cache_mb`, default 256
+tokenizer, e.g. `models/tiny-base-draft`), verified by this model in one forward per step (at
+most `verify_tokens` positions, rows x draft length: the CPU's sweet spot; raise it on a GPU).
+Greedy output is standard output token for token, sampled output follows the same
+distribution, log-probs are this model's. Fast mode also keeps a prefix cache (`prefix_cache_mb`, default 256
 in fast mode, 0 = off in standard mode): an episode's next turn reuses the keys/values of its
 earlier turns, and completions report `prefill_tokens` / `reused_tokens`.
 
@@ -43,21 +43,26 @@ import json
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
-from posttrain.values.generation import (
-    Completion, GenerationRequest, PolicyVersion, SamplingParams,
-)
 from posttrain.policies.base import PolicyError
 from posttrain.policies.decode import RowSpec, decode
 from posttrain.policies.drafters import DraftModel, PromptLookup
 from posttrain.policies.prefix_cache import PrefixCache, weights_fingerprint
 from posttrain.policies.ragged import supports_ragged
-from posttrain.policies.speculative import SpecStats, generate as generate_ragged
 from posttrain.policies.render import continue_ids, render_ids
+from posttrain.policies.speculative import SpecStats
+from posttrain.policies.speculative import generate as generate_ragged
+from posttrain.values.generation import (
+    Completion,
+    GenerationRequest,
+    PolicyVersion,
+    SamplingParams,
+)
 
 MODES = ("standard", "fast")
 FAST_PREFIX_CACHE_MB = 256.0
@@ -93,6 +98,12 @@ def _resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     return resolved
 
 
+def _vocab_rows(model: torch.nn.Module) -> int:
+    """Rows of a Hugging Face model's output embedding (its vocabulary size as trained)."""
+    embeddings = model.get_output_embeddings()  # type: ignore[operator]  # a PreTrainedModel method
+    return int(embeddings.weight.shape[0])
+
+
 def load_model_and_tokenizer(path: str | os.PathLike, device: str, dtype: torch.dtype | None
                              ) -> tuple[torch.nn.Module, Any]:
     """Load an HF causal LM and its tokenizer from a local directory, or raise PolicyError."""
@@ -107,7 +118,8 @@ def load_model_and_tokenizer(path: str | os.PathLike, device: str, dtype: torch.
             import transformers
             major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2])
             kwargs["dtype" if major_minor >= (4, 56) else "torch_dtype"] = dtype
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
+        # transformers types the wrapper of PreTrainedModel.to as taking a model, not a device
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)  # type: ignore[arg-type]
         tokenizer = AutoTokenizer.from_pretrained(path)
     except Exception as e:  # a broken directory is infrastructure, not a bad answer
         raise PolicyError(f"{path}: cannot load model/tokenizer: {type(e).__name__}: {e}") from e
@@ -184,9 +196,9 @@ class TorchPolicy:
             model, tok = load_model_and_tokenizer(draft, str(self.device), None)
             if tok.get_vocab() != self.tokenizer.get_vocab():
                 raise ValueError(f"TorchPolicy draft {draft}: its tokenizer's vocabulary differs from the model's")
-        if model.get_output_embeddings().weight.shape[0] != self.model.get_output_embeddings().weight.shape[0]:
-            raise ValueError(f"TorchPolicy draft {draft}: vocabulary size "
-                             f"{model.get_output_embeddings().weight.shape[0]} != the model's")
+        vocab = _vocab_rows(model)
+        if vocab != _vocab_rows(self.model):
+            raise ValueError(f"TorchPolicy draft {draft}: vocabulary size {vocab} != the model's")
         positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
         if self.max_positions is not None and positions is not None and positions < self.max_positions:
             raise ValueError(f"TorchPolicy draft {draft}: context of {positions} positions is shorter "

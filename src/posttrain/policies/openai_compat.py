@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
-from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 from posttrain.policies.base import PolicyError
 from posttrain.policies.render import plain_text, render_ids, render_text
-
+from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 
 _CONTEXT_ERROR = re.compile(r"context length|context window|maximum context|prompt is too long|"
                             r"longer than the model", re.IGNORECASE)
@@ -155,8 +155,9 @@ class OpenAIPolicy:
                 response = self.client.completions.create(
                     prompt=self._prompt(request), logprobs=1 if cfg.logprobs else None, **args)
             else:
+                messages: list[Any] = [{"role": m.role, "content": m.content} for m in request.messages]
                 response = self.client.chat.completions.create(
-                    messages=[{"role": m.role, "content": m.content} for m in request.messages],
+                    messages=messages,
                     logprobs=cfg.logprobs or None, **args)
         except (self._openai.BadRequestError, self._openai.UnprocessableEntityError) as e:
             return Completion(text="", finish_reason="error", gen_s=time.perf_counter() - t0,

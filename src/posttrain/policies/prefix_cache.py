@@ -24,8 +24,9 @@ their own copy of the shared prompt (counted against the budget as such).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Hashable, Sequence
+from typing import Any
 
 import torch
 

@@ -21,7 +21,8 @@ The cache must be a `DynamicCache` of plain `DynamicLayer`s (full attention, key
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 

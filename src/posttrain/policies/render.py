@@ -26,7 +26,8 @@ a completion model trained on such transcripts expects, and nothing more.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from posttrain.values.generation import Message
 

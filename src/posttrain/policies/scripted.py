@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 
@@ -46,20 +46,20 @@ class ScriptedPolicy:
         return None  # no tokenizer
 
     @classmethod
-    def oracle(cls) -> "ScriptedPolicy":
+    def oracle(cls) -> ScriptedPolicy:
         return cls("oracle")
 
     @classmethod
-    def negative(cls, which: str = "wrong") -> "ScriptedPolicy":
+    def negative(cls, which: str = "wrong") -> ScriptedPolicy:
         return cls(which)
 
     @classmethod
-    def playing(cls, actions: Sequence[str], name: str = "scripted:fixed") -> "ScriptedPolicy":
+    def playing(cls, actions: Sequence[str], name: str = "scripted:fixed") -> ScriptedPolicy:
         """Plays `actions` in every episode, whatever its task (tests, smoke runs)."""
         return cls("fixed", name, fixed=actions)
 
     @classmethod
-    def by_group(cls, scripts: Mapping[str, Sequence[str]], name: str = "scripted:given") -> "ScriptedPolicy":
+    def by_group(cls, scripts: Mapping[str, Sequence[str]], name: str = "scripted:given") -> ScriptedPolicy:
         """Plays `scripts[group_id]` in the episodes of each group (e.g. work items whose group
         ids the caller chose); a group without one gets error completions."""
         policy = cls("given", name)
@@ -69,7 +69,7 @@ class ScriptedPolicy:
         return policy
 
     @classmethod
-    def named(cls, name: str) -> "ScriptedPolicy":
+    def named(cls, name: str) -> ScriptedPolicy:
         """'oracle', 'empty', or the name of any negative ('wrong', ...)."""
         return cls(name)
 

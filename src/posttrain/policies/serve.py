@@ -31,14 +31,15 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from posttrain.values.generation import Completion, Message, SamplingParams
 from posttrain.policies.base import PolicyError
 from posttrain.policies.local import TorchPolicy
 from posttrain.policies.render import render_ids
+from posttrain.values.generation import Completion, Message, SamplingParams
 
-_REFUSED = {"best_of": (None, 1), "echo": (None, False), "suffix": (None,), "stream": (None, False),
-            "frequency_penalty": (None, 0), "presence_penalty": (None, 0), "logit_bias": (None, {}),
-            "tools": (None, []), "response_format": (None,)}
+_REFUSED: dict[str, tuple[object, ...]] = {
+    "best_of": (None, 1), "echo": (None, False), "suffix": (None,), "stream": (None, False),
+    "frequency_penalty": (None, 0), "presence_penalty": (None, 0), "logit_bias": (None, {}),
+    "tools": (None, []), "response_format": (None,)}
 """fields this server cannot honour -> the values that mean "not used" (anything else is a 400)"""
 
 
@@ -84,9 +85,9 @@ class PolicyServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
-    def start(self) -> "PolicyServer":
+    def start(self) -> PolicyServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._thread.start()
         return self

@@ -33,8 +33,9 @@ is standard decoding with reuse (one token per row per step).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -134,7 +135,7 @@ def generate(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_id
     slot = list(todo)  # batch row r completes rows[slot[r]]
     temps = [rows[i].temperature for i in slot]
     top_ps = [rows[i].top_p for i in slot]
-    gens = [None if rows[i].seed is None else torch.Generator(device=device).manual_seed(rows[i].seed)
+    gens = [None if (s := rows[i].seed) is None else torch.Generator(device=device).manual_seed(s)
             for i in slot]
 
     def emit(r: int, tok: int, logp: float) -> bool:
@@ -180,7 +181,7 @@ def generate(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_id
         width = logits.shape[1]
         stats.forwards += 1
         flat = logits.reshape(-1, logits.shape[-1])
-        rep = lambda xs: t([x for x in xs for _ in range(width)])  # noqa: E731
+        rep = lambda xs, width=width: t([x for x in xs for _ in range(width)])  # noqa: E731
         temps_t, top_ps_t = rep(temps), rep(top_ps)
         # one pass over every position: greedy picks are `sample_next`'s own (argmax of these)
         logp_all, probs = sampling_dist(flat, temps_t, top_ps_t)
@@ -201,7 +202,7 @@ def generate(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_id
                     a += 1
                 nxt = picks[a]
             else:
-                a, nxt = accept_sampled(probs[r, off:], d, qs[r], gens[r])  # type: ignore[index]
+                a, nxt = accept_sampled(probs[r, off:], d, qs[r], gens[r])
             new = d[:a] + [nxt]
             if temps[r] <= 0:  # every emitted token is the pick at its position
                 lps = pick_lp[r][off:off + a + 1]

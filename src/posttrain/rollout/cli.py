@@ -9,7 +9,6 @@ from typing import NoReturn
 import typer
 
 
-
 def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)

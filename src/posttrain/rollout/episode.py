@@ -26,12 +26,12 @@ from dataclasses import replace
 
 from posttrain.envs import EnvConfig, Environment, EpisodeEnd, make_env, stop_strings
 from posttrain.envs.single import SandboxFactory
-from posttrain.values.generation import Completion, GenerationRequest, Message, SamplingParams
-from posttrain.values.trajectory import ErrorInfo, Status, Trajectory, Turn
 from posttrain.sandbox.base import SandboxError
 from posttrain.tasks.domain import Domain
-from posttrain.values.task import Task
 from posttrain.values.episode import EpisodeResult
+from posttrain.values.generation import Completion, GenerationRequest, Message, SamplingParams
+from posttrain.values.task import Task
+from posttrain.values.trajectory import ErrorInfo, Status, Trajectory, Turn
 from posttrain.values.verdict import Verdict
 from posttrain.verifiers.base import VerifierError
 
@@ -79,7 +79,8 @@ class Episode:
             self._env = make_env(self.domain, self.env_config, self.sandbox_factory)
             obs = self._env.reset(self.task)
         except Exception as e:  # noqa: BLE001 - recorded as data, see module docstring
-            return self._infra(e, _where(e))
+            self._infra(e, _where(e))
+            return None
         self._observation, self._observation_cut = obs.text, obs.truncated_chars
         self.messages.append(Message("user", obs.text))
         return self._request()
@@ -95,12 +96,14 @@ class Episode:
         if completion.finish_reason == "error" and completion.context_exceeded and self.turns:
             # the conversation outgrew the model's context: the episode's budget is spent
             # (as when our own estimate says so in `_request`), not an infrastructure failure
-            return self._out_of_context()
+            self._out_of_context()
+            return None
         if completion.finish_reason == "error":
             self.turns.append(turn)
             # a first prompt that does not fit the model can never run: not the backend's fault
-            return self._infra(RuntimeError(completion.error or "generation failed"),
-                               "context" if completion.context_exceeded else "policy")
+            self._infra(RuntimeError(completion.error or "generation failed"),
+                        "context" if completion.context_exceeded else "policy")
+            return None
         if completion.finish_reason == "length":
             self._count("length_cut")
         self._context_used = self._tokens_of(completion)
@@ -110,7 +113,8 @@ class Episode:
             step = self._env.step(completion.text)
         except Exception as e:  # noqa: BLE001
             self.turns.append(turn)
-            return self._infra(e, _where(e))
+            self._infra(e, _where(e))
+            return None
         turn.tool_s = time.perf_counter() - t0
         turn.tool_calls = step.info.get("tool_calls", [])
         turn.tool_results = step.info.get("tool_results", [])
@@ -118,11 +122,12 @@ class Episode:
         turn.snapshot_id = step.info.get("snapshot_id")
         self.turns.append(turn)
         if step.end is not None:
-            return self._finish(step.end)
+            self._finish(step.end)
+            return None
         self.messages += [Message("assistant", completion.text), Message("user", step.observation.text)]
         # token-in/token-out: the next prompt extends the ids sampled so far (no re-tokenizing)
-        ids = completion.prompt_token_ids, completion.token_ids
-        self._prefix = None if None in ids else tuple(ids[0]) + tuple(ids[1])  # type: ignore[operator]
+        prompt_ids, new_ids = completion.prompt_token_ids, completion.token_ids
+        self._prefix = None if prompt_ids is None or new_ids is None else tuple(prompt_ids) + tuple(new_ids)
         self._observation, self._observation_cut = step.observation.text, step.observation.truncated_chars
         return self._request()
 
@@ -152,8 +157,10 @@ class Episode:
         try:
             end = self._env.finish(None, truncated=True)
         except Exception as e:  # noqa: BLE001
-            return self._infra(e, _where(e))
-        return self._finish(end)
+            self._infra(e, _where(e))
+            return None
+        self._finish(end)
+        return None
 
     def _request(self) -> GenerationRequest | None:
         limits = self.task.limits
@@ -161,7 +168,8 @@ class Episode:
         prompt_tokens = self._context_used + pending if self.turns else pending
         remaining = limits.context_tokens - prompt_tokens
         if remaining < 1:
-            return self._out_of_context()
+            self._out_of_context()
+            return None
         max_tokens = max(1, min(self.sampling.max_tokens, limits.max_tokens, remaining))
         sampling = replace(self.sampling, max_tokens=max_tokens)
         meta = {"episode": self.id, "domain": self.domain.name, "task_key": self.task.key,

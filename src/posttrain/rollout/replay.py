@@ -13,20 +13,27 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from posttrain.envs import EnvConfig
 from posttrain.envs.single import SandboxFactory
-from posttrain.values.generation import (
-    Completion, GenerationRequest, PolicyVersion, SamplingParams,
-)
 from posttrain.rollout.episode import Episode
-from posttrain.values.trajectory import Trajectory, Turn
 from posttrain.storage.store import Store
 from posttrain.tasks.registry import get_domain
+from posttrain.values.generation import (
+    Completion,
+    GenerationRequest,
+    PolicyVersion,
+    SamplingParams,
+)
+from posttrain.values.trajectory import Trajectory, Turn
 from posttrain.verifiers.base import Outcome
+
+if TYPE_CHECKING:
+    from posttrain.sandbox.base import Sandbox
 
 
 @dataclass
@@ -68,7 +75,8 @@ class _ReplayPolicy:
                 out.append(Completion(text="", finish_reason="stop"))
                 continue
             t = self.turns[i]
-            out.append(Completion(text=t.action, finish_reason=t.finish_reason or "stop",
+            finish = cast(Literal["stop", "length", "error"], t.finish_reason or "stop")
+            out.append(Completion(text=t.action, finish_reason=finish,
                                   prompt_token_ids=t.prompt_token_ids, token_ids=t.token_ids,
                                   logprobs=t.logprobs))
         return out
@@ -99,6 +107,8 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
         raise RuntimeError(f"replay of {traj.id} failed on infrastructure: {new.error.type}: "
                            f"{new.error.message}")
     for i, (old_t, new_t) in enumerate(zip(traj.turns, new.turns)):
+        a: object
+        b: object
         for fld in ("observation", "tool_results_ok"):
             if fld == "observation":
                 a, b = old_t.observation, new_t.observation
@@ -135,7 +145,7 @@ def submitted_answer(traj: Trajectory, env_kind: str) -> str | None:
     return None
 
 
-def restore_workspace(sandbox: Any, archive: bytes) -> int:
+def restore_workspace(sandbox: Sandbox, archive: bytes) -> int:
     """Write the regular files of a workspace archive into `sandbox`; returns how many."""
     n = 0
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:

@@ -16,8 +16,8 @@ import secrets
 import socket
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from posttrain.sandbox.base import LimitReason, Limits, Sandbox, WorkspacePathError
 
@@ -132,7 +132,7 @@ def no_network(sb):
         try:
             listener.accept()[0].close()
             accepted = True
-        except socket.timeout:
+        except TimeoutError:
             accepted = False
     finally:
         listener.close()

@@ -17,8 +17,9 @@ refused with `WorkspacePathError`.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from posttrain.sandbox.reset import ResetReport
@@ -105,7 +106,7 @@ class RunResult:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "RunResult":
+    def from_dict(cls, d: Mapping) -> RunResult:
         d = dict(d)
         d["limit"] = LimitReason(d["limit"]) if d.get("limit") else None
         return cls(**d)
@@ -220,11 +221,21 @@ class Sandbox(Protocol):
         """The whole workspace as a deterministic tar archive (for trajectories and replay)."""
         ...
 
-    def reset(self) -> "ResetReport":
+    def reset(self) -> ResetReport:
         """Make the sandbox what it was when it booted, for the next episode: every process
         killed (the job server stays), the workspace, /tmp, /dev/shm and $HOME back to pristine,
         snapshots dropped; then check it from the outside. `ResetReport.reusable` False: the
         sandbox must not serve another episode (the caller closes it)."""
         ...
 
-    def close(self) -> None: ...
+    def close(self, wait: bool = True) -> None:
+        """Kill everything in the sandbox and free it (`wait=False`: finish in the background;
+        the sandbox is unusable from the moment of the call)."""
+        ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def __enter__(self) -> Sandbox: ...
+
+    def __exit__(self, *exc: object) -> None: ...

@@ -43,8 +43,9 @@ namespaces. What each layer protects against, and what it does not:
   caps. On a timeout the supervisor kills the command's session through the cgroup (or, where
   there is none, the whole sandbox, job server included). What a command leaves running in the
   background (`server &`) keeps running, as in a shell, until `kill_processes()`, a `restore()`
-  or the sandbox's end (or its reset between episodes), when everything in it is killed. The sandbox's pid 1 reaps inside; the
-  supervisor is a subreaper and reaps outside: no zombie or orphan outlives the sandbox.
+  or the sandbox's end (or its reset between episodes), when everything in it is killed. The
+  sandbox's pid 1 reaps inside; the supervisor is a subreaper and reaps outside: no zombie or
+  orphan outlives the sandbox.
   Not covered: processes of one sandbox share its uid, so a command can kill the job server
   (the supervisor then starts a new one and says so in the result).
 * **Lifetime**: `--die-with-parent` and `--new-session` (no terminal injection through TIOCSTI);

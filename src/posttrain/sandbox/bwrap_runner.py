@@ -360,7 +360,7 @@ class BwrapRunner:
         except (OSError, ValueError):
             return
         if len(children) == 1:
-            self.infra = {handle.pid, handle.init_pid, children[0]}
+            self.infra = {p for p in (handle.pid, handle.init_pid, children[0]) if p is not None}
             self.server_pid = children[0]
 
     # -- the sandbox's processes, seen from the host -----------------------------------------
@@ -464,9 +464,9 @@ class BwrapRunner:
             return ResetFacts(killed=0, server="not running (killed during the episode?)")
         killed = self._kill_until_gone(self._processes)
         left = tuple(sorted(self._processes()))
-        server = _server_state(self.server_pid)
-        if killed is None or left or server != "ok":
-            return ResetFacts(killed=killed, server=server, processes_left=left)
+        state = _server_state(self.server_pid)
+        if killed is None or left or state != "ok":
+            return ResetFacts(killed=killed, server=state, processes_left=left)
         try:
             self.overlay.reset()
             self.tmp.reset()

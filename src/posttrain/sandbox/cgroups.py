@@ -42,7 +42,8 @@ def detect() -> dict[str, tuple[str, str]]:
     """controller -> ("v2" | "v1", mount point), for the controllers usable here."""
     if os.geteuid() != 0:
         return {}  # creating cgroups needs root (or a delegated subtree we do not look for)
-    v2_mount, v1 = None, {}
+    v2_mount: str | None = None
+    v1: dict[str, str] = {}
     try:
         with open("/proc/self/mounts") as f:
             mounts = [line.split() for line in f]
@@ -120,7 +121,7 @@ class SandboxCgroup:
             raise
 
     @classmethod
-    def create(cls, limits: Limits) -> "SandboxCgroup":
+    def create(cls, limits: Limits) -> SandboxCgroup:
         """A cgroup with a fresh random name, locked as ours until this process exits."""
         os.makedirs(LOCK_DIR, mode=0o700, exist_ok=True)
         name = secrets.token_hex(8)
@@ -324,7 +325,7 @@ def collect_stale() -> int:
     """Remove sandbox cgroups left by supervisors that were killed (empty ones only)."""
     n = 0
     gone: set[str] = set()
-    for c, (ver, mnt) in detect().items():
+    for _ver, mnt in detect().values():
         try:
             names = [x for x in os.listdir(mnt) if x.startswith(PREFIX)]
         except OSError:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal as _signal
 import sys
-from typing import List, Optional
+from typing import Any
 
 import typer
 
@@ -34,9 +34,9 @@ def check() -> None:
 
 @app.command(context_settings={"allow_interspersed_args": False})
 def run(
-    command: List[str] = typer.Argument(..., help="the command and its arguments (after --)"),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="wall-clock limit, seconds"),
-    memory: Optional[int] = typer.Option(None, "--memory", help="memory limit, MB"),
+    command: list[str] = typer.Argument(..., help="the command and its arguments (after --)"),
+    timeout: float | None = typer.Option(None, "--timeout", help="wall-clock limit, seconds"),
+    memory: int | None = typer.Option(None, "--memory", help="memory limit, MB"),
     allow_unsandboxed: bool = typer.Option(
         False, "--allow-unsandboxed", help="fall back to the unisolated process backend if "
         "bubblewrap is unavailable (trusted commands only)"),
@@ -48,7 +48,7 @@ def run(
     from posttrain.sandbox.base import Limits, SandboxError
     from posttrain.sandbox.factory import open_sandbox
 
-    fields = {}
+    fields: dict[str, Any] = {}
     if timeout is not None:
         fields["wall_s"] = timeout
     if memory is not None:
@@ -57,13 +57,13 @@ def run(
         limits = Limits(**fields)
     except ValueError as e:
         typer.echo(f"posttrain sandbox run: {e}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     try:
         with open_sandbox(limits, allow_unsandboxed=allow_unsandboxed) as sb:
             result = sb.run(list(command))
     except SandboxError as e:
         typer.echo(f"posttrain sandbox run: {e}", err=True)
-        raise typer.Exit(3)
+        raise typer.Exit(3) from None
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     if result.stdout_truncated or result.stderr_truncated:

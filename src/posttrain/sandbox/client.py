@@ -21,10 +21,18 @@ import tempfile
 import threading
 import uuid
 import weakref
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from posttrain.sandbox.base import (DEFAULT_CLOCK, Limits, RunResult, SandboxBroken,
-                                    SandboxError, SandboxInfo, SandboxUnavailable, clock_env)
+from posttrain.sandbox.base import (
+    DEFAULT_CLOCK,
+    Limits,
+    RunResult,
+    SandboxBroken,
+    SandboxError,
+    SandboxInfo,
+    SandboxUnavailable,
+    clock_env,
+)
 from posttrain.sandbox.protocol import recv_obj, send_obj
 from posttrain.sandbox.reset import ResetReport
 from posttrain.sandbox.workspace import Workspace
@@ -137,7 +145,7 @@ class SupervisedSandbox:
             send_obj(host, cfg)
             reply = recv_obj(host)
             host.settimeout(None)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, ValueError) as e:
             self._finalizer()
             raise SandboxUnavailable(f"sandbox supervisor did not start ({e!r}): "
                                      f"{self._stderr_tail()}") from None
@@ -205,13 +213,13 @@ class SupervisedSandbox:
                 self._sock.settimeout(timeout)
                 send_obj(self._sock, req)
                 resp = recv_obj(self._sock)
-            except socket.timeout:
-                raise self._mark_broken(f"no reply to {req['op']!r} within {timeout:.0f} s")
-            except (OSError, EOFError) as e:
+            except TimeoutError:
+                raise self._mark_broken(f"no reply to {req['op']!r} within {timeout:.0f} s") from None
+            except (OSError, EOFError, ValueError) as e:
                 raise self._mark_broken(f"its supervisor died during {req['op']!r} ({e!r}); "
                                         f"{self._stderr_tail()}") from None
         if not resp.get("ok"):
-            cls = _ERRORS.get(resp.get("kind"), SandboxError)
+            cls = _ERRORS.get(str(resp.get("kind")), SandboxError)
             raise cls(f"sandbox {self.id}: {resp.get('error')}")
         return resp
 
@@ -344,10 +352,10 @@ class SupervisedSandbox:
     def closed(self) -> bool:
         return self._closed
 
-    def __enter__(self) -> "SupervisedSandbox":
+    def __enter__(self) -> SupervisedSandbox:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -14,8 +14,8 @@ import errno
 import os
 import select
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from posttrain.sandbox.base import Limits
 
@@ -81,9 +81,9 @@ def pump(*, out_fd: int, err_fd: int, stdin_fd: int | None, stdin_data: bytes | 
                 drain_deadline = now + DRAIN_GRACE_S
             if drain_deadline is not None and now >= drain_deadline:
                 break  # something still holds the pipes open; the caller kills it
-            limit = drain_deadline if done else deadline
+            limit = drain_deadline if done and drain_deadline is not None else deadline
             wait_ms = max(0, int((limit - now) * 1000)) + 1
-            for fd, ev in poller.poll(wait_ms):
+            for fd, _ev in poller.poll(wait_ms):
                 if fd in streams:
                     buf, total_attr = streams[fd]
                     try:

@@ -7,7 +7,7 @@ import logging
 import os
 import re
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 from posttrain.sandbox.base import DEFAULT_CLOCK, Limits, Sandbox, SandboxUnavailable
 

@@ -31,7 +31,7 @@ def isolation_layers() -> list[Layer]:
 
     problem = bwrap_problem()
     ok = problem is None
-    layers = [Layer("bubblewrap", ok, f"{find_bwrap()}" if ok else problem)]
+    layers = [Layer("bubblewrap", ok, f"{find_bwrap()}" if problem is None else problem)]
     ns = "mount, pid, net, ipc, uts, cgroup, user (nested user namespaces disabled)"
     layers.append(Layer("namespaces", ok, ns if ok else "needs bubblewrap"))
     layers.append(Layer("no network", ok, "only an unconfigured loopback inside" if ok

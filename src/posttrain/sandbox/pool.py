@@ -28,7 +28,7 @@ import contextlib
 import queue
 import threading
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from posttrain.sandbox.base import DEFAULT_CLOCK, Limits, Sandbox, SandboxError, SandboxUnavailable
 from posttrain.sandbox.factory import open_sandbox
@@ -169,8 +169,7 @@ class SandboxPool:
                         self._ready.put(sb)
                         return
                     self.stats["closed_idle"] += 1  # more idle sandboxes than the pool keeps
-                    report = None
-                if report is not None:
+                else:
                     self.stats["discards"] += 1
                     why = report.reason.split(":")[0]
                     reasons = self.stats["discard_reasons"]
@@ -212,7 +211,7 @@ class SandboxPool:
             if not isinstance(item, Exception):
                 item.close()
 
-    def __enter__(self) -> "SandboxPool":
+    def __enter__(self) -> SandboxPool:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -18,6 +18,7 @@ import os
 import pickle
 import socket
 import struct
+from typing import Any
 
 _HEADER = struct.Struct("!I")
 MAX_MESSAGE = 64 << 20
@@ -47,8 +48,12 @@ def send_obj(sock: socket.socket, obj: object) -> None:
     sock.sendall(_HEADER.pack(len(data)) + data)
 
 
-def recv_obj(sock: socket.socket) -> object:
-    return pickle.loads(_recv_frame(sock))
+def recv_obj(sock: socket.socket) -> dict[str, Any]:
+    """One message between host and supervisor: always a dict (requests, replies, the config)."""
+    obj = pickle.loads(_recv_frame(sock))
+    if not isinstance(obj, dict):
+        raise ValueError(f"malformed message: a {type(obj).__name__}, not a dict")
+    return obj
 
 
 def send_job(sock: socket.socket, job: dict, fds: list[int]) -> None:

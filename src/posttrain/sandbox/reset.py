@@ -78,7 +78,7 @@ class ResetReport:
                 "seconds": self.seconds, "details": dict(self.details)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ResetReport":
+    def from_dict(cls, d: dict) -> ResetReport:
         return cls(bool(d["reusable"]), str(d.get("reason", "")), int(d.get("killed", 0)),
                    float(d.get("seconds", 0.0)), dict(d.get("details", {})))
 

@@ -27,7 +27,8 @@ RANGE_LOCK_DIR = "/run/posttrain/sandbox-ranges"
 
 class Slot:
     def __init__(self, uid: int, fd: int, count: int = 1) -> None:
-        self.uid, self._fd, self.count = uid, fd, count
+        self.uid, self.count = uid, count
+        self._fd: int | None = fd
 
     def release(self, clean: bool = False) -> None:
         """Give the uid back. `clean`: its supervisor saw the sandbox's cgroup empty and exited,

@@ -18,14 +18,22 @@ import socket
 import sys
 import time
 import traceback
+from typing import Any
 
 if __name__ == "__main__":  # started as a script with -I -S: make `posttrain` importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from posttrain.sandbox.base import LimitReason, Limits  # noqa: E402
 from posttrain.sandbox.execute import pump  # noqa: E402
-from posttrain.sandbox.protocol import (DONE, READY, read_started, recv_obj,  # noqa: E402
-                                        recv_report, send_job, send_obj)
+from posttrain.sandbox.protocol import (  # noqa: E402
+    DONE,
+    READY,
+    read_started,
+    recv_obj,
+    recv_report,
+    send_job,
+    send_obj,
+)
 from posttrain.sandbox.reset import ResetReport, judge  # noqa: E402
 
 SERVER_BOOT_TIMEOUT_S = 120.0
@@ -38,7 +46,8 @@ class JobServer:
     def __init__(self, runner, preload: list[str]) -> None:
         self.runner = runner
         self.preload = preload
-        self.handle = None
+        self.handle: Any = None
+        """the runner's handle of the running server (BwrapHandle or ProcessHandle), or None"""
         self.sock: socket.socket | None = None
         self.started_r: int | None = None
         self.ready = False
@@ -85,6 +94,7 @@ class JobServer:
             self.start()
         if self.ready:
             return
+        assert self.sock is not None  # start() opened it
         self.sock.settimeout(SERVER_BOOT_TIMEOUT_S)
         try:
             kind, errors = recv_report(self.sock)
@@ -133,6 +143,9 @@ class Supervisor:
         self.cfg = cfg
         self.host = host
         self.limits = Limits(**cfg["limits"])
+        # two runners with their own handle types (BwrapHandle, ProcessHandle) behind the same
+        # method names; no shared protocol declares them yet
+        self.runner: Any
         if cfg["mode"] == "bwrap":
             from posttrain.sandbox.bwrap_runner import BwrapRunner
             self.runner = BwrapRunner(cfg)
@@ -222,7 +235,7 @@ class Supervisor:
 
     def job(self, payload: dict, req: dict) -> dict:
         payload.update(cwd=self.runner.inside_ws, cpu_s=max(1, int(round(self.limits.cpu_s))))
-        for attempt in range(2):
+        for _attempt in range(2):
             result = self._attempt(payload, req)
             if result is not None:
                 return result
@@ -238,8 +251,10 @@ class Supervisor:
         self.runner.reset_peak()
         server.started()  # drain: what is written from here on is this job's
         server.job_pid = None
+        sock = server.sock
+        assert sock is not None  # ensure() started the server
         try:
-            send_job(server.sock, payload, list(child))
+            send_job(sock, payload, list(child))
         except OSError:
             send_failed = True
         else:
@@ -251,11 +266,11 @@ class Supervisor:
 
         def on_done() -> bool:
             try:
-                kind, body = recv_report(server.sock)
+                kind, body = recv_report(sock)
             except (EOFError, OSError, ValueError):
                 status["server_died"] = True
                 return True
-            if kind != DONE:
+            if kind != DONE or not isinstance(body, tuple):
                 status["server_died"] = True  # a confused server is as good as a dead one
                 return True
             status.update(status=body[0], cpu_s=body[1], maxrss_kb=body[2])
@@ -267,7 +282,7 @@ class Supervisor:
                 cap = None
             else:
                 cap = pump(out_fd=ours[1], err_fd=ours[2], stdin_fd=ours[0],
-                           stdin_data=req.get("stdin"), done_fd=server.sock.fileno(),
+                           stdin_data=req.get("stdin"), done_fd=sock.fileno(),
                            on_done=on_done, kill=self.kill_job, timeout=req["timeout"],
                            limits=self.limits, hangup_fd=self.host.fileno())
         finally:
@@ -278,8 +293,8 @@ class Supervisor:
         if "server_died" in status:
             started = server.started() is not None
             server.kill()  # reaped here; a new one starts with the next command
-            if not started:
-                return None  # it never started the job
+            if not started or cap is None:
+                return None  # it never started the job (or it was never sent)
             exit_code, sig = None, None
             if cap.killed is None:
                 cap.err += b"\n[posttrain] the sandbox's job server was killed during this " \

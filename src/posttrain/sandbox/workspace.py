@@ -19,7 +19,7 @@ import io
 import os
 import stat
 import tarfile
-from typing import Callable
+from collections.abc import Callable
 
 from posttrain.sandbox.base import WorkspacePathError
 
@@ -125,6 +125,7 @@ class Workspace:
             raise ValueError(f"write_file({path!r}): mode must be within 0o000..0o777, "
                              f"got {mode!r}")
         parent, name, _ = self._resolve(path, split_workspace_path(path), create_dirs=True)
+        assert name is not None  # without final_dir there is always a final name
         try:
             fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
                          | os.O_CLOEXEC | os.O_NONBLOCK, 0o600, dir_fd=parent)
@@ -144,6 +145,7 @@ class Workspace:
 
     def read_file(self, path: str) -> bytes:
         parent, name, _ = self._resolve(path, split_workspace_path(path))
+        assert name is not None  # without final_dir there is always a final name
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
                          dir_fd=parent)

@@ -13,8 +13,14 @@ Ray is imported only when a `RayBackend` is opened.
 
 from posttrain.scheduling.backends import LocalBackend, WorkerBackend
 from posttrain.scheduling.batcher import GenerationBatcher
-from posttrain.scheduling.config import (AdaptiveConfig, BatchConfig, DomainSpec, QuarantineConfig,
-                                         RetryConfig, SchedulerConfig)
+from posttrain.scheduling.config import (
+    AdaptiveConfig,
+    BatchConfig,
+    DomainSpec,
+    QuarantineConfig,
+    RetryConfig,
+    SchedulerConfig,
+)
 from posttrain.scheduling.core import SchedulerCore
 from posttrain.scheduling.runner import EpisodeTimeout, Scheduler, SchedulerStalled
 from posttrain.scheduling.staleness import StalenessController

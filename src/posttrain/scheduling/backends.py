@@ -20,9 +20,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from posttrain.values.generation import Completion, GenerationRequest
-from posttrain.values.episode import EpisodeResult
 from posttrain.scheduling.work import EpisodeDriver, EpisodeFactory, EpisodeSpec
+from posttrain.values.episode import EpisodeResult
+from posttrain.values.generation import Completion, GenerationRequest
 
 Step = tuple[GenerationRequest | None, EpisodeResult | None, float]
 """(the next request, or None and the finished episode's result; seconds the call took on its worker)"""

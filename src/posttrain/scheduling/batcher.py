@@ -33,9 +33,9 @@ import time
 from collections import deque
 from typing import Any
 
-from posttrain.values.generation import Completion, GenerationRequest
 from posttrain.policies.base import Policy, PolicyError
 from posttrain.scheduling.config import BatchConfig
+from posttrain.values.generation import Completion, GenerationRequest
 
 _Entry = tuple[Any, int, GenerationRequest, asyncio.Future, float]
 
@@ -96,6 +96,7 @@ class GenerationBatcher:
         requests wait than a batch holds, the lowest `priority` goes first (then arrival)."""
         if not self._threads:
             raise RuntimeError("batcher not started")
+        assert self._loop is not None  # set by start(), with the threads
         fut: asyncio.Future = self._loop.create_future()
         now = time.perf_counter()
         with self._cond:
@@ -141,6 +142,7 @@ class GenerationBatcher:
         while (batch := self._take()) is not None:
             outs = self._generate([e[2] for e in batch])
             try:
+                assert self._loop is not None
                 self._loop.call_soon_threadsafe(self._deliver, batch, outs)
             except RuntimeError:  # the loop is closed: nobody waits for these any more
                 return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import NoReturn
 
 import typer
 
@@ -28,7 +28,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
                                                  help="exit 3 when more episodes than this share are "
                                                       "infrastructure errors"),
             as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
-            source: Optional[list[str]] = source_option()) -> None:
+            source: list[str] | None = source_option()) -> None:
     """Run episodes with a scripted policy over the matching domains and store them.
     Domains with no tasks in --split (an imported task folder lives in one) are skipped."""
     from posttrain import runlock

@@ -446,6 +446,7 @@ class SchedulerCore(CoreState):
         self.ready[g.tier].pop(g.gid, None)
         self.counters["groups_taken"] += 1
         group = g.group
+        assert group is not None  # built when the group became ready
         group.staleness = staleness
         for t in group.trajectories:
             t.policy_staleness = staleness
@@ -454,7 +455,7 @@ class SchedulerCore(CoreState):
     # == state ========================================================================
     @classmethod
     def from_state(cls, state: dict[str, Any], config: SchedulerConfig, domains: Sequence[DomainSpec],
-                   *, completed: Completed, **kwargs: Any) -> "SchedulerCore":
+                   *, completed: Completed, **kwargs: Any) -> SchedulerCore:
         """Resume: groups open at save time are re-issued exactly once (members re-run from
         scratch at the attempt they were at: seeded by identity, they sample the same), unless
         `completed` (the store's group ids) says they finished after the save: those are handed

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Coroutine, Iterator, Sequence
+from typing import Any
 
 from posttrain.envs import EnvConfig, needs_sandbox, sandbox_preload
 from posttrain.envs.single import SandboxFactory

@@ -11,8 +11,8 @@ importable domains).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Callable, Mapping, Sequence
 
 from posttrain.envs import EnvConfig
 from posttrain.envs.single import SandboxFactory

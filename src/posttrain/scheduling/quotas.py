@@ -27,7 +27,8 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class Window:
@@ -58,7 +59,8 @@ class Window:
         return [[round(now - t, 6), s, c] for t, s, c in self.events]
 
     def load_state(self, rows: list, now: float) -> None:
-        self.__init__()
+        self.events.clear()
+        self.samples = self.cost = 0.0
         for age, s, c in rows:
             self.add(now - float(age), float(s), float(c))
 

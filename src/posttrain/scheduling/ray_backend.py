@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from posttrain.values.generation import Completion
 from posttrain.scheduling.backends import Step, advance_episode, start_episode
 from posttrain.scheduling.work import EpisodeDriver, EpisodeFactory, EpisodeSpec
+from posttrain.values.generation import Completion
 
 
 class EpisodeHost:

@@ -29,17 +29,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from posttrain.policies.base import Policy, ScriptedPlayer
-from posttrain.values.episode import EpisodeResult
-from posttrain.values.trajectory import ErrorInfo, Trajectory
 from posttrain.scheduling.backends import LocalBackend, WorkerBackend
 from posttrain.scheduling.batcher import GenerationBatcher
 from posttrain.scheduling.config import DomainSpec, SchedulerConfig
 from posttrain.scheduling.core import Completed, SchedulerCore
 from posttrain.scheduling.versions import VersionInfraRate
 from posttrain.scheduling.work import EpisodeFactory, EpisodeSpec, Group, TaskSource, Usage
+from posttrain.values.episode import EpisodeResult
+from posttrain.values.trajectory import ErrorInfo, Trajectory
 
 
 class EpisodeTimeout(RuntimeError):
@@ -76,7 +77,7 @@ class Scheduler:
                 raise ValueError("Scheduler needs an episode factory (or a backend built with one)")
             backend = LocalBackend(factory, workers=workers)
         self.config, self.policy, self.backend, self.clock = config, policy, backend, clock
-        kwargs = dict(clock=clock, on_group=on_group, on_failure=on_failure, load_group=load_group)
+        kwargs: dict[str, Any] = dict(clock=clock, on_group=on_group, on_failure=on_failure, load_group=load_group)
         if state is not None:
             self.core = SchedulerCore.from_state(state, config, domains, completed=completed or (), **kwargs)
         else:
@@ -129,7 +130,7 @@ class Scheduler:
         if self._started_at is not None and self._closed_at is None:
             self._closed_at = time.perf_counter()
 
-    async def __aenter__(self) -> "Scheduler":
+    async def __aenter__(self) -> Scheduler:
         await self.start()
         return self
 
@@ -319,6 +320,7 @@ class Scheduler:
         return self._tier_rank[spec.tier], (g.seq if g is not None else 1 << 62)
 
     async def _wait_change(self) -> None:
+        assert self._changed is not None  # made when the run starts
         self._changed.clear()
         await self._changed.wait()
 

@@ -6,7 +6,7 @@ policy (`posttrain.policies.base.ScriptedPlayer.assign`), so the policy never se
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Task

@@ -12,15 +12,19 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from posttrain.values.generation import (
-    Completion, GenerationRequest, Message, PolicyVersion, SamplingParams,
-)
-from posttrain.values.episode import EpisodeResult
-from posttrain.values.trajectory import ErrorInfo, Trajectory
 from posttrain.scheduling.work import EpisodeSpec
+from posttrain.values.episode import EpisodeResult
+from posttrain.values.generation import (
+    Completion,
+    GenerationRequest,
+    Message,
+    PolicyVersion,
+    SamplingParams,
+)
+from posttrain.values.trajectory import ErrorInfo, Status, Trajectory
 from posttrain.values.verdict import Verdict
 
 
@@ -132,7 +136,7 @@ class SimEpisode:
             raise RuntimeError(f"episode {self.spec.key} has not finished")
         return EpisodeResult(self._result, None)
 
-    def _trajectory(self, status: str, **kw: object) -> Trajectory:
+    def _trajectory(self, status: Status, **kw: object) -> Trajectory:
         s = self.spec
         return Trajectory(task_key=f"{s.domain}/{s.split}/{s.task_seed}", task_hash=f"sim-{s.task_seed}",
                           domain=s.domain, split=s.split, policy_version=s.policy_version,

@@ -38,6 +38,16 @@ class DomainState:
 
     STATS = ("groups_ready", "groups_dropped", "samples", "cost", "sandbox_s", "gen_s", "tokens",
              "infra_errors", "retries", "signal_groups")
+    groups_ready: int
+    groups_dropped: int
+    samples: int
+    cost: float
+    sandbox_s: float
+    gen_s: float
+    tokens: int
+    infra_errors: int
+    retries: int
+    signal_groups: int
     __slots__ = ("spec", "next_index", "running", "queued", "est_cost", "waits") + STATS
 
     def __init__(self, spec: DomainSpec) -> None:
@@ -291,7 +301,9 @@ class CoreState:
         for name, spec in self.specs.items():
             if spec.continuous and self._allowed(name):
                 active_weight[spec.tier] += self.fair[spec.tier].weight(name)
-        domains, max_wait, all_waits = {}, 0.0, []
+        domains: dict[str, dict[str, Any]] = {}
+        max_wait = 0.0
+        all_waits: list[float] = []
         for name, spec in self.specs.items():
             fair = self.fair[spec.tier]
             sample_share, cost_share = fair.shares(name)

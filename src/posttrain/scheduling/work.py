@@ -10,8 +10,9 @@ Ray backend.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from posttrain.values.episode import EpisodeResult
 from posttrain.values.generation import Completion, GenerationRequest
@@ -98,7 +99,7 @@ class Usage:
     queue_s: float = 0.0
     """time between becoming ready to launch and being launched"""
 
-    def add(self, other: "Usage") -> None:
+    def add(self, other: Usage) -> None:
         self.sandbox_s += other.sandbox_s
         self.gen_s += other.gen_s
         self.tokens += other.tokens

@@ -8,11 +8,11 @@ for training (`actions`, `token_ids`, `logprobs`), and the complete record as JS
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
-from posttrain.values.trajectory import Trajectory
 from posttrain.storage.store import Store
+from posttrain.values.trajectory import Trajectory
 
 
 def _row(t: Trajectory) -> dict:

@@ -24,8 +24,9 @@ files load with `datasets.load_dataset("parquet", data_files=...)`, `.jsonl` wit
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from posttrain.storage.store import Store
 from posttrain.values.task import canonical_json
@@ -75,8 +76,8 @@ def verl_rows(store: Store, trajs: Iterable[Trajectory]) -> list[dict[str, Any]]
 
 
 def _ids(t: Trajectory) -> dict[str, Any]:
-    return {"trajectory_id": t.id, "domain": t.domain, "task_key": t.task_key, "reward": float(t.reward),
-            "passed": t.passed}
+    return {"trajectory_id": t.id, "domain": t.domain, "task_key": t.task_key,
+            "reward": None if t.reward is None else float(t.reward), "passed": t.passed}
 
 
 def trl_rows(trajs: list[Trajectory]) -> list[dict[str, Any]]:

@@ -22,11 +22,12 @@ import json
 import sqlite3
 import time
 import zlib
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
-from posttrain.values.trajectory import Trajectory
 from posttrain.values.task import Task, sha256_text
+from posttrain.values.trajectory import Trajectory
 from posttrain.values.verdict import Verdict
 
 SCHEMA_VERSION = 2
@@ -81,7 +82,7 @@ class Store:
             uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
             self._db = sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None,
                                        check_same_thread=False)
-            self._db.execute("PRAGMA busy_timeout = %d" % int(timeout_s * 1000))
+            self._db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
             if not readonly:
                 self._db.execute("PRAGMA journal_mode = WAL")
                 self._db.execute("PRAGMA synchronous = NORMAL")
@@ -110,7 +111,7 @@ class Store:
             self._db.execute(_IDENTITY_INDEX.format(unique="", name="traj_identity_legacy"))
 
     @classmethod
-    def for_run_dir(cls, run_dir: str | Path, **kwargs: Any) -> "Store":
+    def for_run_dir(cls, run_dir: str | Path, **kwargs: Any) -> Store:
         return cls(Path(run_dir) / STORE_FILE, **kwargs)
 
     def _explain(self, e: sqlite3.Error) -> str:
@@ -352,7 +353,7 @@ class Store:
     def close(self) -> None:
         self._db.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: Any) -> None:

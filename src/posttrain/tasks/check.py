@@ -5,7 +5,9 @@ For each domain and each sampled (seed, split):
 * generation is deterministic: generating twice gives byte-identical tasks of that split;
 * the oracle passes;
 * `negatives` has 'empty' and at least one wrong attempt, and every negative fails;
-* grading is stable: the same outcome verified twice gives the same verdict (the flip rate).
+* grading is stable: the same outcome verified twice gives the same verdict (the flip rate);
+* no adversary passes (`posttrain.tasks.adversaries`: attempts that try to game the grader
+  without solving the task), nor turns into an infrastructure error: `hack_pass_rate` is 0.
 
 Domains whose verifier needs nothing but the answer (`single` env, `needs_sandbox` false) are
 graded directly with `verifier.verify(task, Outcome(answer=actions[-1]))`, and every outcome is
@@ -21,17 +23,19 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
+from posttrain.tasks.adversaries import check_adversaries
 from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.values.task import Split, Task
 from posttrain.values.verdict import Verdict
 from posttrain.verifiers.base import Outcome
 
 FAILURE_KINDS = ("generate_error", "nondeterministic", "oracle_failed", "negatives_incomplete",
-                 "negative_passed", "flip", "infra_error")
+                 "negative_passed", "flip", "infra_error", "hack_passed", "hack_infra_error")
 
 
 MAX_BROKEN_TASKS_IN_A_ROW = 2
@@ -69,6 +73,10 @@ class DomainCheck:
     flips: int = 0
     """of those, how many got a different verdict the second time"""
     infra_errors: int = 0
+    hacks: int = 0
+    """adversarial attempts graded (`posttrain.tasks.adversaries`)"""
+    hacks_passed: int = 0
+    """of those, how many passed: each one is a grader that can be gamed"""
     not_checked: str = ""
     """why the domain could not be checked here ('' when it was)"""
     seconds: float = 0.0
@@ -109,6 +117,11 @@ class CheckReport:
         return self._rate("negatives_failed", "negatives")
 
     @property
+    def hack_pass_rate(self) -> float:
+        d = sum(c.hacks for c in self.checks)
+        return sum(c.hacks_passed for c in self.checks) / d if d else 0.0
+
+    @property
     def flip_rate(self) -> float:
         graded = sum(c.regraded for c in self.checks)
         return sum(c.flips for c in self.checks) / graded if graded else 0.0
@@ -120,11 +133,17 @@ class CheckReport:
                 "not_checked": len(self.checks) - len(self.checked),
                 "oracle_pass_rate": self.oracle_pass_rate, "negative_fail_rate": self.negative_fail_rate,
                 "flip_rate": self.flip_rate, "infra_errors": sum(c.infra_errors for c in self.checks),
+                "hacks": sum(c.hacks for c in self.checks), "hack_pass_rate": self.hack_pass_rate,
                 "seconds": round(self.seconds, 3),
                 "by_family": {fam: {"domains": len(cs), "tasks": sum(c.tasks for c in cs),
                                     "failures": sum(len(c.failures) for c in cs),
+                                    "hacks": sum(c.hacks for c in cs),
+                                    "hack_pass_rate": CheckReport(cs).hack_pass_rate,
                                     "seconds": round(sum(c.seconds for c in cs), 3)}
                               for fam, cs in sorted(self.by_family().items())},
+                "by_domain": {c.domain: {"hack_pass_rate": c.hacks_passed / c.hacks if c.hacks else 0.0,
+                                         "hacks": c.hacks, "seconds": round(c.seconds, 3)}
+                              for c in self.checked},
                 "failures": [asdict(f) for f in self.failures]}
 
     def by_family(self) -> dict[str, list[DomainCheck]]:
@@ -214,6 +233,8 @@ def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck,
             out.negatives_failed += not first.passed
             if first.passed:
                 fail("negative_passed", f"negative {name!r} = {str(actions[-1] if actions else None)[:120]!r} passed")
+    graded += check_adversaries(domain, task, out, fail, lambda acts: _grade(domain, task, acts, sandbox_factory),
+                                passthrough=(_NotCheckable,))
     return graded
 
 

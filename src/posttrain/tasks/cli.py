@@ -6,7 +6,6 @@ Imports nothing heavy at module level: families load on the first registry look-
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 import typer
 
@@ -16,7 +15,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Task domains: list them, show a generated task, check oracles and negatives.")
 
 
-def _select(family: Optional[str], domains: Optional[str]):
+def _select(family: str | None, domains: str | None):
     from posttrain.tasks import registry
 
     try:
@@ -33,9 +32,9 @@ def _select(family: Optional[str], domains: Optional[str]):
 
 
 @app.command("list")
-def list_(family: Optional[str] = typer.Option(None, "--family", "-f", help="only this family"),
+def list_(family: str | None = typer.Option(None, "--family", "-f", help="only this family"),
           as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
-          source: Optional[list[str]] = source_option()) -> None:
+          source: list[str] | None = source_option()) -> None:
     """List domains with their family, environment kind and verifier."""
     apply_sources(source)
     chosen = _select(family, None)
@@ -58,7 +57,7 @@ def show(domain: str = typer.Argument(..., help="domain name, e.g. math.add.d2")
          seed: int = typer.Option(0, "--seed", help="generator seed"),
          split: str = typer.Option("train", "--split", help="train or eval"),
          as_json: bool = typer.Option(False, "--json", help="print the whole Task as JSON"),
-         source: Optional[list[str]] = source_option()) -> None:
+         source: list[str] | None = source_option()) -> None:
     """Generate one task and print its prompt, files and (hidden) reference."""
     from posttrain.tasks import registry
 
@@ -84,14 +83,15 @@ def show(domain: str = typer.Argument(..., help="domain name, e.g. math.add.d2")
 
 
 @app.command()
-def check(family: Optional[str] = typer.Option(None, "--family", "-f", help="only this family"),
-          domains: Optional[str] = typer.Option(None, "--domains", "-d",
+def check(family: str | None = typer.Option(None, "--family", "-f", help="only this family"),
+          domains: str | None = typer.Option(None, "--domains", "-d",
                                                 help="comma-separated glob patterns, e.g. 'math.*,text.sort.*'"),
           per_domain: int = typer.Option(5, "--per-domain", "-n", min=1, help="tasks per domain"),
           workers: int = typer.Option(1, "--workers", "-w", min=1,
-                               help="processes (2 did not help on a shared 2-core machine: see benchmarks/tasks_check.py)"),
+                               help="processes (2 did not help on a shared 2-core machine: "
+                                    "see benchmarks/tasks_check.py)"),
           as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables"),
-          source: Optional[list[str]] = source_option()) -> None:
+          source: list[str] | None = source_option()) -> None:
     """Self-check domains: oracle passes, negatives fail, grading is stable, generation is
     deterministic. Exits 1 on any failure (including infrastructure errors). With --source and
     no --domains/--family, checks the domains the sources add."""
@@ -124,14 +124,15 @@ def _print_report(report) -> None:
     from rich.table import Table
 
     console = Console()
-    table = Table("family", "domains", "unchecked", "tasks", "oracle ok", "negs failed", "flips",
-                  "infra", "cpu s", title="posttrain tasks check")
+    table = Table("family", "domains", "unchecked", "tasks", "oracle ok", "negs failed", "hacks passed",
+                  "flips", "infra", "cpu s", title="posttrain tasks check")
     for fam, checks in sorted(report.by_family().items()):
         tasks = sum(c.tasks for c in checks)
         negs = sum(c.negatives for c in checks)
         table.add_row(fam, str(len(checks)), str(sum(bool(c.not_checked) for c in checks)), str(tasks),
                       f"{sum(c.oracle_passed for c in checks)}/{tasks}",
                       f"{sum(c.negatives_failed for c in checks)}/{negs}",
+                      f"{sum(c.hacks_passed for c in checks)}/{sum(c.hacks for c in checks)}",
                       str(sum(c.flips for c in checks)), str(sum(c.infra_errors for c in checks)),
                       f"{sum(c.seconds for c in checks):.2f}")
     console.print(table)
@@ -156,5 +157,6 @@ def _print_report(report) -> None:
     rate = s["tasks"] / report.seconds if report.seconds else 0.0
     console.print(f"{s['domains']} domains, {s['tasks']} tasks in {report.seconds:.1f}s ({rate:.1f} tasks/s); "
                   f"oracle pass {s['oracle_pass_rate']:.3f}, negatives failed {s['negative_fail_rate']:.3f}, "
-                  f"flip rate {s['flip_rate']:.4f}; {len(report.failures)} failures, "
+                  f"hack pass {s['hack_pass_rate']:.3f}, flip rate {s['flip_rate']:.4f}; "
+                  f"{len(report.failures)} failures, "
                   f"{s['not_checked']} not checked", highlight=False)

@@ -1,8 +1,8 @@
 """A domain (task type): seeded generator + environment kind + verifier + oracle + negatives.
 
 Families register many domains from parameters (see `posttrain.tasks.registry`). Every domain
-must pass `posttrain tasks check`: its oracle passes, each of its negatives fails, and verifying
-the same outcome twice agrees.
+must pass `posttrain tasks check`: its oracle passes, each of its negatives and of its
+adversaries (`posttrain.tasks.adversaries`) fails, and verifying the same outcome twice agrees.
 
 Actions are model text in the environment's action format (see `posttrain.envs`): for a
 `single` environment one action, the answer itself; for a `tools` environment a list of turns,
@@ -12,8 +12,9 @@ the last one ending the episode.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from posttrain.values.task import EnvKind, Split, Task
 from posttrain.verifiers.base import Verifier
@@ -37,7 +38,7 @@ class ToolSpec:
     name: str
     description: str
     """one line shown to the policy in the tool list"""
-    run: Callable[["Sandbox", str], str]
+    run: Callable[[Sandbox, str], str]
     """(episode sandbox, raw argument text) -> observation text; raise ValueError for bad args"""
 
 
@@ -55,6 +56,9 @@ class Domain:
     negatives: Callable[[Task], Mapping[str, Actions]]
     """named wrong attempts; must contain 'empty' and at least one plausible wrong answer"""
     description: str = ""
+    adversaries: Callable[[Task], Mapping[str, Actions]] | None = None
+    """named attempts that try to pass without solving the task (beside the library's generic
+    ones in `posttrain.tasks.adversaries`); `tasks check` requires every one to fail"""
     tags: tuple[str, ...] = field(default=())
     tools: tuple[ToolSpec, ...] = field(default=())
     """extra tools of a `tools` environment, beside bash/python/read/write/edit/submit"""

@@ -30,8 +30,9 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import ValidationError
 

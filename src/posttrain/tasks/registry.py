@@ -22,9 +22,9 @@ import fnmatch
 import importlib
 import importlib.util
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Callable, Iterable
 
 from posttrain.tasks.domain import Domain
 

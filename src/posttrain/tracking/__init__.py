@@ -11,8 +11,9 @@ run starts, not a silently missing chart.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from posttrain.errors import UserError
 from posttrain.tracking.config import LoggingConfig

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from posttrain.tracking import TrackingError
 from posttrain.tracking.config import LoggingConfig
@@ -31,8 +32,8 @@ class TensorBoard:
 
     def __init__(self, config: LoggingConfig, run_dir: Path, run_name: str, params: dict) -> None:
         _require("tensorboard", "tensorboard")
-        from torch.utils.tensorboard.writer import FileWriter
         from tensorboard.compat.proto.summary_pb2 import Summary
+        from torch.utils.tensorboard.writer import FileWriter
 
         self.dir = run_dir / "tensorboard"
         self.writer = FileWriter(str(self.dir))

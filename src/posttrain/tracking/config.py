@@ -17,7 +17,7 @@ Backend = Literal["tensorboard", "wandb", "mlflow", "trackio"]
 class LoggingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backends: list[Backend] = Field(default_factory=lambda: ["tensorboard"])
+    backends: list[Backend] = Field(default_factory=lambda: list[Backend](["tensorboard"]))
     """experiment trackers that receive every scalar: TensorBoard event files in `<run>/tensorboard`
     (the default), W&B, MLflow, trackio; each through its own library, imported only when named"""
     project: str = Field("posttrain", min_length=1)

@@ -14,8 +14,8 @@ A group is skipped -- and counted, never silently -- when
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from posttrain.values.trajectory import Trajectory
 

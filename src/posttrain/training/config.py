@@ -10,8 +10,9 @@ larger model wants a smaller `lr`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 LossAgg = Literal["token", "sequence"]
 OldLogprobs = Literal["sampler", "recompute"]
@@ -102,7 +103,7 @@ class TrainerConfig:
             raise bad("run_name", "must be a non-empty name without '/'")
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "TrainerConfig") -> "TrainerConfig":
+    def from_dict(cls, data: Mapping[str, Any], where: str = "TrainerConfig") -> TrainerConfig:
         """Build from plain data (a JSON/TOML table); `where` names the source in errors."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)

@@ -17,8 +17,8 @@ A token is *clipped* when the clipped term is the one chosen and differs from th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 

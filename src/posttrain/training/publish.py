@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from posttrain.policies.local import TorchPolicy
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
@@ -33,7 +34,7 @@ class VersionMismatch(RuntimeError):
 
 
 class PolicyPublisher:
-    def __init__(self, trainer: "Trainer", *, copy: bool) -> None:
+    def __init__(self, trainer: Trainer, *, copy: bool) -> None:
         self.trainer = trainer
         self.copy = copy
         self._lock = threading.Lock()

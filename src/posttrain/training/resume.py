@@ -23,8 +23,9 @@ import copy
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from posttrain.training.trainer import Trainer
 

@@ -28,20 +28,21 @@ import json
 import os
 import random
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
-from posttrain.values.generation import PolicyVersion
 from posttrain.policies.local import VERSION_FILE, TorchPolicy, weights_hash
-from posttrain.values.trajectory import Trajectory
 from posttrain.training import checkpoints
 from posttrain.training.advantages import select_groups
 from posttrain.training.batch import Sample, samples_from, sequence_logprobs
 from posttrain.training.config import TrainerConfig
 from posttrain.training.losses import clipped_pg_loss, token_weights
+from posttrain.values.generation import PolicyVersion
+from posttrain.values.trajectory import Trajectory
 
 _TOTALS = ("trajectories", "infra_errors", "groups", "groups_zero_variance", "groups_too_small",
            "tokens", "updates")
@@ -212,18 +213,18 @@ class Trainer:
                  "extra": self.extra}
 
         def write(tmp: Path) -> None:
-            self.model.save_pretrained(tmp)
+            self.model.save_pretrained(tmp)  # type: ignore[operator]  # nn.Module does not declare Hugging Face methods
             self.tokenizer.save_pretrained(tmp)
             lineage = {"name": version.name, "parent": version.parent}
             (tmp / VERSION_FILE).write_text(json.dumps(lineage) + "\n")
             if self.reference is not None:
-                self.reference.save_pretrained(tmp / "reference")
+                self.reference.save_pretrained(tmp / "reference")  # type: ignore[operator]  # nn.Module does not declare Hugging Face methods
             checkpoints.save_state(tmp, optimizer=self.optimizer, state=state)
 
         return checkpoints.write_atomic(directory, write)
 
     @classmethod
-    def resume(cls, directory: str | os.PathLike, config: TrainerConfig | None = None) -> "Trainer":
+    def resume(cls, directory: str | os.PathLike, config: TrainerConfig | None = None) -> Trainer:
         """Continue a run from its checkpoint: weights, optimizer, RNG, step, cursor, extra.
 
         `config` defaults to the checkpoint's own; pass one only to change what does not alter
@@ -238,7 +239,7 @@ class Trainer:
             from transformers import AutoModelForCausalLM
 
             ref_dir = Path(directory) / "reference"
-            trainer.reference = (AutoModelForCausalLM.from_pretrained(ref_dir).to(config.device)
+            trainer.reference = (AutoModelForCausalLM.from_pretrained(ref_dir).to(config.device)  # type: ignore[arg-type]
                                  .eval().requires_grad_(False))
         trainer.optimizer.load_state_dict(checkpoints.load_tensors(directory, "optimizer.pt"))
         trainer.step_count = int(state["step"])

@@ -4,8 +4,9 @@ Plain values; the `Policy` protocol that consumes them lives in `posttrain.polic
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ class Task(BaseModel):
         return files
 
     @model_validator(mode="after")
-    def _default_key(self) -> "Task":
+    def _default_key(self) -> Task:
         if not self.key:
             object.__setattr__(self, "key", f"{self.domain}/{self.split}/{self.seed}")
         # The hidden parts must be serialisable: they are hashed and stored.

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import traceback as _tb
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from posttrain.values.verdict import Verdict
 
@@ -39,7 +40,7 @@ class ErrorInfo:
         return self.where != "context"
 
     @classmethod
-    def from_exception(cls, exc: BaseException, where: str) -> "ErrorInfo":
+    def from_exception(cls, exc: BaseException, where: str) -> ErrorInfo:
         return cls(type=type(exc).__name__, message=str(exc)[:2000],
                    traceback="".join(_tb.format_exception(exc))[-8000:], where=where)
 
@@ -128,7 +129,7 @@ class Trajectory:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Trajectory":
+    def from_dict(cls, d: Mapping[str, Any]) -> Trajectory:
         d = dict(d)
         d["turns"] = [Turn(**t) for t in d.get("turns") or []]
         d["verdict"] = Verdict.from_dict(d["verdict"]) if d.get("verdict") else None

@@ -3,8 +3,9 @@ that grades, stores or trains on an episode."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,6 @@ class Verdict:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Verdict":
+    def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
         return cls(passed=bool(d["passed"]), score=float(d["score"]),
                    details=dict(d.get("details") or {}), verifier_version=d.get("verifier_version", ""))

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from posttrain.values.verdict import Verdict
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError, verdict
+from posttrain.verifiers.base import Outcome, VerifierError, verdict
 
 MAX_NUMBER_CHARS = 64
 """longer numeric answers are refused as malformed (no big-int parsing, no OverflowError)"""

@@ -7,12 +7,17 @@ Two failures must never be confused:
 
 * the answer is wrong, malformed, empty, NaN, or the candidate's code crashes or hangs: that is a
   `Verdict(passed=False, ...)` with the reason in `details`;
-* the verifier itself could not do its job (its own check script crashed, the sandbox it needed
-  died, it timed out while the candidate was not running): raise `VerifierError`. The episode is
-  recorded as `infra_error` and retried; it is never scored 0.
+* the verifier itself could not do its job before anything the policy made was involved (its
+  sandbox could not boot, its own program failed before reading the workspace or starting
+  candidate code): raise `VerifierError`. The episode is recorded as `infra_error` and retried;
+  it is never scored 0;
+* the grader died, hung or garbled its report *after* candidate code ran or policy files were
+  read: the policy may have caused it (killed the grader, fed it a pathological file), so it is a
+  failed verdict (`GradingFailed`, `failed_grading`), reason recorded.
 
-Verifiers never trust anything the policy could have written: check scripts and hidden tests are
-sent into the sandbox at grading time, run with `python -I` (the workspace is not on `sys.path`),
+Verifiers never trust anything the policy could have written: grading runs in a fresh sandbox
+holding copies of the task's declared artifacts (`verifiers/grading.py`), check scripts and hidden
+tests are sent in at grading time, run with `python -I` (the workspace is not on `sys.path`),
 and a result file in the workspace is never read as the reward.
 """
 
@@ -34,7 +39,7 @@ class Outcome:
 
     answer: str | None
     """the submitted answer text (single-answer envs: the whole completion); None if none"""
-    sandbox: "Sandbox | None" = None
+    sandbox: Sandbox | None = None
     """the episode's sandbox, for workspace tasks (the verifier may run checks in it)"""
 
 
@@ -42,17 +47,38 @@ class VerifierError(RuntimeError):
     """The verifier could not grade (infrastructure), as opposed to a wrong answer."""
 
 
+class GradingFailed(Exception):
+    """The grader died, hung or garbled its report *after* it had run or read something the
+    policy made (candidate code, a workspace file). The policy could have caused that, so it is
+    a failed verdict with this reason, never an infrastructure error (which would be dropped and
+    retried: a policy that kills its grader would otherwise never be scored 0)."""
+
+
+def failed_grading(verifier: Verifier, e: GradingFailed, **details: Any) -> Verdict:
+    """The verdict of an episode whose grading failed after policy input (see `GradingFailed`)."""
+    return verdict(verifier, False, reason=f"grading failed after the policy's code or files were "
+                                           f"used: {e}"[:600], grader_failed=True, **details)
+
+
 @runtime_checkable
 class Verifier(Protocol):
-    name: str
-    version: str
-    needs_sandbox: bool
-    """True when `verify` runs anything in `outcome.sandbox` (code tests, check scripts)"""
+    # read-only members: a class attribute or a frozen dataclass field satisfies them
+    @property
+    def name(self) -> str: ...
 
-    def verify(self, task: "Task", outcome: Outcome) -> Verdict: ...
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def needs_sandbox(self) -> bool:
+        """True when `verify` runs anything in `outcome.sandbox` (code tests, check scripts)"""
+        ...
+
+    def verify(self, task: Task, outcome: Outcome) -> Verdict: ...
 
 
-def verdict(verifier: Verifier, passed: bool, score: float | None = None, **details: Any) -> Verdict:
-    """Build a Verdict stamped with `verifier`'s name and version."""
+def verdict(verifier: Verifier, passed: bool, score: float | None = None, /, **details: Any) -> Verdict:
+    """Build a Verdict stamped with `verifier`'s name and version. `score` is positional only, so
+    a detail of any name (a `**details` dict) can never be taken for it."""
     return Verdict(passed=passed, score=float(passed) if score is None else float(score),
                    details=details, verifier_version=f"{verifier.name}@{verifier.version}")

@@ -1,15 +1,21 @@
 """The `geometry` verifier: load a model the policy saved and check geometric constraints.
 
-Runs in the episode's sandbox (warm path, nonce-marked result; see `script.py`). It loads the
-file named by `task.verifier["file"]` from the workspace: a ptgeo JSON scene (numpy only), or a
+Grades in a fresh grading sandbox holding only a copy of the model file (`grading.py`:
+nonce-marked result, nothing the episode left running or planted). It loads the file named by
+`task.verifier["file"]`: a ptgeo JSON scene (numpy only), or a
 .glb/.gltf/.ply/.stl/.obj file through trimesh (one part per named scene node; one part named
 "model" for single-mesh formats). Every part is rebuilt as a manifold3d solid: a part that is not
 a closed, edge-manifold mesh is *not watertight*, and checks that need a solid fail on it.
 
-In `single` domains (`"script": true`) the answer is a ptgeo script: the grader first runs it
-(`from ptgeo import *` prepended) in a separate process with the workspace as working
-directory and a time budget, then loads what it saved. A script that fails or hangs is a failed
-verdict; the grader's own failures are `VerifierError`s.
+In `single` domains (`"script": true`) the answer is a ptgeo script: it first runs (`from ptgeo
+import *` prepended) in the episode's sandbox with a time budget, then what it saved is copied
+into the grading sandbox. A script that fails or hangs is a failed verdict.
+
+Only the solid the triangles make counts: a vertex no triangle uses fails the model, bounding
+boxes come from the parts' vertices, and when the task's reference has an oracle script
+(`task.reference["oracle"]`, built in the grading sandbox before the model is read) the model
+must be the reference's shape: as many parts (the same names when there are several; a stray
+marker part fails) and per part a volume IoU within the checks' own tolerances (`same_shape`).
 
 Checks (`task.verifier["checks"]`, all must pass). `part` is a part name or "*" (all parts,
 united); tolerances are absolute lengths (`abs_tol`, default 0.01) or relative volumes
@@ -40,10 +46,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from posttrain.values.verdict import Verdict
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError, verdict
-from posttrain.verifiers.code import extract_code
-from posttrain.verifiers.script import GRADER_MARGIN_S, grading_sandbox, run_grader
+from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError, failed_grading, verdict
+from posttrain.verifiers.candidate import extract_code
+from posttrain.verifiers.grading import GRADER_MARGIN_S, candidate_sandbox, grading_context, run_grader
 
 if TYPE_CHECKING:
     from posttrain.values.task import Task
@@ -52,6 +57,13 @@ MAX_MODEL_BYTES = 16 << 20
 MAX_TRIANGLES = 200_000
 SCRIPT_TIMEOUT_S = 20.0
 """budget of a single-answer modeling script (ptgeo import included)"""
+SHAPE_ABS_TOL = 0.01
+SHAPE_REL_TOL = 0.02
+"""the shape-identity check allows what the checks allow (see `same_shape` in the grader)"""
+CHECK_KINDS = frozenset({"parts", "watertight", "volume", "extents", "center", "bounds", "no_overlap",
+                         "contact", "rests_on", "distance", "centroid", "symmetric"})
+GRADER_PRELOAD = ("numpy", "manifold3d")
+"""imported once by the grading sandbox's warm interpreter"""
 
 GRADER = r'''
 import math, subprocess, time
@@ -68,36 +80,43 @@ def finish(**kw):
     sys.exit(0)
 
 
-if p.get("script") is not None:
-    import ptgeo  # to find its directory; the candidate's process imports it itself
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(ptgeo.__file__), PYTHONDONTWRITEBYTECODE="1")
-    t0 = time.monotonic()
+
+def read_model(path):
+    """The bytes of a regular file, or a failure reason (str)."""
     try:
-        r = subprocess.run([sys.executable, "-c", "from ptgeo import *\n" + p["script"]], env=env,
-                           stdin=subprocess.DEVNULL, capture_output=True, timeout=p["script_timeout"],
-                           start_new_session=True)
-    except subprocess.TimeoutExpired:
-        finish(passed=False, reason=f"the modeling script ran past {p['script_timeout']} s")
-    result["script_output"] = (r.stdout + r.stderr)[-600:].decode("utf-8", "replace")
-    if r.returncode != 0:
-        finish(passed=False, reason=f"the modeling script failed (exit status {r.returncode})")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return f"no model file {path} (or it is a link)"
+    with os.fdopen(fd, "rb") as f:
+        import stat
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return f"{path} is not a regular file"
+        if st.st_size > p["max_bytes"]:
+            return f"{path} is larger than {p['max_bytes']} bytes"
+        return f.read()
 
+
+reference = None
+if p.get("reference"):  # trusted: the task's own oracle script, built before any policy input
+    import contextlib, io, tempfile
+    here, ref_dir = os.getcwd(), tempfile.mkdtemp(prefix="ptgeo-ref-")
+    os.chdir(ref_dir)
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile("from ptgeo import *\n" + p["reference"], "reference.py", "exec"), {"__name__": "reference"})
+    os.chdir(here)
+    reference = read_model(os.path.join(ref_dir, p["file"]))
+    if isinstance(reference, str):
+        raise RuntimeError(f"the reference script saved no model: {reference}")
+
+policy_input()  # from here on the grader reads the policy's model
 path = p["file"]
-try:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-except OSError:
-    finish(passed=False, reason=f"no model file {path} (or it is a link)")
-with os.fdopen(fd, "rb") as f:
-    import stat
-    st = os.fstat(f.fileno())
-    if not stat.S_ISREG(st.st_mode):
-        finish(passed=False, reason=f"{path} is not a regular file")
-    if st.st_size > p["max_bytes"]:
-        finish(passed=False, reason=f"{path} is larger than {p['max_bytes']} bytes")
-    data = f.read()
+data = read_model(path)
+if isinstance(data, str):
+    finish(passed=False, reason=data)
 
 
-def load_parts():
+def load_parts(data, path):
     """[(name, vertices (n, 3) float64, faces (k, 3) int64)] or a failure reason (str)."""
     if path.lower().endswith(".json"):
         try:
@@ -128,7 +147,7 @@ def load_parts():
         return f"cannot load {path}: {type(e).__name__}: {e}"[:300]
 
 
-parts = load_parts()
+parts = load_parts(data, path)
 if isinstance(parts, str):
     finish(passed=False, reason=parts)
 if not parts:
@@ -136,24 +155,36 @@ if not parts:
 if sum(len(f) for _, _, f in parts) > p["max_triangles"]:
     finish(passed=False, reason=f"more than {p['max_triangles']} triangles")
 
-solids, meshes = {}, {}
-for name, v, f in parts:
-    if name in meshes:
-        finish(passed=False, reason=f"two parts are named {name!r}")
-    if len(v) == 0 or len(f) == 0:
-        finish(passed=False, reason=f"part {name!r} is empty (no vertices or no triangles)")
-    bad = not np.isfinite(v).all() or f.min() < 0 or f.max() >= len(v)
-    meshes[name] = (v, f, bool(bad))
-    if bad:
-        continue
-    try:
-        mesh = m.Mesh(np.ascontiguousarray(v, np.float32), np.ascontiguousarray(f, np.uint32))
-        mesh.merge()
-        solid = m.Manifold(mesh)
-    except Exception:  # a degenerate mesh the kernel refuses is simply not a solid
-        continue
-    if solid.status() == m.Error.NoError and not solid.is_empty():
-        solids[name] = solid
+def build(parts):
+    """(solids by name, meshes by name) or a failure reason. Only the solid the triangles make
+    counts: a vertex no triangle uses (a stray point at an asked corner) fails the model."""
+    solids, meshes = {}, {}
+    for name, v, f in parts:
+        if name in meshes:
+            return f"two parts are named {name!r}"
+        if len(v) == 0 or len(f) == 0:
+            return f"part {name!r} is empty (no vertices or no triangles)"
+        bad = not np.isfinite(v).all() or f.min() < 0 or f.max() >= len(v)
+        if not bad and len(np.unique(f)) != len(v):
+            return f"part {name!r} has {len(v) - len(np.unique(f))} vertices that no triangle uses"
+        meshes[name] = (v, f, bool(bad))
+        if bad:
+            continue
+        try:
+            mesh = m.Mesh(np.ascontiguousarray(v, np.float32), np.ascontiguousarray(f, np.uint32))
+            mesh.merge()
+            solid = m.Manifold(mesh)
+        except Exception:  # a degenerate mesh the kernel refuses is simply not a solid
+            continue
+        if solid.status() == m.Error.NoError and not solid.is_empty():
+            solids[name] = solid
+    return solids, meshes
+
+
+built = build(parts)
+if isinstance(built, str):
+    finish(passed=False, reason=built)
+solids, meshes = built
 
 
 def solid(name):
@@ -171,6 +202,8 @@ def bbox(name):
         v = meshes[name][0]
     else:
         return None
+    if not np.isfinite(v).all():
+        return np.full(3, np.nan), np.full(3, np.nan)  # compares false with every expected value
     return v.min(axis=0), v.max(axis=0)
 
 
@@ -256,11 +289,55 @@ def run_check(c):
     raise ValueError(f"unknown check kind {kind!r}")
 
 
+def same_shape():
+    """The model is the reference's solid: the same number of parts (the same names when the
+    reference has several) and per part a volume IoU of at least 1 - (2 * area * abs_tol +
+    rel_tol * volume) / volume: the checks let every surface point be abs_tol off (a symmetric
+    difference of at most area * abs_tol) and the volume rel_tol off (tessellation); twice the
+    surface allowance covers both parts of a pair being off. A cylinder in place of its bounding
+    box (IoU 0.79), a marker part or a hollow shell fails it."""
+    ref = load_parts(reference, path)
+    if isinstance(ref, str):
+        raise RuntimeError(f"cannot load the reference model: {ref}")
+    built = build(ref)
+    if isinstance(built, str):
+        raise RuntimeError(f"the reference model is malformed: {built}")
+    ref_solids, ref_meshes = built
+    if len(ref_meshes) == 1:
+        if len(meshes) != 1:
+            return False, {"why": f"the model has {len(meshes)} parts, the task one"}
+        pairs = [(next(iter(ref_meshes)), next(iter(meshes)))]
+    else:
+        if sorted(meshes) != sorted(ref_meshes):
+            return False, {"why": "the part names differ from the task's", "got": sorted(meshes)[:20]}
+        pairs = [(n, n) for n in sorted(ref_meshes)]
+    ious = {}
+    for rname, name in pairs:
+        want, got = ref_solids.get(rname), solids.get(name)
+        if want is None:
+            continue
+        if got is None:
+            return False, {"why": f"part {name!r} is not a closed solid"}
+        vol = want.volume()
+        union = (want + got).volume()
+        iou = (want ^ got).volume() / union if union > 0 else 0.0
+        need = 1.0 - (2.0 * want.surface_area() * p["abs_tol"] + p["rel_tol"] * vol) / max(vol, 1e-12)
+        ious[name] = rnd(iou)
+        if not iou >= max(0.5, need):
+            return False, {"why": f"part {name!r} is not the task's shape", "iou": rnd(iou),
+                           "needed": rnd(max(0.5, need))}
+    return True, {"iou": ious}
+
+
 failed = []
 for c in p["checks"]:
     ok, info = run_check(c)
     if not ok:
         failed.append({"check": c["kind"], **{k: c[k] for k in ("part", "a", "b") if k in c}, **info})
+if reference is not None:
+    ok, info = same_shape()
+    if not ok:
+        failed.append({"check": "same_shape", **info})
 finish(passed=not failed, failed=failed[:8], parts=sorted(meshes)[:20])
 '''
 
@@ -273,31 +350,60 @@ class GeometryVerifier:
     `script: true` (the answer is a ptgeo script to run first) and `script_timeout_s`."""
 
     name: str = "geometry"
-    version: str = "1"
+    version: str = "2"
     needs_sandbox: bool = True
 
-    def verify(self, task: "Task", outcome: Outcome) -> Verdict:
+    def verify(self, task: Task, outcome: Outcome) -> Verdict:
         s = task.verifier
         if not isinstance(s.get("file"), str) or not isinstance(s.get("checks"), list) or not s["checks"]:
             raise VerifierError(f"task {task.key}: geometry verifier needs 'file' and a non-empty 'checks' list")
+        unknown = [c.get("kind") if isinstance(c, dict) else c for c in s["checks"]
+                   if not (isinstance(c, dict) and c.get("kind") in CHECK_KINDS)]
+        if unknown:  # a task's bug, found before anything of the policy's is read
+            raise VerifierError(f"task {task.key}: unknown geometry check kind(s) {unknown[:5]}")
+        ref = task.reference.get("oracle") if isinstance(task.reference, dict) else None
         payload: dict[str, Any] = {"file": s["file"], "checks": s["checks"], "max_bytes": MAX_MODEL_BYTES,
-                                   "max_triangles": MAX_TRIANGLES, "script": None,
-                                   "script_timeout": SCRIPT_TIMEOUT_S}
-        budget = 60.0
-        if s.get("script"):
-            code = extract_code(outcome.answer or "")
-            if not code.strip():
-                return verdict(self, False, reason="no modeling script")
-            payload["script"] = code
-            payload["script_timeout"] = float(s.get("script_timeout_s", SCRIPT_TIMEOUT_S))
-            budget += payload["script_timeout"]
-        with grading_sandbox(outcome) as sandbox:
-            found = run_grader(sandbox, GRADER, payload, timeout=budget + GRADER_MARGIN_S,
-                               label=f"geometry verifier, task {task.key}")
+                                   "max_triangles": MAX_TRIANGLES, "reference": ref if isinstance(ref, str) else None,
+                                   "abs_tol": SHAPE_ABS_TOL, "rel_tol": SHAPE_REL_TOL}
+        label = f"geometry verifier, task {task.key}"
+        try:
+            with candidate_sandbox(outcome) as sandbox:
+                if s.get("script"):
+                    failed = self._run_script(task, outcome, sandbox)
+                    if failed is not None:
+                        return failed
+                with grading_context(Outcome(outcome.answer, sandbox), include=[s["file"]],
+                                     preload=GRADER_PRELOAD, label=label) as grader:
+                    found = run_grader(grader, GRADER, payload, timeout=60.0 + GRADER_MARGIN_S, label=label)
+        except GradingFailed as e:
+            return failed_grading(self, e)
         passed = found.pop("passed", None)
         if not isinstance(passed, bool):
             raise VerifierError(f"task {task.key}: geometry grader returned no verdict ({found!r:.200})")
         return verdict(self, passed, **found)
+
+    def _run_script(self, task: Task, outcome: Outcome, sandbox: Any) -> Verdict | None:
+        """Run a single-answer modeling script in the candidate's sandbox (never where it is
+        graded); a failed verdict if it fails, else None."""
+        from posttrain.sandbox.base import SandboxError
+
+        code = extract_code(outcome.answer or "")
+        if not code.strip():
+            return verdict(self, False, reason="no modeling script")
+        timeout = float(task.verifier.get("script_timeout_s", SCRIPT_TIMEOUT_S))
+        try:
+            r = sandbox.run_python("from ptgeo import *\n" + code, timeout=timeout)
+        except SandboxError as e:
+            raise VerifierError(f"task {task.key}: the sandbox failed while running the script: {e}") from e
+        output = (r.stdout + r.stderr)[-600:]
+        if r.limit is not None:
+            why = (f"ran past {timeout:g} s" if r.limit.value == "timeout"
+                   else f"was stopped by the {r.limit.value} limit")
+            return verdict(self, False, reason=f"the modeling script {why}", script_output=output)
+        if r.exit_code != 0:
+            return verdict(self, False, reason=f"the modeling script failed (exit status {r.exit_code})",
+                           script_output=output)
+        return None
 
 
 GEOMETRY = GeometryVerifier()

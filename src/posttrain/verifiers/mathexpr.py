@@ -139,7 +139,8 @@ class MathEquivalence:
             raise VerifierError(f"task {task.key}: {detail}")
         if ok is None:
             return verdict(self, False, reason=detail)
-        return verdict(self, bool(ok), **({"reason": detail} if detail else {}))
+        extra: dict[str, Any] = {"reason": detail} if detail else {}
+        return verdict(self, bool(ok), **extra)
 
 
 MATH = MathEquivalence()

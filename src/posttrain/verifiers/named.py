@@ -20,8 +20,9 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from posttrain.values.verdict import Verdict
 from posttrain.verifiers.answer import NUMERIC, ExactMatch, parse_number, reference_answer
@@ -102,7 +103,8 @@ class RegexMatch:
             ok = compiled.fullmatch(answer, timeout=REGEX_TIMEOUT_S) is not None
         except TimeoutError:
             return verdict(self, False, reason=f"matching took longer than {REGEX_TIMEOUT_S:g}s")
-        return verdict(self, ok, **({} if ok else {"reason": "no match", "got": answer[:200]}))
+        extra: dict[str, Any] = {} if ok else {"reason": "no match", "got": answer[:200]}
+        return verdict(self, ok, **extra)
 
 
 # -- negatives: a plausible wrong answer made from a right one ----------------------------------

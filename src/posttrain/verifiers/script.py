@@ -1,127 +1,23 @@
-"""Grading programs that run inside the sandbox, and the `script` verifier built on them.
+"""The `script` verifier: a task's check script, run in a fresh grading sandbox.
 
-Every verifier of the code, terminal and geometry families grades by sending a small Python
-program into the episode's sandbox and reading back one result line. How that line is protected:
-
-* the program runs through the sandbox's warm path (`run_python`: a fresh fork of the sandbox's
-  resident interpreter, started before the policy acted) and its first statement removes the
-  workspace and '' from `sys.path`, before any import: the effect of `python3 -I` (a planted
-  `json.py` or `trimesh.py` cannot shadow an import) without paying a cold interpreter start.
-  Candidate code is run by it in a separate `python3 -I` process (see `code.py`);
-* its inputs (hidden test cases, expected values, check arguments) arrive on stdin at grading
-  time, never through a workspace file the policy could have edited;
-* its result is the last stdout line that starts with a marker holding a fresh random nonce
-  (`@@ptgrade:<nonce>@@`), sent on stdin with the inputs. Anything the policy left behind can
-  print whatever it likes: without the nonce it cannot print a result;
-* the program marks itself non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`), so processes it starts
-  (candidate code, `git`, `bash test.sh`) cannot read its memory or its file descriptors through
-  `/proc` (the bubblewrap backend also denies `ptrace` and `process_vm_readv`).
-
-What this does *not* protect against: code that runs *inside* the grading process itself. The
-verifiers here therefore run candidate code in a separate child process (see `code.py`), and a
-check script (trusted, ours) only runs policy programs as subprocesses. A process of the same uid
-can still kill or stop the grading program: that shows up as a `VerifierError` (infrastructure,
-retried), never as a pass.
-
-If the grading program does not print its result line (it crashed, it ran past its timeout, the
-sandbox died), the verifier raises `VerifierError`: a broken grader is never a reward of 0.
+The check script (trusted, ours) runs as a grading program (`grading.run_grader`: nonce-marked
+result, `-I`-like `sys.path`, non-dumpable) in a fresh sandbox holding a copy of the episode's
+workspace (`grading.grading_context`): nothing the episode left running, nothing it planted in
+`/tmp`, `$HOME` or `/dev/shm` is there. Policy programs a check runs (`run(argv)`) are its
+subprocesses: they cannot forge its result, and if one kills it the verdict is a failure.
 """
 
 from __future__ import annotations
 
-import json
-import secrets
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from posttrain.values.verdict import Verdict
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError, verdict
+from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError, failed_grading, verdict
+from posttrain.verifiers.grading import GRADER_MARGIN_S, grading_context, run_grader  # noqa: F401
 
 if TYPE_CHECKING:
-    from posttrain.sandbox.base import RunResult, Sandbox
     from posttrain.values.task import Task
-
-GRADER_MARGIN_S = 10.0
-"""extra wall time a grading program gets beyond the budget it gives what it runs (start-up of
-Python and trimesh on a busy machine, writing the result)"""
-
-PRELUDE = r'''
-import os, sys  # already loaded by every interpreter: no sys.path search happens here
-_ws = os.path.realpath(os.getcwd())
-sys.path[:] = [p for p in sys.path if p not in ("", ".")
-               and not (os.path.realpath(p) + "/").startswith(_ws + "/")]
-import ctypes, json
-try:  # PR_SET_DUMPABLE (4) = 0: children of this process cannot read its memory or fds in /proc
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
-except Exception:
-    pass
-_PAYLOAD = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-_MARK = _PAYLOAD.pop("marker")
-sys.stdin.close()
-
-
-def emit(result):
-    """Print the one result line (the host takes the last line that carries the marker)."""
-    sys.stdout.flush()
-    os.write(1, ("\n" + _MARK + json.dumps(result) + "\n").encode("utf-8"))
-'''
-
-
-def tail(text: str, n: int = 800) -> str:
-    return text if len(text) <= n else "..." + text[-n:]
-
-
-def run_grader(sandbox: "Sandbox", program: str, payload: Mapping[str, Any], *, timeout: float,
-               label: str) -> dict[str, Any]:
-    """Run `PRELUDE + program` in `sandbox` (warm path) with `payload` (JSON) on stdin and
-    return the JSON object it `emit`s. `label` names the verifier and task in errors.
-
-    Raises `VerifierError` when the program does not emit (crash, timeout, broken sandbox)."""
-    from posttrain.sandbox.base import LimitReason, SandboxError
-
-    marker = f"@@ptgrade:{secrets.token_hex(16)}@@"
-    stdin = json.dumps({**payload, "marker": marker})
-    try:
-        result: RunResult = sandbox.run_python(PRELUDE + program, stdin=stdin, timeout=timeout)
-    except SandboxError as e:
-        raise VerifierError(f"{label}: the sandbox failed while grading: {e}") from e
-    for line in reversed(result.stdout.splitlines()):
-        if line.startswith(marker):
-            try:
-                found = json.loads(line[len(marker):])
-            except json.JSONDecodeError as e:
-                raise VerifierError(f"{label}: unreadable grader result: {e}") from e
-            if not isinstance(found, dict):
-                raise VerifierError(f"{label}: grader result is not an object: {found!r:.200}")
-            return found
-    if result.limit is LimitReason.TIMEOUT:
-        what = f"ran past its {timeout:g} s timeout"
-    elif result.limit is not None:
-        what = f"was killed by the {result.limit.value} limit"
-    else:
-        what = f"exited with status {result.exit_code}"
-    raise VerifierError(f"{label}: the grading program {what} without a result; "
-                        f"stderr: {tail(result.stderr)!r}")
-
-
-@contextmanager
-def grading_sandbox(outcome: Outcome) -> Iterator["Sandbox"]:
-    """The episode's sandbox, or a fresh default one (closed afterwards) when the verifier is
-    called directly without one (e.g. grading a stored answer)."""
-    if outcome.sandbox is not None:
-        yield outcome.sandbox
-        return
-    from posttrain.sandbox import open_sandbox
-
-    try:
-        sandbox = open_sandbox()
-    except Exception as e:  # SandboxError and backend start-up failures are infrastructure
-        raise VerifierError(f"could not open a sandbox to grade in: {e}") from e
-    with sandbox:
-        yield sandbox
-
 
 # --- check scripts ----------------------------------------------------------------------------
 
@@ -218,6 +114,7 @@ def git(*args, timeout=10.0):
                 "-c", "core.pager=cat", "--no-pager", *args], timeout=timeout)
 
 
+policy_input()  # the check reads the workspace and may run the policy's programs
 _ns = {"WS": WS, "Fail": Fail, "info": info, "read_bytes": read_bytes, "read_text": read_text,
        "files": files, "run": run, "git": git, "json": json, "os": os}
 exec(compile(_PAYLOAD["check"], "<check>", "exec"), _ns)
@@ -245,16 +142,17 @@ class ScriptVerifier:
     * `timeout_s` (number, default 20): wall budget of the whole check, interpreter start included
       (policy programs the check runs need their own, shorter timeouts: see `run`).
 
-    An exception in the check script (other than `Fail`) is a bug of the check: `VerifierError`.
-    Check scripts must therefore read policy files through the helpers, which refuse symlinks,
-    fifos and oversized files instead of raising or blocking.
+    An exception in the check script (other than `Fail`) happens while it reads policy files, so
+    it is a failed verdict (`GradingFailed`); `tasks check` shows a check bug as a failing oracle.
+    Check scripts read policy files through the helpers, which refuse symlinks, fifos and
+    oversized files instead of raising or blocking.
     """
 
     name: str = "script"
-    version: str = "1"
+    version: str = "2"
     needs_sandbox: bool = True
 
-    def verify(self, task: "Task", outcome: Outcome) -> Verdict:
+    def verify(self, task: Task, outcome: Outcome) -> Verdict:
         settings = task.verifier
         check = settings.get("check")
         if not isinstance(check, str) or "def check" not in check:
@@ -262,9 +160,12 @@ class ScriptVerifier:
                                 f"check(answer, args)")
         timeout = float(settings.get("timeout_s", 20.0))
         payload = {"check": check, "args": settings.get("args") or {}, "answer": outcome.answer or ""}
-        with grading_sandbox(outcome) as sandbox:
-            found = run_grader(sandbox, CHECK_PROGRAM, payload, timeout=timeout,
-                               label=f"script verifier, task {task.key}")
+        label = f"script verifier, task {task.key}"
+        try:
+            with grading_context(outcome, label=label) as sandbox:
+                found = run_grader(sandbox, CHECK_PROGRAM, payload, timeout=timeout, label=label)
+        except GradingFailed as e:
+            return failed_grading(self, e)
         passed = found.pop("passed", None)
         if not isinstance(passed, bool):
             raise VerifierError(f"task {task.key}: check script returned no boolean 'passed' "

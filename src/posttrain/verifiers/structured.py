@@ -31,15 +31,15 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 import jsonschema
 
 from posttrain.values.verdict import Verdict
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError, verdict
+from posttrain.verifiers.base import Outcome, VerifierError, verdict
 
 MAX_ANSWER_CHARS = 100_000
 """longer answers are refused before parsing"""
@@ -125,7 +125,7 @@ class StructuredAnswer:
     """JSON answer: schema, then values within tolerance, then consistency rules."""
 
     name: str = "json"
-    version: str = "1"
+    version: str = "2"
     needs_sandbox: bool = False
 
     def verify(self, task, outcome: Outcome) -> Verdict:
@@ -197,7 +197,8 @@ class StructuredAnswer:
             if not isinstance(got, str) or got.strip().casefold() != want.strip().casefold():
                 return [f"{where}: wrong text"]
             return []
-        return [] if got == want else [f"{where}: expected {json.dumps(want)}"]
+        # by type: True is not 1 (Python's == says it is)
+        return [] if type(got) is type(want) and got == want else [f"{where}: expected {json.dumps(want)}"]
 
     # -- consistency ---------------------------------------------------------------------
     @staticmethod
@@ -212,7 +213,7 @@ class StructuredAnswer:
 
     def _rule(self, rule: Mapping[str, Any], got: Any, key: str) -> tuple[bool, str]:
         kind = rule.get("kind")
-        needed = {"linear": ("total", "terms"), "ratio": ("result", "num", "den")}.get(kind)
+        needed = {"linear": ("total", "terms"), "ratio": ("result", "num", "den")}.get(str(kind))
         if needed is None:
             raise VerifierError(f"task {key}: unknown consistency rule kind {kind!r}")
         if any(k not in rule for k in needed):

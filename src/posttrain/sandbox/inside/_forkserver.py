@@ -23,6 +23,7 @@ the sandbox, and it imports only built-in modules (`_socket`, `marshal`, `struct
 is ready in a few tens of milliseconds; the wire format is described in `protocol.py`.
 """
 
+import _socket
 import builtins
 import gc
 import marshal
@@ -32,8 +33,6 @@ import signal
 import struct
 import sys
 
-import _socket
-
 _HEADER = struct.Struct("!I")
 _REPORT = struct.Struct("!BI")
 _READY, _DONE = 0, 2
@@ -42,6 +41,7 @@ _DONE_BODY = struct.Struct("!qdq")
 _PR_SET_DUMPABLE = 4
 _FD = struct.Struct("i")
 
+_libc: "ctypes.CDLL | None"
 try:
     import ctypes
 
@@ -124,7 +124,7 @@ def _run_job(msg, fds, sock):
         if "random" in sys.modules:
             sys.modules["random"].seed()
         main = type(sys)("__main__")
-        main.__builtins__ = builtins
+        main.__dict__["__builtins__"] = builtins
         sys.modules["__main__"] = main
         try:
             exec(compile(msg["code"], "<string>", "exec"), main.__dict__)

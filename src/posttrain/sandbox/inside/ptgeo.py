@@ -224,16 +224,19 @@ def save(obj, path):
     names = _names(parts)
     ext = os.path.splitext(path)[1].lower()
     if ext == ".json":
-        scene = {"format": "ptgeo-scene", "version": 1, "parts": []}
+        rows = []
         for name, p in zip(names, parts):
             v, f = p.mesh()
-            scene["parts"].append({"name": name, "vertices": _np.round(v, 9).tolist(), "faces": f.tolist()})
+            rows.append({"name": name, "vertices": _np.round(v, 9).tolist(), "faces": f.tolist()})
         with open(path, "w") as fh:
-            json.dump(scene, fh, separators=(",", ":"))
+            json.dump({"format": "ptgeo-scene", "version": 1, "parts": rows}, fh, separators=(",", ":"))
     elif ext in (".glb", ".gltf", ".ply", ".stl", ".obj"):
         import trimesh
 
-        meshes = {name: trimesh.Trimesh(*p.mesh(), process=False) for name, p in zip(names, parts)}
+        meshes = {}
+        for name, p in zip(names, parts):
+            v, f = p.mesh()
+            meshes[name] = trimesh.Trimesh(vertices=v, faces=f, process=False)
         if ext in (".glb", ".gltf"):
             scene = trimesh.Scene()
             for name, mesh in meshes.items():

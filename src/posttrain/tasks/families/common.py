@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Split, Task, TaskLimits, canonical_json
@@ -62,9 +63,9 @@ class Problem:
 
 
 def draw_in_split(domain: str, split: Split, seed: int, draw: Callable[[random.Random], T],
-                  split_of: Callable[[T], Split]) -> tuple[T, random.Random]:
+                  split_of: Callable[[T], Split | None]) -> tuple[T, random.Random]:
     """Rejection sampling for content-disjoint splits: draw from the task's RNG until
-    `split_of(item) == split`. Returns the item and the RNG (which later draws may continue)."""
+    `split_of(item) == split` (None: an item of neither split, drawn past). Returns the item and the RNG (which later draws may continue)."""
     if split not in ("train", "eval"):
         raise ValueError(f"domain {domain}: split must be 'train' or 'eval', got {split!r}")
     if not isinstance(seed, int) or isinstance(seed, bool):

@@ -25,8 +25,9 @@ Word problems are `math.word.<kind>` (see `math_word.py`), checked by the `numer
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Mapping
 from math import gcd
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import Problem, single_domain

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import Problem, single_domain

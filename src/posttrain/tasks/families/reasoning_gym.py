@@ -22,7 +22,9 @@ Cost: most items take well under 10 ms; a few puzzle generators run a solver per
 (zebra_puzzles, word_ladder and puzzle24 ~0.45 s on one busy core). An eval task draws ~5
 items on average (20% of items are eval), a train task ~1.25.
 
-Scorer fixes: puzzle24 answers must also use the four given numbers (`EXTRA_CHECKS`); ARC
+Scorer fixes: puzzle24 answers must also use the four given numbers and gsm_symbolic answers
+must be one number (its scorer takes the first number anywhere in the text) (`EXTRA_CHECKS`);
+answers with nan/inf are refused before any scorer sees them; ARC
 boards are turned back into tuples before scoring (`RESTORE`); generators that draw from the
 global `random`/numpy state are seeded per item and the caller's state restored.
 
@@ -38,17 +40,17 @@ import json
 import random
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib.metadata import version
-from typing import Any, Callable
+from typing import Any
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import content_split, draw_in_split, perturb
 from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.values.verdict import Verdict
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError, verdict
+from posttrain.verifiers.base import Outcome, VerifierError, verdict
 
 RG_VERSION = "0.1.25"
 """the reasoning-gym version the generator list and the fixes below were checked against"""
@@ -104,8 +106,16 @@ def _uses_given_numbers(answer: str, entry: dict) -> bool:
     return sorted(int(n) for n in re.findall(r"\d+", answer)) == sorted(entry["metadata"]["numbers"])
 
 
+def _plain_number(answer: str, entry: dict) -> bool:
+    """gsm_symbolic's scorer takes the first number anywhere in the text: echoing the question,
+    or listing candidates, passes whenever the right one comes first. The answer must be one
+    number."""
+    return re.fullmatch(r"-?\d+(?:\.\d+)?", answer.strip()) is not None
+
+
 # Checks added on top of a scorer that is too lenient: (answer, entry) -> still acceptable.
-EXTRA_CHECKS: dict[str, Callable[[str, dict], bool]] = {"puzzle24": _uses_given_numbers}
+EXTRA_CHECKS: dict[str, Callable[[str, dict], bool]] = {"puzzle24": _uses_given_numbers,
+                                                         "gsm_symbolic": _plain_number}
 
 # Generators where another problem's answer may validly solve this one too (a colouring of
 # another graph may colour this one): no 'other_problem' negative.
@@ -171,7 +181,7 @@ def _quiet():
         yield
 
 
-@lru_cache(maxsize=None)
+@cache
 def _dataset(name: str, seed: int = BASE_SEED):
     import reasoning_gym
 
@@ -222,15 +232,20 @@ def extract_answer(text: str) -> str:
     return (tags[-1] if tags else text).strip()
 
 
+_NON_FINITE = re.compile(r"(?<![A-Za-z])[-+]?(nan|inf|infinity)(?![A-Za-z])", re.I)
+
+
 @dataclass(frozen=True)
 class RGScore:
     """reasoning-gym's own `score_answer`, thresholded at `PASS_THRESHOLD`.
 
-    A scorer that raises or returns a non-finite score is an infrastructure failure
-    (`VerifierError`), not a wrong answer: it needs a look, not a zero reward."""
+    An answer with a non-finite number (nan, inf) fails before scoring. A scorer that raises on
+    an answer fails it (the answer decides whether it raises: a policy could otherwise turn any
+    wrong answer into a retried infrastructure error); one that returns a score outside [0, 1]
+    is an infrastructure failure (`VerifierError`): it needs a look, not a zero reward."""
 
     name: str = "rg"
-    version: str = f"1+rg{RG_VERSION}"
+    version: str = f"2+rg{RG_VERSION}"
     needs_sandbox: bool = False
 
     def verify(self, task: Task, outcome: Outcome) -> Verdict:
@@ -244,20 +259,24 @@ class RGScore:
         answer = extract_answer(outcome.answer)
         if not answer:
             return verdict(self, False, reason="empty answer")
+        if _NON_FINITE.search(answer) and not _NON_FINITE.search(str(ref.get("answer", ""))):
+            # before scoring: some scorers turn NaN into full credit (min(1, exp(-nan)) is 1)
+            return verdict(self, False, reason="the answer has a non-finite number (nan/inf)")
         entry = RESTORE.get(gen, lambda e: e)(entry)
         try:
             with _quiet():
                 score = float(_dataset(gen).score_answer(answer, entry))
-        except Exception as e:
-            raise VerifierError(f"task {task.key}: reasoning-gym scorer of {gen!r} raised "
-                                f"{type(e).__name__}: {e}") from e
+        except Exception as e:  # the policy's answer can make a scorer raise: a failure, not infra
+            return verdict(self, False, reason=f"reasoning-gym's scorer rejected the answer: "
+                                               f"{type(e).__name__}: {str(e)[:200]}")
         if not 0.0 <= score <= 1.0:  # also catches NaN
             raise VerifierError(f"task {task.key}: reasoning-gym scorer of {gen!r} returned {score}")
         passed = score >= PASS_THRESHOLD
         extra = EXTRA_CHECKS.get(gen)
         if passed and extra is not None and not extra(answer, entry):
             return verdict(self, False, rg_score=score, threshold=PASS_THRESHOLD,
-                           reason=f"fails posttrain's extra check for {gen}: {extra.__doc__.split(':')[0].strip()}")
+                           reason=f"fails posttrain's extra check for {gen}: "
+                                  f"{(extra.__doc__ or '').split(':')[0].strip()}")
         return verdict(self, passed, rg_score=score, threshold=PASS_THRESHOLD)
 
 
@@ -306,7 +325,7 @@ def _make(name: str) -> Domain:
             key = rng.randrange(2 ** 31)
             return key, _item(name, key)
 
-        def split_of(drawn: tuple[int, dict]) -> str | None:
+        def split_of(drawn: tuple[int, dict]) -> Split | None:
             item = drawn[1]
             return content_split(item["question"]) if _oracle_answer(name, item).strip() else None
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import random
 import string
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import Problem, single_domain
@@ -164,7 +165,11 @@ OPS: dict[str, tuple[Callable, Callable, str]] = {
 }
 
 
+def _of_length(draw: Callable[[random.Random, int], Problem], n: int) -> Callable[[random.Random], Problem]:
+    return lambda rng: draw(rng, n)
+
+
 def domains() -> list[Domain]:
-    return [single_domain(f"text.{op}.l{n}", EXACT, (lambda rng, draw=draw, n=n: draw(rng, n)), wrong,
+    return [single_domain(f"text.{op}.l{n}", EXACT, _of_length(draw, n), wrong,
                           description=f"{description} ({n} letters)", tags=("text",))
             for op, (draw, wrong, description) in OPS.items() for n in LENGTHS]

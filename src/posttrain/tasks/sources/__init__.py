@@ -20,8 +20,8 @@ file, the row and the column.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from posttrain.errors import UserError
 from posttrain.tasks.domain import Domain

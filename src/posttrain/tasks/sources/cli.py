@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 SOURCE_HELP = ("a task source whose domains to add (repeatable): data:PATH[?QUERY] for a "
@@ -12,11 +10,11 @@ SOURCE_HELP = ("a task source whose domains to add (repeatable): data:PATH[?QUER
                "harbor:DIR for a Harbor/Terminal-Bench task folder or a folder of them")
 
 
-def source_option() -> Optional[list[str]]:
+def source_option() -> list[str] | None:
     return typer.Option(None, "--source", help=SOURCE_HELP)
 
 
-def apply_sources(sources: Optional[list[str]]) -> list[str]:
+def apply_sources(sources: list[str] | None) -> list[str]:
     """Register the sources' domains; a bad source is one line on stderr, exit 2. Returns the
     names of the domains they added."""
     if not sources:

@@ -25,9 +25,9 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.tasks.sources.rows import read_rows
 from posttrain.tasks.sources.spec import ANSWER_COLUMNS, PROMPT_COLUMNS, DataSpec
-from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.verifiers.answer import parse_number, within_tolerance
 from posttrain.verifiers.named import NamedVerifier, named_verifier, normalize_text
@@ -97,7 +97,7 @@ class _Builder:
                 errors.append(f"{where}: template: {e}")
                 return None
         else:
-            prompt = row.get(prompt_col)
+            prompt = row.get(prompt_col) if prompt_col is not None else None  # type: ignore[assignment]
             if isinstance(prompt, (int, float)) and not isinstance(prompt, bool):
                 prompt = str(prompt)
             if not isinstance(prompt, str) or not prompt.strip():

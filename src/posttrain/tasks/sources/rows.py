@@ -8,8 +8,9 @@ count data rows from 0, as `datasets` does.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 class RowsError(ValueError):

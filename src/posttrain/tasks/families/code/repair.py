@@ -11,8 +11,14 @@ from __future__ import annotations
 import copy
 
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.families.code.template import (FunctionTemplate, compile_reference, call_text,
-                                                    draw_params, make_cases, run_reference)
+from posttrain.tasks.families.code.template import (
+    FunctionTemplate,
+    call_text,
+    compile_reference,
+    draw_params,
+    make_cases,
+    run_reference,
+)
 from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.verifiers.code import UNIT_TESTS
 

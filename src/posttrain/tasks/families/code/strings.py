@@ -113,7 +113,7 @@ RLE = FunctionTemplate(
                         + ("the character followed by the run length" if p["fmt"] == "char-count"
                            else "the run length followed by the character")
                         + " (e.g. 'aaa' -> " + ("'a3'" if p["fmt"] == "char-count" else "'3a'")
-                        + f"); shorter runs are copied unchanged"),
+                        + "); shorter runs are copied unchanged"),
     solution=lambda p: _rle_solution(p["fmt"], p["m"]),
     wrong=lambda p: _rle_solution(p["fmt"], p["m"], ">"),
     case=lambda r, p: ["".join(r.choice("abc") * r.randint(1, p["m"] + 2) for _ in range(r.randint(0, 6)))],

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import copy
 import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from posttrain.tasks.families.common import content_split, draw_in_split
 from posttrain.values.task import Split, canonical_json
-from posttrain.verifiers.code import encode_value
+from posttrain.verifiers.candidate import encode_value
 
 Params = Mapping[str, Any]
 

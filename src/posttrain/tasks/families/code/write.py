@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.families.code.template import (FunctionTemplate, draw_params, example_lines,
-                                                    make_cases)
+from posttrain.tasks.families.code.template import FunctionTemplate, draw_params, example_lines, make_cases
 from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.verifiers.code import UNIT_TESTS
 

@@ -8,8 +8,9 @@ rounded to 2 decimals and compared within 0.006.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from posttrain.tasks.families.documents.statements import Company
 

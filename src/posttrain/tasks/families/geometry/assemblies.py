@@ -70,8 +70,8 @@ def table(rng: random.Random) -> GeoProblem:
         prompt=f"Model a table {fmt(height)} high: a top {fmt(lx)} x {fmt(ly)} (along x, y) and {fmt(t)} thick, "
                f"on four square legs {fmt(s)} x {fmt(s)}, one under each corner, "
                + (f"set in {fmt(inset)} from both edges" if inset else "flush with the edges")
-               + f", standing on the ground. The table is centred on the z axis. Name the parts top, "
-               f"leg1, leg2, leg3, leg4 and save a GLB file.",
+               + ", standing on the ground. The table is centred on the z axis. Name the parts top, "
+               "leg1, leg2, leg3, leg4 and save a GLB file.",
         checks=checks, oracle="\n".join(lines) + "\n" + save, file="table.glb",
         wrong={"legs-too-long": "\n".join(full) + "\n" + save})
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from posttrain.tasks.domain import Domain, ToolSpec
 from posttrain.tasks.families.common import content_split, draw_in_split
 from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.verifiers.geometry import GEOMETRY
+
+if TYPE_CHECKING:
+    from posttrain.sandbox.base import Sandbox
 
 TOOL_LIMITS = TaskLimits(max_turns=8, max_tokens=512, context_tokens=4096, time_s=180.0,
                          command_timeout_s=30.0)
@@ -25,7 +29,7 @@ API = ("ptgeo (z is up; every primitive is centred on the origin): box(x, y, z) 
        "info(part or [parts]) prints measurements.")
 
 
-def run_model(sandbox: Any, code: str) -> str:
+def run_model(sandbox: Sandbox, code: str) -> str:
     """The `model` tool: run `code` with `from ptgeo import *` in the workspace (warm path)."""
     if not code.strip():
         raise ValueError("the model tool needs Python code, e.g. save(box(1, 2, 3), 'model.json')")

@@ -7,7 +7,29 @@ hidden expected state, sent on stdin at grading time.
 
 from __future__ import annotations
 
-STATE_CHECK = r'''
+# JSON compared by type: 1 is not True is not 1.0 (Python's == says they are all equal).
+SAME_JSON = r'''
+def same_json(a, b):
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def load_json(text):
+    """The JSON value of a text, or None; NaN/Infinity and absurd nesting are refused."""
+    def _constant(name):
+        raise ValueError(name)
+    try:
+        return json.loads(text, parse_constant=_constant), True
+    except (ValueError, RecursionError):
+        return None, False
+'''
+
+STATE_CHECK = SAME_JSON + r'''
 def _norm(text):
     # trailing spaces and trailing newlines never matter; everything else does
     return "\n".join(line.rstrip() for line in text.strip("\n").split("\n"))
@@ -38,11 +60,8 @@ def check(answer, args):
             problems.append(f"{path}: wrong content")
     for path, obj in (args.get("json") or {}).items():
         got = read_text(path)
-        try:
-            ok = got is not None and json.loads(got) == obj
-        except ValueError:
-            ok = False
-        if not ok:
+        value, parsed = load_json(got) if got is not None else (None, False)
+        if not (parsed and same_json(value, obj)):
             problems.append(f"{path}: missing, not JSON, or not the expected value")
     for path in args.get("absent") or []:
         if info(path) is not None:
@@ -113,26 +132,51 @@ def check(answer, args):
 TAR_CHECK = r'''
 import io, tarfile
 
+# The archive must be of the asked format (no guessing with "r:*": a plain tar named .tar.gz
+# is wrong) and hold only regular files and the directories above them: a symlink, hard link,
+# device or FIFO member, or a name given twice, fails instead of being skipped.
+_MODES = {"gz": "r:gz", "bz2": "r:bz2", "xz": "r:xz", "tar": "r:"}
+
+
+def _format(path):
+    if path.endswith((".tar.gz", ".tgz")):
+        return "gz"
+    if path.endswith((".tar.bz2", ".tbz2")):
+        return "bz2"
+    if path.endswith((".tar.xz", ".txz")):
+        return "xz"
+    return "tar"
+
 
 def check(answer, args):
     data = read_bytes(args["path"], 1 << 20)
     if data is None:
         raise Fail(f"{args['path']} is missing")
+    fmt = args.get("format") or _format(args["path"])
+    magic = {"gz": b"\x1f\x8b", "bz2": b"BZh", "xz": b"\xfd7zXZ\x00"}.get(fmt)
+    if magic is not None and not data.startswith(magic):
+        raise Fail(f"{args['path']} is not a {fmt}-compressed archive")
+    want = args["members"]
+    parents = {"/".join(n.split("/")[:i]) for n in want for i in range(1, n.count("/") + 1)}
     try:
-        tf = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
+        tf = tarfile.open(fileobj=io.BytesIO(data), mode=_MODES[fmt])
         members, total = {}, 0
         with tf:
             for m in tf.getmembers()[:2000]:
-                if not m.isfile():
+                name = m.name[2:] if m.name.startswith("./") else m.name
+                name = name.rstrip("/")
+                if m.isdir() and name in parents | {"", "."}:
                     continue
+                if not m.isfile():
+                    raise Fail(f"member {name!r} is not a regular file (type {m.type!r})")
+                if name in members:
+                    raise Fail(f"member {name!r} appears twice")
                 total += m.size
                 if total > 8 << 20:
                     raise Fail("the archive holds more than 8 MiB")
-                name = m.name[2:] if m.name.startswith("./") else m.name
                 members[name] = tf.extractfile(m).read().decode("utf-8", "replace")
     except (tarfile.TarError, OSError, EOFError) as e:
-        raise Fail(f"{args['path']} is not a readable tar archive: {type(e).__name__}")
-    want = args["members"]
+        raise Fail(f"{args['path']} is not a readable {fmt} tar archive: {type(e).__name__}")
     if sorted(members) != sorted(want):
         return {"passed": False, "problems": [f"archive members {sorted(members)[:10]}"]}
     bad = [n for n in want if members[n].strip() != want[n].strip()]

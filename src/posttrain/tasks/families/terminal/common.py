@@ -8,8 +8,9 @@ sandbox) and named wrong attempts (each must fail). The split is by content (pro
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import content_split, draw_in_split

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import random
 
-from posttrain.tasks.families.terminal.common import (LEVELS, ShellProblem, ident, ip, log_lines,
-                                                      submit, text, word)
+from posttrain.tasks.families.terminal.common import LEVELS, ShellProblem, ident, ip, log_lines, submit, text, word
 
 
 def count_matching(rng: random.Random) -> ShellProblem:
@@ -24,7 +23,7 @@ def count_matching(rng: random.Random) -> ShellProblem:
 
 def _tree(rng: random.Random, exts: tuple[str, ...], n: int) -> dict[str, str]:
     dirs = ["", "a/", "a/b/", "c/", "c/d/e/"]
-    files = {}
+    files: dict[str, str] = {}
     while len(files) < n:
         files[f"logs/{rng.choice(dirs)}{word(rng)}-{rng.randint(1, 99)}.{rng.choice(exts)}"] = f"{ident(rng)}\n"
     return files

@@ -20,21 +20,30 @@ folder raises `HarborTaskError` naming the file and field.
 How it maps onto the sandbox: with a Dockerfile the episode's sandbox is the task's image and
 its WORKDIR (usually `/app`) the workspace; the first observation is the instruction and at
 most 20 non-hidden names the Dockerfile puts in the WORKDIR. Without one, `/app` is the plain
-sandbox's workspace (the instruction says so, and `/app/...` paths in it are shown relative). After the episode (and after every process the agent left has
-been killed), the grading program creates a fresh directory with a random name under the
-sandbox's `/tmp`, writes `tests/` and an empty `logs/verifier/` into it, rewrites the absolute
-paths `/tests`, `/logs/verifier` and `/app` in the test files to those directories and the
-workspace (a textual rewrite: a path built at run time is not caught), and runs
-`bash tests/test.sh` with the tests directory as working directory (so a planted `conftest.py`
-or `pytest.py` in the workspace is not picked up) and `PYTHONSAFEPATH=1`. The reward is then
-read from `logs/verifier/reward.txt` (a number), else `reward.json` (`{"reward": x}`): files in a
-directory that did not exist while the agent ran, so nothing from the episode can pre-write
-them. Not covered: agent code that `test.sh` itself runs (e.g. the agent's program under test)
-runs as the same user and could write the reward file while the tests run.
+sandbox's workspace (the instruction says so, and `/app/...` paths in it are shown relative).
+After the episode, grading happens in a *fresh* sandbox (over the task's image, if it has one)
+(`verifiers/grading.py`): a copy of the episode's workspace, with every task input file restored
+from the task except those `[verifier].artifacts` (our extension: workspace globs) names as the
+agent's to change, so tests that recompute their expectation from input data see the original
+data. The grading program creates a directory under that sandbox's fresh `/tmp`, writes `tests/`
+(plus a conftest guard), an empty `logs/verifier/`, its own `pytest.ini`, and `python`/`python3`
+shims that add `-I`; rewrites the absolute paths `/tests`, `/logs/verifier` and `/app` in the
+test files (a textual rewrite: a path built at run time is not caught), and runs
+`bash tests/test.sh` from the tests directory with a fixed `PATH`, `PYTEST_ADDOPTS` = `-c
+<its ini> --rootdir=<tests> --confcutdir=<tests> -p no:cacheprovider` and
+`PYTEST_DISABLE_PLUGIN_AUTOLOAD=1` (no configuration, conftest or plugin from anywhere the agent
+wrote). When test.sh ends, every other process in the sandbox is killed, then the reward is read
+from `logs/verifier/reward.txt` (a number), else `reward.json` (`{"reward": x}`).
 
-Scoring follows Harbor: reward >= 1 passes, the score is the reward clipped to [0, 1]. As in
-Harbor (`RewardFileNotFoundError`, `VerifierTimeoutError`), a test script that writes no reward
-or runs past `[verifier].timeout_sec` is an infrastructure error (`VerifierError`), not a 0.
+A pytest session that started and never finished (tested code that calls `os._exit(0)` on
+import, or kills the tests after writing a reward) or that "passed" without running a test
+voids a positive reward. Not covered: code under test runs inside the test process as the
+grading program's uid, so code written against this grader (forging the guard's record) is not
+stopped; see the README's threat model.
+
+Scoring follows Harbor: reward >= 1 passes, the score is the reward clipped to [0, 1]. Unlike
+Harbor, a test script that writes no reward or runs past `[verifier].timeout_sec` is a failed
+verdict, not an infrastructure error: the agent's code runs inside the tests and can cause both.
 
 Splits: a task folder is one fixed problem, in one split: `[metadata].split` ("train" or
 "eval") when given, else a hash of its content (as for generated domains). Asking the domain
@@ -44,6 +53,7 @@ for the other split raises `NoTasksInSplit` (a `ValueError`); every seed gives t
 from __future__ import annotations
 
 import json
+import math
 import re
 import tomllib
 from dataclasses import dataclass
@@ -54,9 +64,8 @@ from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.tasks.families.common import content_split
 from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.values.verdict import Verdict
-from posttrain.verifiers.base import Outcome
-from posttrain.verifiers.base import VerifierError, verdict
-from posttrain.verifiers.script import GRADER_MARGIN_S, grading_sandbox, run_grader
+from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError, failed_grading, verdict
+from posttrain.verifiers.grading import GRADER_MARGIN_S, grading_context, run_grader
 
 DEFAULT_AGENT_TIMEOUT_S = 600.0
 DEFAULT_VERIFIER_TIMEOUT_S = 120.0
@@ -80,23 +89,71 @@ def rewrite(text, app, tests=None, logs=None, solution=None):
     return text
 '''
 
+# A pytest plugin (prepended to the tests' conftest.py, which only the grader writes): it records
+# that each pytest session started and how it finished. A session that started and never
+# finished means the tested code ended the test process (`os._exit(0)` on import): whatever
+# reward test.sh then writes does not count.
+GUARD = r'''
+import json as _ptg_json, os as _ptg_os
+_PTG_FILE = _ptg_os.environ.get("PTGUARD_FILE")
+_ptg_counts = {"passed": 0, "failed": 0}
+
+
+def _ptg_write(obj):
+    if _PTG_FILE:
+        with open(_PTG_FILE, "a") as f:
+            f.write(_ptg_json.dumps(obj) + "\n")
+
+
+def pytest_sessionstart(session):
+    _ptg_write({"start": _ptg_os.getpid()})
+
+
+def pytest_runtest_logreport(report):
+    if report.failed:
+        _ptg_counts["failed"] += 1
+    elif report.passed and report.when == "call":
+        _ptg_counts["passed"] += 1
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _ptg_write({"finish": _ptg_os.getpid(), "status": int(exitstatus), **_ptg_counts})
+'''
+
 GRADER = REWRITE + r'''
 import signal, subprocess, tempfile, time
 
 p = _PAYLOAD
 ws = os.getcwd()
+# A fresh grading sandbox: its /tmp held nothing of the episode's, and only this program and
+# what it starts write there.
 root = tempfile.mkdtemp(prefix="ptharbor-")
 tests, logs = os.path.join(root, "tests"), os.path.join(root, "logs", "verifier")
-os.makedirs(logs)
-for rel, content in p["tests"].items():
+shim, home = os.path.join(root, "bin"), os.path.join(root, "home")
+for d in (logs, shim, home):
+    os.makedirs(d)
+files = dict(p["tests"])
+files["conftest.py"] = p["guard"] + "\n" + files.get("conftest.py", "")
+for rel, content in files.items():
     path = os.path.join(tests, rel)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         f.write(rewrite(content, ws, tests, logs))
     os.chmod(path, 0o755 if rel.endswith(".sh") else 0o644)
+ini = os.path.join(root, "pytest.ini")
+with open(ini, "w") as f:
+    f.write("[pytest]\n")
+for name in ("python", "python3"):  # every Python the tests start runs isolated (-I)
+    with open(os.path.join(shim, name), "w") as f:
+        f.write(f"#!/bin/sh\nexec {sys.executable} -I \"$@\"\n")
+    os.chmod(os.path.join(shim, name), 0o755)
+guard = os.path.join(root, "guard.jsonl")
 out = tempfile.TemporaryFile(dir=root)
-env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": root, "LANG": "C.UTF-8",
-       "TMPDIR": root, "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1", "TEST_DIR": tests}
+env = {"PATH": f"{shim}:{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
+       "HOME": home, "LANG": "C.UTF-8", "TMPDIR": home, "PYTHONDONTWRITEBYTECODE": "1",
+       "TEST_DIR": tests, "PTGUARD_FILE": guard, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+       "PYTEST_ADDOPTS": f"-c {ini} --rootdir={tests} --confcutdir={tests} -p no:cacheprovider"}
+policy_input()  # test.sh runs the agent's code and reads its files
 t0 = time.monotonic()
 proc = subprocess.Popen(["bash", os.path.join(tests, "test.sh")], cwd=tests, env=env,
                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -106,26 +163,47 @@ try:
     proc.wait(timeout=p["timeout_s"])
 except subprocess.TimeoutExpired:
     status = "timeout"
-try:
-    os.killpg(proc.pid, signal.SIGKILL)
-except OSError:
-    pass
+
+
+def _ancestors():
+    out, pid = set(), os.getpid()
+    while pid > 1:
+        out.add(pid)
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                pid = int(next(l for l in f if l.startswith("PPid:")).split()[1])
+        except (OSError, StopIteration, ValueError):
+            break
+    return out | {1}
+
+
+# Everything else in this sandbox is the tests' or the agent's: kill it (a daemon that escaped
+# the process group must not write the reward after test.sh wrote it), then read the reward.
+keep = _ancestors()
+for _ in range(3):
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in keep:
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
 proc.wait()
 
 
-def _read(name):
-    path = os.path.join(logs, name)
+def _read(path, n=4096):
     if not os.path.isfile(path) or os.path.islink(path):
         return None
     with open(path, "rb") as f:
-        return f.read(4096).decode("utf-8", "replace")
+        return f.read(n).decode("utf-8", "replace")
 
 
 out.seek(0, 2)
 size = out.tell()
 out.seek(max(0, size - 2000))
 emit({"status": status, "returncode": proc.returncode, "seconds": round(time.monotonic() - t0, 3),
-      "reward_txt": _read("reward.txt"), "reward_json": _read("reward.json"),
+      "reward_txt": _read(os.path.join(logs, "reward.txt")),
+      "reward_json": _read(os.path.join(logs, "reward.json")),
+      "guard": (_read(guard, 65536) or "").splitlines()[:200],
       "output_tail": out.read().decode("utf-8", "replace")})
 '''
 
@@ -151,29 +229,78 @@ print("{script} exited with", r.returncode)
 class HarborVerifier:
     """Runs a Harbor task's `tests/test.sh` after the episode (see the module docstring).
 
-    `task.verifier`: `tests` (relative path -> text of every file under tests/), `timeout_s`."""
+    `task.verifier`: `tests` (relative path -> text of every file under tests/), `timeout_s`,
+    `artifacts` (workspace globs the agent is meant to change; every other task input file is
+    restored from the task before grading)."""
 
     name: str = "harbor"
-    version: str = "1"
+    version: str = "2"
     needs_sandbox: bool = True
 
     def verify(self, task: Task, outcome: Outcome) -> Verdict:
         tests, timeout = task.verifier.get("tests"), float(task.verifier.get("timeout_s", 0) or 0)
         if not isinstance(tests, dict) or "test.sh" not in tests or timeout <= 0:
             raise VerifierError(f"task {task.key}: harbor verifier needs 'tests' with test.sh and a timeout_s")
-        with grading_sandbox(outcome) as sandbox:
-            found = run_grader(sandbox, GRADER, {"tests": tests, "timeout_s": timeout},
-                               timeout=timeout + GRADER_MARGIN_S, label=f"harbor verifier, task {task.key}")
+        label = f"harbor verifier, task {task.key}"
+        try:
+            image, limits = self._image(task)
+            with grading_context(outcome, pristine=task.files, writable=task.verifier.get("artifacts") or (),
+                                 image=image, limits=limits, label=label) as sandbox:
+                found = run_grader(sandbox, GRADER, {"tests": tests, "timeout_s": timeout, "guard": GUARD},
+                                   timeout=timeout + GRADER_MARGIN_S, label=label)
+        except GradingFailed as e:
+            return failed_grading(self, e)
         tail = str(found.get("output_tail", ""))[-800:]
+        common = {"test_exit": found.get("returncode"), "seconds": found.get("seconds"), "output_tail": tail}
         if found.get("status") == "timeout":
-            raise VerifierError(f"task {task.key}: tests/test.sh ran past the verifier timeout "
-                                f"({timeout:g} s); output: {tail[-300:]!r}")
-        reward = self._reward(task, found)
-        return verdict(self, reward >= 1.0, score=min(1.0, max(0.0, reward)), reward=reward,
-                       test_exit=found.get("returncode"), seconds=found.get("seconds"), output_tail=tail)
+            return verdict(self, False, reason=f"tests/test.sh ran past the verifier timeout ({timeout:g} s)",
+                           **common)
+        broken = self._unfinished_pytest(found.get("guard"))
+        reward = self._reward(found)
+        if isinstance(reward, str):
+            return verdict(self, False, reason=reward, **common)
+        if broken and reward > 0:
+            return verdict(self, False, reason=broken, reward=reward, **common)
+        return verdict(self, reward >= 1.0, min(1.0, max(0.0, reward)), reward=reward, **common)
 
     @staticmethod
-    def _reward(task: Task, found: dict[str, Any]) -> float:
+    def _image(task: Task) -> tuple[dict | None, Any]:
+        """The task's image (its tests run over a fresh copy of it) and its limits, or Nones."""
+        if not task.verifier.get("image"):
+            return None, None
+        from posttrain.images.episode import ImageUnavailable, image_for, limits_for
+
+        try:
+            image = image_for(task)
+        except ImageUnavailable as e:
+            raise VerifierError(f"task {task.key}: cannot grade over its image: {e}") from e
+        return (image.sandbox_config() if image is not None else None), limits_for(task)
+
+    @staticmethod
+    def _unfinished_pytest(lines: Any) -> str | None:
+        """Why the guard's record shows a pytest session that did not end normally, or None."""
+        started, finished = [], {}
+        for line in lines if isinstance(lines, list) else []:
+            try:
+                obj = json.loads(line)
+            except (ValueError, RecursionError, TypeError):
+                continue
+            if isinstance(obj, dict) and "start" in obj:
+                started.append(obj["start"])
+            elif isinstance(obj, dict) and "finish" in obj:
+                finished[obj["finish"]] = obj
+        for pid in started:
+            end = finished.get(pid)
+            if end is None:
+                return "a pytest run never finished (the tested code ended the test process)"
+            if end.get("status") == 0 and not end.get("passed"):
+                return "a pytest run passed without running any test"
+        return None
+
+    @staticmethod
+    def _reward(found: dict[str, Any]) -> float | str:
+        """The reward test.sh wrote, or why there is none (a failed verdict: the agent's code
+        runs inside the tests and can stop them before they write it)."""
         text, blob = found.get("reward_txt"), found.get("reward_json")
         try:
             if text is not None and text.strip():
@@ -182,13 +309,12 @@ class HarborVerifier:
                 data = json.loads(blob)
                 value = float(data["reward"] if isinstance(data, dict) and "reward" in data else data)
             else:
-                raise VerifierError(f"task {task.key}: tests/test.sh wrote no reward (neither "
-                                    f"/logs/verifier/reward.txt nor reward.json); exit status "
-                                    f"{found.get('returncode')}, output: {str(found.get('output_tail'))[-300:]!r}")
-        except (ValueError, TypeError, KeyError) as e:
-            raise VerifierError(f"task {task.key}: unreadable reward ({text or blob!r:.80}): {e}") from e
-        if value != value:
-            raise VerifierError(f"task {task.key}: the reward is NaN")
+                return (f"tests/test.sh wrote no reward (neither /logs/verifier/reward.txt nor "
+                        f"reward.json); exit status {found.get('returncode')}")
+        except (ValueError, TypeError, KeyError, RecursionError) as e:
+            return f"unreadable reward ({text or blob!r:.80}): {type(e).__name__}"
+        if not math.isfinite(value):
+            return f"the reward is not a finite number ({value})"
         return value
 
 
@@ -237,7 +363,13 @@ def _config(root: Path) -> dict[str, Any]:
     split = config.get("metadata", {}).get("split")
     if split is not None and split not in ("train", "eval"):
         raise HarborTaskError(f"{where}: field [metadata].split must be 'train' or 'eval', got {split!r}")
-    return {"agent_timeout": _number(config, "agent", "timeout_sec", DEFAULT_AGENT_TIMEOUT_S, where),
+    artifacts = config.get("verifier", {}).get("artifacts", [])
+    if not (isinstance(artifacts, list) and all(isinstance(a, str) and a and not a.startswith("/")
+                                                 and ".." not in a.split("/") for a in artifacts)):
+        raise HarborTaskError(f"{where}: field [verifier].artifacts must be a list of workspace-relative "
+                              f"paths or globs, got {artifacts!r}")
+    return {"artifacts": [_app_relative(a).removeprefix("./") for a in artifacts],
+            "agent_timeout": _number(config, "agent", "timeout_sec", DEFAULT_AGENT_TIMEOUT_S, where),
             "verifier_timeout": _number(config, "verifier", "timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S, where),
             "memory_mb": int(_number(config, "environment", "memory_mb", 1024, where)),
             "metadata": config.get("metadata", {}), "split": split}
@@ -340,6 +472,7 @@ def load_harbor_task(path: str | Path, name: str | None = None) -> Domain:
                     key=f"{domain_name}/{split}/0", limits=limits, tags=tags,
                     reference={"solution": solution, "wrong": wrong, "folder": root.name},
                     verifier={"tests": tests, "timeout_s": cfg["verifier_timeout"],
+                              "artifacts": cfg["artifacts"],
                               **({"image": image} if image else {})})
 
     def oracle(task: Task) -> list[str]:

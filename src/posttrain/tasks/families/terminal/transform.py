@@ -145,7 +145,7 @@ def jsonl_field(rng: random.Random) -> ShellProblem:
     kinds = ["login", "logout", "purchase"]
     events = [{"type": rng.choice(kinds), "user": word(rng), "n": rng.randint(1, 9)} for _ in range(rng.randint(6, 16))]
     kind = rng.choice([e["type"] for e in events])
-    want = [e["user"] for e in events if e["type"] == kind]
+    want = [str(e["user"]) for e in events if e["type"] == kind]
     return ShellProblem(
         prompt=f"events.jsonl has one JSON object per line. Write the 'user' field of every event "
                f"whose 'type' is '{kind}', in file order, one per line, to users.txt.",
@@ -154,7 +154,7 @@ def jsonl_field(rng: random.Random) -> ShellProblem:
         oracle=["<python>import json\nrows = [json.loads(l) for l in open('events.jsonl')]\n"
                 f"open('users.txt', 'w').write(''.join(r['user'] + '\\n' for r in rows if r['type'] == {kind!r}))"
                 "</python>", submit("")],
-        wrong={"all-types": [_write("users.txt", text([e["user"] for e in events])), submit("")]}
+        wrong={"all-types": [_write("users.txt", text([str(e["user"]) for e in events])), submit("")]}
         if len(want) < len(events) else {"reversed": [_write("users.txt", text(want[::-1] + ["x"])), submit("")]})
 
 

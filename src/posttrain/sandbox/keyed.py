@@ -1,0 +1,163 @@
+"""`ConfigPool`: idle sandboxes of many configurations, reset to pristine between uses.
+
+`SandboxPool` serves one configuration (the episodes of a run) and keeps it booted ahead in a
+background thread. Graders need sandboxes of whatever configuration the task asks for (the
+episode's backend and limits, a family's preloads, a task's image), one at a time and at
+unpredictable moments; booting one per graded episode costs ~150-400 ms. `ConfigPool` keeps the
+sandboxes it booted after use, keyed by their configuration:
+
+* `with pool.sandbox(limits, backend=..., preload=..., image=...) as sb:` hands out an idle
+  sandbox of exactly that configuration (after checking that its supervisor answers), or boots
+  one when there is none;
+* when the block ends the sandbox is reset (`Sandbox.reset`: every process killed, /ws, /tmp,
+  /dev/shm and $HOME back to pristine, then checked from the outside) and kept for the next
+  user of that configuration. A sandbox whose reset is not clean is closed and counted
+  (`stats["discards"]`, the reason in `stats["discard_reasons"]`): the next user boots another.
+
+Only sandboxes this pool booted ever enter it (never one a caller brings). At most
+`max_idle_per_key` idle sandboxes of one configuration and `max_idle` in all are kept; beyond
+that the least recently used are closed (`stats["closed_idle"]`), so a run over many images
+holds a bounded number of booted sandboxes. A sandbox serves at most `max_episodes` uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from posttrain.sandbox.base import DEFAULT_CLOCK, Limits, Sandbox
+from posttrain.sandbox.pool import MAX_EPISODES
+from posttrain.sandbox.reset import after_episode
+
+MAX_IDLE_PER_KEY = 2
+"""idle sandboxes kept per configuration (graders run `workers` at a time: 2 on this machine)"""
+MAX_IDLE = 8
+"""idle sandboxes kept in all, over every configuration"""
+
+
+def config_key(limits: Limits, backend: str, allow_unsandboxed: bool, preload: Sequence[str],
+               image: dict | None, clock: int | None) -> tuple:
+    """What makes two sandboxes interchangeable: equal keys boot equal sandboxes."""
+    return (limits, backend, bool(allow_unsandboxed), tuple(preload),
+            None if image is None else json.dumps(image, sort_keys=True, default=str), clock)
+
+
+class ConfigPool:
+    def __init__(self, *, max_idle_per_key: int = MAX_IDLE_PER_KEY, max_idle: int = MAX_IDLE,
+                 max_episodes: int = MAX_EPISODES, opener: Callable[..., Sandbox] | None = None) -> None:
+        for name, value in (("max_idle_per_key", max_idle_per_key), ("max_idle", max_idle),
+                            ("max_episodes", max_episodes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ConfigPool.{name} must be a positive integer, got {value!r}")
+        self.max_idle_per_key, self.max_idle, self.max_episodes = max_idle_per_key, max_idle, max_episodes
+        from posttrain.sandbox.factory import open_sandbox
+
+        self._opener: Callable[..., Sandbox] = opener if opener is not None else open_sandbox
+        self._lock = threading.Lock()
+        self._idle: list[tuple[tuple, Any]] = []
+        """(key, sandbox), least recently given back first (`SupervisedSandbox`es: `alive`,
+        `close(wait=)`, beyond the `Sandbox` protocol)"""
+        self._uses: dict[str, int] = {}
+        self._closed = False
+        self.stats: dict = {"booted": 0, "reused": 0, "replaced": 0, "resets": 0, "discards": 0,
+                            "discard_reasons": {}, "closed_idle": 0, "reset_s_total": 0.0}
+
+    def idle(self) -> int:
+        """How many reset sandboxes wait for a user now."""
+        with self._lock:
+            return len(self._idle)
+
+    @contextlib.contextmanager
+    def sandbox(self, limits: Limits = Limits(), *, backend: str = "auto",
+                allow_unsandboxed: bool = False, preload: Sequence[str] = (),
+                image: dict | None = None, clock: int | None = DEFAULT_CLOCK) -> Iterator[Sandbox]:
+        """A pristine sandbox of this configuration (reset or freshly booted), given back (reset
+        and kept, or closed) when the block ends. Arguments as for `open_sandbox`; boot errors
+        propagate unchanged."""
+        key = config_key(limits, backend, allow_unsandboxed, preload, image, clock)
+        sb = self._take(key)
+        if sb is None:
+            sb = self._opener(limits, backend=backend, allow_unsandboxed=allow_unsandboxed,
+                              preload=tuple(preload), clock=clock,
+                              **({"image": image} if image is not None else {}))
+            with self._lock:
+                self.stats["booted"] += 1
+        try:
+            yield sb
+        finally:
+            self._give_back(key, sb)
+
+    def _take(self, key: tuple) -> Any:
+        while True:
+            with self._lock:
+                i = next((i for i in range(len(self._idle) - 1, -1, -1) if self._idle[i][0] == key), None)
+                if i is None:
+                    return None
+                _, sb = self._idle.pop(i)
+            if sb.alive():
+                with self._lock:
+                    self.stats["reused"] += 1
+                return sb
+            with self._lock:
+                self.stats["replaced"] += 1
+            self._close(sb)
+
+    def _close(self, sb: Any) -> None:
+        self._uses.pop(sb.id, None)
+        # closing takes ~0.1 s (kill, unmount, free the cgroup): not on the grader's time
+        try:
+            sb.close(wait=False)
+        except TypeError:  # a Sandbox implementation without background closing
+            sb.close()
+
+    def _give_back(self, key: tuple, sb: Any) -> None:
+        with self._lock:
+            uses = self._uses.get(sb.id, 0) + 1
+            self._uses[sb.id] = uses
+            closed = self._closed
+        action = after_episode(reuse=not closed, closed=getattr(sb, "closed", False),
+                               episodes=uses, max_episodes=self.max_episodes)
+        if action != "reset":
+            self._close(sb)
+            return
+        report = sb.reset()
+        evicted: list[Any] = []
+        with self._lock:
+            self.stats["reset_s_total"] += report.seconds
+            if not report.reusable:
+                self.stats["discards"] += 1
+                why = report.reason.split(":")[0]
+                reasons = self.stats["discard_reasons"]
+                reasons[why] = reasons.get(why, 0) + 1
+                evicted.append(sb)
+            elif self._closed:
+                evicted.append(sb)
+            else:
+                self.stats["resets"] += 1
+                same = [i for i, (k, _) in enumerate(self._idle) if k == key]
+                if len(same) >= self.max_idle_per_key:
+                    evicted.append(self._idle.pop(same[0])[1])
+                self._idle.append((key, sb))
+                while len(self._idle) > self.max_idle:
+                    evicted.append(self._idle.pop(0)[1])
+                self.stats["closed_idle"] += sum(e is not sb for e in evicted)
+        for e in evicted:
+            self._close(e)
+
+    def close(self) -> None:
+        """Close every idle sandbox; sandboxes in use are closed when they come back."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for _, sb in idle:
+            self._uses.pop(sb.id, None)
+            sb.close()
+
+    def __enter__(self) -> ConfigPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

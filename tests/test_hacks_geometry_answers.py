@@ -1,0 +1,85 @@
+"""Hack classes against the geometry, reasoning-gym and JSON-answer graders, and the self-check
+that plays them (`hack_pass_rate`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from posttrain.envs import play_actions
+from posttrain.sandbox import open_sandbox
+from posttrain.tasks.adversaries import adversaries
+from posttrain.tasks.check import check_domain
+from posttrain.tasks.domain import Domain
+from posttrain.tasks.registry import all_domains
+from posttrain.values.task import Task
+from posttrain.verifiers.base import Outcome, verdict
+
+DOMAINS = all_domains()
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with open_sandbox(preload=("numpy", "manifold3d")) as sb:
+        yield sb
+
+
+@pytest.mark.parametrize("name", ["geometry.script.cylinder.dims", "geometry.shape.cylinder.dims"])
+@pytest.mark.parametrize("hack", ["marker-parts", "stray-vertices", "nan-vertices"])
+def test_geometry_bounding_box_hacks_fail(name, hack, sandbox):
+    # a box of the right volume, its bounding box stretched to the asked one by tiny marker parts
+    # or by vertices no triangle uses, used to pass every check of a cylinder task
+    env = "single" if "script" in name else "tools"
+    d = DOMAINS.get(name) or next(d for n, d in DOMAINS.items() if n.startswith("geometry.")
+                                  and n.endswith("cylinder.dims") and d.env == env)
+    task = d.task(0)
+    attempt = adversaries(d, task)[hack]
+    v = play_actions(d, task, attempt, sandbox=sandbox) if d.env == "tools" else \
+        d.verifier.verify(task, Outcome(answer=attempt[-1], sandbox=sandbox))
+    assert not v.passed, (hack, dict(v.details))
+    assert play_actions(d, task, d.oracle(task), sandbox=sandbox).passed
+
+
+@pytest.mark.parametrize("answer", ["nan", "NaN", "inf", "-Infinity", "[nan]"])
+def test_non_finite_answers_fail_before_any_rg_scorer(answer):
+    for name in ("rg.basic_arithmetic", "rg.decimal_arithmetic", "rg.gsm_symbolic"):
+        d = DOMAINS[name]
+        v = d.verifier.verify(d.task(0), Outcome(answer=answer))
+        assert not v.passed, name
+
+
+def test_rg_lenient_and_raising_scorers():
+    d = DOMAINS["rg.gsm_symbolic"]
+    task = d.task(0)
+    right = task.reference["answer"]
+    assert not d.verifier.verify(task, Outcome(answer=f"{right} or maybe 7")).passed
+    assert d.verifier.verify(task, Outcome(answer=right)).passed
+    d = DOMAINS["rg.prime_factorization"]  # its scorer raises on non-numbers: a failure, not infra
+    v = d.verifier.verify(d.task(0), Outcome(answer="x"))
+    assert not v.passed and "rejected" in v.details["reason"]
+
+
+def test_docs_json_compares_scalars_by_type():
+    d = next(d for n, d in sorted(DOMAINS.items()) if n.startswith("docs.")
+             and any(k.startswith("json-") for k in adversaries(d, d.task(0))))
+    task = d.task(0)
+    for name, actions in adversaries(d, task).items():
+        assert not d.verifier.verify(task, Outcome(answer=actions[-1])).passed, name
+
+
+class _Gullible:
+    name, version, needs_sandbox = "gullible", "1", False
+
+    def verify(self, task, outcome):
+        return verdict(self, "42" in (outcome.answer or "") or outcome.answer == "x")
+
+
+def test_tasks_check_reports_hack_pass_rate_and_fails_a_gameable_domain():
+    def gen(seed, split):
+        return Task(domain="toy.gullible", prompt="say 42", env="single", split=split, seed=seed,
+                    reference={"answer": "42"})
+
+    d = Domain(name="toy.gullible", family="toy", env="single", verifier=_Gullible(), generate=gen,
+               oracle=lambda t: ["42"], negatives=lambda t: {"empty": [""], "wrong": ["41"]})
+    c = check_domain(d, per_domain=2)
+    assert c.hacks > 0 and c.hacks_passed >= 2  # "garbage" (x) passes on both tasks
+    assert any(f.kind == "hack_passed" for f in c.failures)
