@@ -59,7 +59,8 @@ class WorkItem:
     domain: Domain
     task: Task
     group_id: str = ""
-    """the workload's identity of the episode's group; '' gives '<domain>#<item index>'"""
+    """the workload's identity of the episode's group; '' for none (the engine then runs it
+    under '<domain>#<item index>', recorded as '')"""
 
 
 @contextmanager
@@ -128,7 +129,9 @@ async def _run(work: list[WorkItem], policy: Policy, sampling: SamplingParams, e
 
     def record(result: EpisodeResult) -> None:
         i = index[result.trajectory.group_id]
-        result.trajectory.group_id = work[i].group_id or gids[i]  # the workload's id, shared or not
+        # the workload's own id, shared or not; '' stays '' (an ungrouped episode: the engine's
+        # internal '<domain>#<index>' is no identity across calls, and must not become one in a store)
+        result.trajectory.group_id = work[i].group_id
         attempts[i].append(result)
         if on_result is not None:
             on_result(result)
