@@ -119,6 +119,9 @@ def test_reload_under_load_keeps_every_request_and_serves_the_new_weights(server
     # none lost, none cut short: every request decoded its 40 tokens across the reload
     assert [status for status, _ in done] == [200] * 32
     assert all(len(body["choices"][0]["token_ids"]) == 40 for _, body in done)
+    # rows prefilled under the old weights finished after the reload: none of their keys/values
+    # may enter the prefix cache (the probe below would reuse them)
+    assert server.engine.prefix_cache is None or len(server.engine.prefix_cache) == 0
     # after the reload the server serves exactly the new weights
     probe = [req(p, temperature=0.0, max_tokens=8) for p in PROMPTS]
     got, want = remote.generate(probe), new.generate(probe)

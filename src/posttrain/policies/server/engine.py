@@ -57,6 +57,9 @@ class _Row:
     reused: int = 0
     t0: float = field(default_factory=time.perf_counter)
     finish: str = ""
+    epoch: int = 0
+    """the cache epoch the row was admitted in: a row whose keys/values were computed before a
+    reload (or a cache reset) never enters the prefix cache"""
 
 
 @dataclass
@@ -81,6 +84,7 @@ class BatchEngine:
         self.tokenizer = policy.tokenizer
         self.max_batch = max_batch
         self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20)) if prefix_cache_mb > 0 else None
+        self._epoch = 0  # bumped whenever the cache's contents become stale (reload, reset)
         self.stats = EngineStats()
         self.weights_path: str | None = None
         """the directory the weights were last reloaded from (None: as loaded at start)"""
@@ -172,8 +176,7 @@ class BatchEngine:
 
         def load() -> int:
             n = load_weights_into(self.model, path)
-            if self.prefix_cache is not None:
-                self.prefix_cache.clear()
+            self._clear_cache()
             self.weights_path = path
             self.stats.reloads += 1
             return n
@@ -181,8 +184,14 @@ class BatchEngine:
         return self.call(load, timeout)
 
     def reset_prefix_cache(self) -> None:
+        self.call(self._clear_cache)
+
+    def _clear_cache(self) -> None:
+        # rows in flight keep decoding (pause mode 'keep') but their earlier keys/values belong
+        # to the old weights: the new epoch keeps them out of the cache when they finish
+        self._epoch += 1
         if self.prefix_cache is not None:
-            self.call(self.prefix_cache.clear)
+            self.prefix_cache.clear()
 
     def call(self, fn: Callable[[], Any], timeout: float = 600.0) -> Any:
         """Run `fn` on the engine thread between two iterations; returns its result."""
@@ -243,6 +252,7 @@ class BatchEngine:
         for row in rows:
             n, kv = cache.lookup(row.prompt, limit=len(row.prompt) - 1) if cache is not None else (0, None)
             row.reused = n
+            row.epoch = self._epoch
             key = (tuple(row.prompt), n)
             if key not in distinct:
                 distinct[key] = len(starts)
@@ -288,7 +298,7 @@ class BatchEngine:
         self.stats.tokens += len(rows)
         if done:
             for i in done:
-                if self.prefix_cache is not None:
+                if self.prefix_cache is not None and rows[i].epoch == self._epoch:
                     self.prefix_cache.insert(batch.fed[i], batch.row_kv(i))
                 self._finish(rows[i])
             keep = [i for i in range(len(rows)) if not rows[i].finish]
