@@ -17,6 +17,11 @@ Families without sandboxed domains run the same path in both modes (a ratio near
 are run `workers` at a time: `run_episodes` starts every episode it is given at once, each
 holding a sandbox (issue 13, "unbounded sandboxes"), so handing it all of them would measure
 boots in both modes. Prints a table, then one JSON line.
+
+Store growth of image episodes (`--images-only` runs just this): GRPO-like groups (`--group`
+samples of each task) of image domains (a chart, statement pages, a drawing with the render
+tool) written to a fresh store; the store file's growth per episode (after a WAL checkpoint),
+beside what it would be if every image reference were stored as its own copy.
 """
 
 from __future__ import annotations
@@ -35,8 +40,55 @@ from posttrain.policies.scripted import ScriptedPolicy
 from posttrain.sandbox import SandboxPool
 from posttrain.scheduling.engine import WorkItem, run_episodes
 from posttrain.storage.store import Store
-from posttrain.tasks.registry import families
+from posttrain.tasks.registry import families, get_domain
 from posttrain.verifiers import grading
+
+IMAGE_DOMAINS = ("docs.chart.peak.bar", "docs.page.cash-reconciliation", "geometry.drawing.cylinder.dims")
+
+
+def _store_bytes(path: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:  # fold the WAL into the file before measuring it
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path.stat().st_size
+
+
+def image_store_growth(tmp: str, group: int, tasks: int, workers: int) -> dict:
+    """Store bytes per image episode, and images stored vs referenced (see the module docstring)."""
+    domains = [get_domain(n) for n in IMAGE_DOMAINS]
+    # one id per episode: the store keeps one trajectory per (run, group, member, attempt)
+    specs = [WorkItem(d, d.task(seed), group_id=f"{d.name}:{seed}:{k}")
+             for d in domains for seed in range(tasks) for k in range(group)]
+    path = Path(tmp) / "images.sqlite"
+    store = Store(path)
+    empty = _store_bytes(path)
+    with SandboxPool(size=workers, preload=sandbox_preload(domains)) as pool:
+        done: list = []
+        t0 = time.perf_counter()
+        for i in range(0, len(specs), workers):  # `workers` at a time, as above (issue 13)
+            run_episodes(specs[i:i + workers], ScriptedPolicy.oracle(), sandbox_factory=pool.sandbox,
+                         workers=workers, on_result=lambda r: done.append((r.trajectory, r.task, r.workspace_archive)))
+        wall = time.perf_counter() - t0
+    for traj, task, ws in done:
+        store.put_trajectory(traj, task, ws)
+    stats = store.image_stats()
+    store.close()
+    grown = _store_bytes(path) - empty
+    ref_bytes = sum(r["bytes"] for traj, _, _ in done for u in traj.turns for r in u.observation_images)
+    out = {"episodes": len(done), "passed": sum(bool(t.passed) for t, _, _ in done),
+           "image_refs": stats["refs"], "images_stored": stats["images"],
+           "image_bytes_stored": stats["bytes"], "image_bytes_if_copied_per_ref": ref_bytes,
+           "store_bytes_per_episode": round(grown / max(1, len(done))),
+           "store_bytes_per_episode_if_copied": round((grown - stats["bytes"] + ref_bytes) / max(1, len(done))),
+           "episodes_per_s": round(len(done) / wall, 2)}
+    print(f"\nimage episodes: {out['episodes']} ({len(IMAGE_DOMAINS)} domains x {tasks} tasks x {group} "
+          f"samples), passed {out['passed']}; {out['image_refs']} image references, {out['images_stored']} "
+          f"images stored ({out['image_bytes_stored']} bytes; {ref_bytes} if each reference were a copy)")
+    print(f"store growth per image episode: {out['store_bytes_per_episode']} bytes "
+          f"({out['store_bytes_per_episode_if_copied']} if copied per reference); "
+          f"{out['episodes_per_s']} episodes/s")
+    return out
 
 
 def spread(items: list, k: int) -> list:
@@ -52,7 +104,13 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=3, help="tasks per domain")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--families", default="", help="comma-separated families (default: all)")
+    ap.add_argument("--group", type=int, default=4, help="samples per image task (a GRPO group)")
+    ap.add_argument("--images-only", action="store_true", help="only the image store-growth figure")
     args = ap.parse_args()
+    if args.images_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps({"image_store": image_store_growth(tmp, args.group, args.tasks, args.workers)}))
+        return
     known = families()
     wanted = [f for f in args.families.split(",") if f] or sorted(known)
     if unknown := [f for f in wanted if f not in known]:
@@ -119,6 +177,7 @@ def main() -> None:
                          "boots": stats["booted"], "grader_boots": stats["grader_boots"],
                          "grader_reuses": stats["grader_reuses"]})
         store.close()
+        images = image_store_growth(tmp, args.group, args.tasks, args.workers)
 
     # Pure runner overhead: single-answer episodes with an exact-match verifier, no sandbox.
     math_domains = sorted(families()["math"], key=lambda d: d.name)[:4]
@@ -158,6 +217,7 @@ def main() -> None:
         "runner_overhead_us_per_turn": round(runner_us, 1),
         "store_writes_per_s": round(writes_per_s, 1),
         "workers": args.workers,
+        "image_store": images,
     }))
     sys.exit(0)
 

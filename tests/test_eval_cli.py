@@ -38,7 +38,7 @@ def test_eval_bad_arguments_are_named():
                          (["--policy", "oracle", "--k", "0"], "--k must be"),
                          (["--policy", "oracle", "--tasks", "nosuch.*"], "--tasks: no domain matches"),
                          (["--tasks", TASKS], "--policy is required"),
-                         (["--policy", "oracle", "--ci", "normal"], "ci must be")]:
+                         (["--policy", "oracle", "--ci", "normal"], "--ci: Input should be 'wilson' or 'bootstrap'")]:
         res = invoke("eval", *args)
         assert res.exit_code == 2 and needle in res.output, (args, res.output)
 

@@ -201,10 +201,10 @@ def test_resolve_policy(tmp_path):
 def test_eval_config_validation():
     with pytest.raises(ValueError, match="k must be positive"):
         EvalConfig(k=(0,))
-    with pytest.raises(ValueError, match="ci must be"):
+    with pytest.raises(ValueError, match="ci\n  Input should be"):
         EvalConfig(ci="normal")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="--k must be"):
         EvalConfig.parse_k("1,x")
     assert EvalConfig(k=(8, 1, 8)).k == (1, 8) and EvalConfig(k=(1, 8)).n_samples == 8
-    with pytest.raises(ValueError, match="unknown eval config field"):
+    with pytest.raises(ValueError, match="unknown EvalConfig field"):
         EvalConfig.from_dict({"k": [1], "nope": 1})

@@ -35,6 +35,7 @@ def test_ruff_is_clean():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # a cold mypy over src/ takes minutes on 2 cores
 def test_mypy_is_clean():
     # incremental (.mypy_cache): a rerun takes seconds, a first run a minute or two
     r = _run([*_tool("mypy"), "src"], timeout=900)

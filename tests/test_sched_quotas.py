@@ -128,7 +128,7 @@ def test_starvation_guard_bounds_the_wait_under_an_adversarial_mix():
 
 
 def test_domain_spec_validation_names_field_and_value():
-    with pytest.raises(ValueError, match=r"DomainSpec 'x'.weight: must be > 0, got -1"):
+    with pytest.raises(ValueError, match=r"DomainSpec 'x'.weight must be > 0, got -1"):
         DomainSpec("x", weight=-1)
     with pytest.raises(ValueError, match=r"max_cost_share"):
         DomainSpec("x", max_cost_share=1.5)

@@ -116,11 +116,11 @@ def test_pass_at_k():
 @pytest.mark.parametrize("field,value,match", [
     ("lr", 0.0, "TrainerConfig.lr must be > 0"),
     ("clip_low", 1.5, r"TrainerConfig.clip_low must be in \[0, 1\)"),
-    ("loss_agg", "mean", "TrainerConfig.loss_agg must be 'token' or 'sequence'"),
+    ("loss_agg", "mean", r"TrainerConfig\nloss_agg\n  Input should be 'token' or 'sequence'"),
     ("micro_batch_size", 0, "TrainerConfig.micro_batch_size must be an integer >= 1"),
     ("min_group_size", 1, "TrainerConfig.min_group_size"),
     ("temperature", 0.0, "TrainerConfig.temperature must be > 0"),
-    ("old_logprobs", "vllm", "TrainerConfig.old_logprobs"),
+    ("old_logprobs", "vllm", r"TrainerConfig\nold_logprobs\n"),
     ("run_name", "a/b", "TrainerConfig.run_name"),
 ])
 def test_bad_config_names_the_field(field, value, match):

@@ -87,7 +87,11 @@ def test_cuda_on_a_cpu_build(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.parametrize("body, field, words", [
     ('[trainer]\nlr = "fast"\n', "trainer.lr", "'fast'"),
-    ("[trainer]\nlr = -1.0\n", "trainer", "lr must be > 0"),
+    ("[trainer]\nlr = -1.0\n", "trainer.lr", "must be > 0 (got -1.0)"),
+    ("[scheduler]\nshare_by = \"time\"\n", "scheduler.share_by", "Input should be"),
+    ("[scheduler.retry]\nmax_retries = -1\n", "scheduler.retry.max_retries", "must be >= 0"),
+    ('[scheduler.domains."math.*"]\ntier = "gold"\n', "scheduler.domains.math.*.tier", "must be one of tiers"),
+    ("[eval]\nsamples = 4\nk = [1, 2]\n", "eval", "not both"),
     ("[trainer]\nlearning_rate = 1e-4\n", "trainer.learning_rate", "unknown field"),
     ("steps = -3\n", "steps", "greater than or equal to 0"),
     ("[rollout]\ngroup_size = 1\n", "rollout.group_size", "greater than or equal to 2"),

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from posttrain.values.image import Image
+
 if TYPE_CHECKING:
     from posttrain.values.task import Task
     from posttrain.values.verdict import Verdict
@@ -34,6 +36,8 @@ class Observation:
     """what the policy reads next (the prompt on reset, tool results after a step)"""
     truncated_chars: int = 0
     """characters cut from this observation by the context budget (0 when nothing was cut)"""
+    images: tuple[Image, ...] = ()
+    """images shown after the text (a rendered chart, page or view of the model)"""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,9 @@ class EnvConfig:
     cost a few ms), so an episode can be inspected or branched from any turn"""
     chars_per_token: float = 4.0
     """used to estimate tokens when a policy returns no token ids (scripted policies)"""
+    text_only: bool = False
+    """the policy reads no images: image domains show their declared textual fallback instead,
+    and one without a fallback is refused (`posttrain.envs.vision`)"""
 
     def __post_init__(self) -> None:
         if self.observation_max_chars < 64:

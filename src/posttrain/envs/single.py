@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, ExitStack
 
 from posttrain.envs.base import EpisodeEnd, Observation, StepResult
 from posttrain.envs.budget import EnvConfig, truncate_text
+from posttrain.envs.vision import with_task_images
 from posttrain.sandbox.base import Sandbox
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Task
@@ -49,7 +50,8 @@ class SingleAnswerEnv:
         files, cut = render_files(task, self.config.show_files_in_prompt_chars)
         if cut:
             self.counters["observation_truncations"] = self.counters.get("observation_truncations", 0) + 1
-        return Observation(task.prompt + files, truncated_chars=cut)
+        return with_task_images(self.domain, task, Observation(task.prompt + files, truncated_chars=cut),
+                                self.config)
 
     def step(self, action: str) -> StepResult:
         if self.task is None:

@@ -22,9 +22,11 @@ from posttrain.envs.actions import BUILTIN_TOOLS, ToolCall, check_args, parse_ac
 from posttrain.envs.base import EpisodeEnd, Observation, StepResult
 from posttrain.envs.budget import EnvConfig, truncate_text
 from posttrain.envs.single import SandboxFactory
+from posttrain.envs.vision import with_task_images
 from posttrain.images.episode import Image, image_for, task_sandbox
 from posttrain.sandbox.base import RunResult, Sandbox, WorkspacePathError
-from posttrain.tasks.domain import Domain
+from posttrain.tasks.domain import Domain, ToolOutput
+from posttrain.values.image import Image as Picture  # `Image` here is a sandbox image
 from posttrain.values.task import Task
 from posttrain.verifiers.base import Outcome
 
@@ -95,7 +97,7 @@ class ToolEnv:
                              "layers": dict(self.sandbox.info.layers), "clock": self.sandbox.info.clock}
         for path, content in task.files.items():
             self.sandbox.write_file(path, content)
-        return Observation(tools_intro(self.domain, task))
+        return with_task_images(self.domain, task, Observation(tools_intro(self.domain, task)), self.config)
 
     def step(self, action: str) -> StepResult:
         task, sandbox = self.task, self.sandbox
@@ -107,6 +109,7 @@ class ToolEnv:
         self._count("parse_errors", len(parsed.errors))
         outputs: list[str] = [f"[parse error] {e}" for e in parsed.errors]
         results: list[dict[str, Any]] = []
+        images: list[Picture] = []
         submitted: str | None = None
         done = False
         if not parsed.calls and not parsed.errors:
@@ -118,8 +121,9 @@ class ToolEnv:
                 submitted, done = str(call.args.get("answer", "")), True
                 results.append({"name": "submit", "ok": True})
                 break
-            text, record = self._run_tool(sandbox, call)
+            text, record, shown = self._run_tool(sandbox, call)
             outputs.append(text)
+            images += shown
             results.append(record)
         self.timings["tool_s"] = self.timings.get("tool_s", 0.0) + time.perf_counter() - t0
         info = {"tool_calls": [c.to_dict() for c in parsed.calls], "tool_results": results,
@@ -136,7 +140,7 @@ class ToolEnv:
                                   self.config.truncate)
         if cut:
             self._count("observation_truncations")
-        return StepResult(Observation(text, truncated_chars=cut), reward=None, terminated=False,
+        return StepResult(Observation(text, truncated_chars=cut, images=tuple(images)), reward=None, terminated=False,
                           truncated=False, info=info)
 
     @classmethod
@@ -173,9 +177,10 @@ class ToolEnv:
         if n:
             self.counters[key] = self.counters.get(key, 0) + n
 
-    def _run_tool(self, sandbox: Sandbox, call: ToolCall) -> tuple[str, dict[str, Any]]:
-        """(observation text, record) for one call; tool failures are reported, not raised."""
+    def _run_tool(self, sandbox: Sandbox, call: ToolCall) -> tuple[str, dict[str, Any], tuple[Picture, ...]]:
+        """(observation text, record, images) for one call; tool failures are reported, not raised."""
         t0 = time.perf_counter()
+        images: tuple[Picture, ...] = ()
         record: dict[str, Any] = {"name": call.name, "ok": False}
         task = self.task
         assert task is not None
@@ -205,8 +210,15 @@ class ToolEnv:
                 args = call.args.get("input")
                 if args is None or set(call.args) != {"input"}:
                     args = json.dumps(call.args)
-                text = f"[{call.name}]\n" + self.tools[call.name].run(sandbox, args)
+                out = self.tools[call.name].run(sandbox, args)
+                if isinstance(out, ToolOutput):
+                    # a text-only policy gets the tool's words without its pictures
+                    images = () if self.config.text_only else out.images
+                    out = out.text
+                text = f"[{call.name}]\n" + out
                 record.update(ok=True)
+                if images:
+                    record["images"] = [img.sha256 for img in images]
             else:
                 known = ", ".join(list(BUILTIN_TOOLS) + list(self.tools))
                 raise ValueError(f"unknown tool {call.name!r} (tools: {known})")
@@ -216,7 +228,7 @@ class ToolEnv:
             record["error"] = f"{type(e).__name__}: {e}"
             text = f"[{call.name} error] {e}"
         record["seconds"] = round(time.perf_counter() - t0, 6)
-        return text, record
+        return text, record, images
 
     def _run_record(self, call: ToolCall, result: RunResult) -> dict[str, Any]:
         if not result.ok:

@@ -26,11 +26,19 @@ def _fail(message: str, code: int = 2) -> NoReturn:
 
 
 def _config(k: str, per_domain: int, temperature: float, seed: int, workers: int, ci: str):
-    from posttrain.evaluation.config import EvalConfig
+    from pydantic import ValidationError
 
+    from posttrain.evaluation.config import EvalConfig
+    from posttrain.settings import error_lines
+
+    options = {"tasks_per_domain": "per-domain"}  # EvalConfig fields named unlike their option
     try:
         return EvalConfig(k=EvalConfig.parse_k(k), tasks_per_domain=per_domain, temperature=temperature,
                           seed=seed, workers=workers, ci=ci)  # type: ignore[arg-type]
+    except ValidationError as e:  # one line per option, not pydantic's report
+        lines = error_lines(e)
+        _fail("; ".join("--" + options.get(line.split(":")[0], line.split(":")[0]) + ":" + line.split(":", 1)[1]
+                        for line in lines))
     except ValueError as e:
         _fail(str(e))
 

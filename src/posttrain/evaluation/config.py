@@ -1,15 +1,21 @@
-"""`EvalConfig`: every knob of one evaluation, recorded in its result so it can be re-run."""
+"""`EvalConfig`: every knob of one evaluation, recorded in its result so it can be re-run.
+
+A settings class (`posttrain.settings`): pydantic checks the types, `_rules` the values; a run
+config's `[eval]` section is this class with the run's defaults (`posttrain.pipeline.config`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import fields
 from typing import Any
 
+from pydantic import field_validator, model_validator
+
 from posttrain.evaluation.metrics import CIMethod
+from posttrain.settings import check, from_data, settings, to_data
 
 
-@dataclass(frozen=True)
+@settings
 class EvalConfig:
     k: tuple[int, ...] = (1,)
     """pass@k values to report; every task is sampled n = max(k) times"""
@@ -36,52 +42,36 @@ class EvalConfig:
     bootstrap_samples: int = 2000
     """resamples of bootstrap intervals (and of A/B paired bootstraps)"""
 
-    def __post_init__(self) -> None:
-        ks = tuple(sorted(set(int(k) for k in self.k)))
-        object.__setattr__(self, "k", ks)
-        problems = []
-        if not ks or ks[0] < 1:
-            problems.append(f"k must be positive integers, got {self.k!r}")
-        if self.tasks_per_domain < 1:
-            problems.append(f"tasks_per_domain must be >= 1, got {self.tasks_per_domain}")
-        if self.temperature < 0:
-            problems.append(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            problems.append(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_tokens < 1:
-            problems.append(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.workers < 1:
-            problems.append(f"workers must be >= 1, got {self.workers}")
-        if self.retries < 0:
-            problems.append(f"retries must be >= 0, got {self.retries}")
-        if self.ci not in ("wilson", "bootstrap"):
-            problems.append(f"ci must be 'wilson' or 'bootstrap', got {self.ci!r}")
-        if not 0 < self.confidence < 1:
-            problems.append(f"confidence must be in (0, 1), got {self.confidence}")
-        if self.bootstrap_samples < 100:
-            problems.append(f"bootstrap_samples must be >= 100, got {self.bootstrap_samples}")
-        if problems:
-            raise ValueError("EvalConfig: " + "; ".join(problems))
+    @field_validator("k", mode="after")
+    @classmethod
+    def _sorted_k(cls, k: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(sorted(set(k)))
+
+    @model_validator(mode="after")
+    def _rules(self) -> EvalConfig:
+        check(bool(self.k) and self.k[0] >= 1, self, "k", "must be positive integers")
+        check(self.tasks_per_domain >= 1, self, "tasks_per_domain", "must be >= 1")
+        check(self.temperature >= 0, self, "temperature", "must be >= 0")
+        check(0 < self.top_p <= 1, self, "top_p", "must be in (0, 1]")
+        check(self.max_tokens >= 1, self, "max_tokens", "must be >= 1")
+        check(self.workers >= 1, self, "workers", "must be >= 1")
+        check(self.retries >= 0, self, "retries", "must be >= 0")
+        check(0 < self.confidence < 1, self, "confidence", "must be in (0, 1)")
+        check(self.bootstrap_samples >= 100, self, "bootstrap_samples", "must be >= 100")
+        return self
 
     @property
     def n_samples(self) -> int:
         return max(self.k)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["k"] = list(self.k)
-        return d
+        """This evaluation's own fields (a subclass's extra fields, such as a run config's
+        `[eval]` section, are not part of the recorded evaluation)."""
+        return {f.name: to_data(self)[f.name] for f in fields(EvalConfig)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "EvalConfig") -> EvalConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"{where}: unknown eval config field(s) {', '.join(unknown)}")
-        d = dict(d)
-        if "k" in d:
-            d["k"] = tuple(d["k"])
-        return cls(**d)
+        return from_data(cls, d, where)
 
     @staticmethod
     def parse_k(text: str) -> tuple[int, ...]:

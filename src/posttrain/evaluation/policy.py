@@ -124,6 +124,10 @@ class SeededPolicy:
     def max_positions(self) -> int | None:
         return self.inner.max_positions
 
+    @property
+    def accepts_images(self) -> bool:
+        return self.inner.accepts_images
+
     def render(self, request: GenerationRequest) -> list[int] | None:
         return self.inner.render(request)
 

@@ -155,7 +155,10 @@ def _store(run: Path) -> dict[str, Any] | None:
 
     try:
         with Store.for_run_dir(run, readonly=True) as store:
-            return {"counts": store.counts(), "versions": store.policy_versions()}
+            from posttrain.evaluation.image_episodes import image_episodes
+
+            return {"counts": store.counts(), "versions": store.policy_versions(),
+                    "image_episodes": image_episodes(store)}
     except StoreError as e:
         return {"error": str(e)}
 

@@ -31,10 +31,6 @@ def has_split(domain: Domain, split: str) -> bool:
     return True
 
 
-def needs_sandbox(domains: Sequence[Domain]) -> bool:
-    return any(d.env == "tools" or d.verifier.needs_sandbox for d in domains)
-
-
 def eval_tasks(domains: Sequence[Domain], per_domain: int) -> list[tuple[Domain, Task]]:
     out, seen = [], set()
     for d in domains:
@@ -58,29 +54,46 @@ def check_contamination(train_domains: Sequence[Domain], evals: Sequence[tuple[D
                       "training sample; allowed by the config (recorded in contamination.json)")
 
 
-def check_context(policy: Policy, train_domains: Sequence[Domain], evals: Sequence[tuple[Domain, Task]],
-                  per_domain: int = 4) -> None:
-    """Refuse to start when a domain's prompts do not fit the model's context: such an
-    episode can never run (it is not an infrastructure failure that a retry would cure).
-    Looks at the first `per_domain` train tasks of each trained domain and at the eval tasks."""
+def unfit_domains(policy: Policy, train_domains: Sequence[Domain], evals: Sequence[tuple[Domain, Task]],
+                  per_domain: int = 4) -> dict[str, tuple[int, str]]:
+    """Domains whose prompts do not fit the model's context: name -> (the longest prompt's
+    tokens, its task key). Looks at the first `per_domain` train tasks of each trained domain and
+    at the eval tasks; empty when the backend cannot say (no context limit or no tokenizer)."""
     limit = policy.max_positions
     if limit is None:
-        return  # the backend does not say (a server checks on its own)
+        return {}  # the backend does not say (a server checks on its own)
     tasks = [(d, d.task(seed, "train")) for d in train_domains for seed in range(per_domain)]
     worst: dict[str, tuple[int, str]] = {}
     for d, task in tasks + list(evals):
+        if d.name in worst:
+            continue  # one prompt that does not fit is enough to leave the domain out
         text = initial_observation(d, task)
         ids = policy.render(GenerationRequest((Message("user", text),), SamplingParams()))
         if ids is None:
-            return  # no tokenizer to measure with
-        n = len(ids)
-        if n >= limit and n > worst.get(d.name, (0, ""))[0]:
-            worst[d.name] = (n, task.key)
-    if worst:
-        trained = {d.name for d in train_domains}
-        lines = [f"  {name} ({'domains.train' if name in trained else 'domains.heldout'}): "
-                 f"{n} prompt tokens (task {key})" for name, (n, key) in sorted(worst.items())]
-        raise ConfigError(f"{len(worst)} domain(s) have prompts that do not fit the model's context "
-                          f"of {limit} positions ({policy.version.name}), leaving no room to answer:\n"
-                          + "\n".join(lines) + "\nRemove them from the config, or use a model "
-                          "with a longer context.")
+            return {}  # no tokenizer to measure with
+        if len(ids) >= limit:
+            worst[d.name] = (len(ids), task.key)
+    return worst
+
+
+def check_context(policy: Policy, train_domains: Sequence[Domain], evals: Sequence[tuple[Domain, Task]],
+                  per_domain: int = 4, *, skip: bool = False, console: Console | None = None) -> set[str]:
+    """Refuse to start when a domain's prompts do not fit the model's context: such an episode
+    can never run (it is not an infrastructure failure that a retry would cure). With `skip`,
+    say once which domains are left out and return their names instead."""
+    worst = unfit_domains(policy, train_domains, evals, per_domain)
+    if not worst:
+        return set()
+    limit = policy.max_positions
+    trained = {d.name for d in train_domains}
+    lines = [f"  {name} ({'domains.train' if name in trained else 'domains.heldout'}): "
+             f"{n} prompt tokens (task {key})" for name, (n, key) in sorted(worst.items())]
+    head = (f"{len(worst)} domain(s) have prompts that do not fit the model's context of {limit} "
+            f"positions ({policy.version.name}), leaving no room to answer")
+    if skip:
+        if console is not None:
+            console.print(f"[yellow]{head}; left out (--skip-unfit):\n" + "\n".join(lines))
+        return set(worst)
+    raise ConfigError(head + ":\n" + "\n".join(lines) + "\nRemove them from the config, leave them "
+                      "out with --skip-unfit ([domains] skip_unfit = true), or use a model with a "
+                      "longer context.")

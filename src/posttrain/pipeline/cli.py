@@ -48,30 +48,6 @@ def _check_model(cfg, field: str) -> None:
         raise UserError(f"unknown device {device!r} (cpu, cuda or cuda:N)", field="model.device")
 
 
-def _check_trainer(cfg) -> None:
-    """[trainer] values have the type and range of their `TrainerConfig` field (the message
-    names the field; the section is a plain table until it is that class)."""
-    import dataclasses
-
-    from pydantic import TypeAdapter, ValidationError
-
-    from posttrain.pipeline.config import ConfigError
-    from posttrain.training.config import TrainerConfig
-
-    known = {f.name for f in dataclasses.fields(TrainerConfig)}
-    for key in cfg.trainer:
-        if key not in known:
-            raise ConfigError(f"trainer.{key}: unknown field (check the spelling; known: "
-                              f"{', '.join(sorted(known))})")
-    try:
-        TypeAdapter(TrainerConfig).validate_python(dict(cfg.trainer))
-    except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(["trainer", *map(str, err["loc"])])
-        got = "" if not err["loc"] else f" (got {err['input']!r})"
-        raise ConfigError(f"{field}: {err['msg'].removeprefix('Value error, ')}{got}") from None
-
-
 def _refuse_untrustworthy(run_dir: Path, max_infra_rate: float) -> list[str]:
     from posttrain.evaluation.result import EvalResult
     from posttrain.evaluation.trust import untrustworthy
@@ -90,6 +66,9 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
         model: str = typer.Option(None, "--model", help="starting model dir or checkpoint (e.g. a "
                                                         "previous round's runs/X/checkpoints/step-N)"),
         resume: bool = typer.Option(False, "--resume", help="continue a killed run from its last checkpoint"),
+        skip_unfit: bool = typer.Option(False, "--skip-unfit", help="leave out the domains whose prompts do "
+                                                                    "not fit the model's context (named once), "
+                                                                    "instead of refusing to start"),
         max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", min=0.0, max=1.0,
                                              help="exit 3 when the before/after evaluation has more "
                                                   "infrastructure errors than this share (or a domain "
@@ -97,8 +76,9 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON line at the end")) -> None:
     """Post-train a model with GRPO: evaluate, train on the scheduler, evaluate again.
 
-    Exit codes: 0 done; 2 bad config or input; 3 the evaluation is not trustworthy
-    (infrastructure errors, see --max-infra-rate); 130 interrupted."""
+    Exit codes: 0 done; 1 a significant regression against `[eval] baseline`; 2 bad config or
+    input; 3 the evaluation is not trustworthy (infrastructure errors, see --max-infra-rate);
+    130 interrupted."""
     from posttrain import runlock, runs
     from posttrain.errors import EXIT_BAD_INPUT, EXIT_UNTRUSTWORTHY, UserError
     from posttrain.evaluation.contamination import ContaminationError
@@ -108,7 +88,8 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     from posttrain.storage.store import StoreError
     from posttrain.tasks.registry import RegistryError
 
-    overrides = {k: v for k, v in (("name", name), ("steps", steps), ("model.path", model)) if v is not None}
+    overrides = {k: v for k, v in (("name", name), ("steps", steps), ("model.path", model),
+                                   ("domains.skip_unfit", skip_unfit or None)) if v is not None}
     source = str(config) if config is not None else "<default config>"
     cfg = None
     created = job_started = False
@@ -117,11 +98,8 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
         run_dir = cfg.run_dir
         try:
             _check_model(cfg, "--model" if model is not None else "model.path")
-            _check_trainer(cfg)
         except UserError as e:
             raise ConfigError(e.line() if e.field == "--model" else f"{source}: {e.line()}") from None
-        except ConfigError as e:
-            raise ConfigError(f"{source}: {e}") from None
         created = not run_dir.exists()
         runlock.acquire(run_dir, "posttrain run")  # before the check: two runs cannot both pass it
         # a run exists once it has recorded something (its store); a run refused before its
@@ -165,6 +143,10 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     if reasons:
         typer.echo("not trustworthy:\n  " + "\n  ".join(reasons), err=True)
         raise typer.Exit(EXIT_UNTRUSTWORTHY)
+    if summary.get("gate") and not summary["gate"]["passed"]:  # [eval] baseline: a regression
+        typer.echo(f"error: significant regression against {summary['gate']['baseline']}: "
+                   f"{', '.join(summary['gate']['regressions'])}", err=True)
+        raise typer.Exit(1)
 
 
 def _forget(run_dir: Path) -> None:

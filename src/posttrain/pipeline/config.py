@@ -4,25 +4,34 @@
     [model]      where the policy starts (a HF model dir or a checkpoint) and how it runs
     [domains]    what is trained, what is held out to watch for forgetting
     [rollout]    group size, batch, sampling
-    [trainer]    the GRPO knobs (`posttrain.training.TrainerConfig`; every field documented there)
-    [eval]       the before/after evaluation on the eval split
-    [scheduler]  staleness bound and worker counts
+    [trainer]    the GRPO knobs: this section *is* `posttrain.training.TrainerConfig`
+    [eval]       the before/after evaluation on the eval split: `posttrain.evaluation.EvalConfig`
+    [scheduler]  the scheduler: `posttrain.scheduling.SchedulerConfig` (tiers, share_by, retries,
+                 quarantine, adaptive sampling, batching), workers, backend, per-domain globs
     [logging]    experiment trackers (`posttrain.tracking.LoggingConfig`): TensorBoard by default
 
-Unknown keys are errors (a typo never silently falls back to a default), and every error names
-the file and the dotted field, e.g. ``my.toml: rollout.group_size: Input should be greater than
-or equal to 2``.
+The trainer's, evaluation's and scheduler's sections are their own settings classes (with the
+run's defaults), so there is one definition of every knob, documented where it is used, and one
+validation (pydantic, `posttrain.settings`). Unknown keys are errors (a typo never silently falls
+back to a default), and every error names the file and the dotted field, e.g. ``my.toml:
+rollout.group_size: Input should be greater than or equal to 2``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
+from dataclasses import field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from posttrain.evaluation.config import EvalConfig
+from posttrain.scheduling.config import DomainSpec, SchedulerConfig
+from posttrain.settings import check, error_lines, settings, to_data
 from posttrain.tracking.config import LoggingConfig
+from posttrain.training.config import TrainerConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_MODEL = REPO_ROOT / "models" / "tiny-base"
@@ -52,14 +61,22 @@ class DomainsSection(_Section):
     train: list[str] = Field(default_factory=lambda: list(DEFAULT_TRAIN),
                              description="domain globs trained on")
     heldout: list[str] = Field(default_factory=lambda: list(DEFAULT_HELDOUT),
-                               description="domain globs never trained on, evaluated before and "
-                                           "after to measure forgetting")
+                               description="domain globs never trained on (even where a `train` "
+                                           "glob matches them), evaluated before and after to "
+                                           "measure forgetting")
     weights: dict[str, float] = Field(default_factory=dict,
                                       description="domain -> sampling weight (default 1)")
     sources: list[str] = Field(default_factory=list,
                                description="task sources whose domains join the registry, e.g. "
                                            "'data:qa.jsonl' (posttrain.tasks.sources); when `train` is not "
                                            "given, their domains are what is trained")
+    skip_unfit: bool = Field(False, description="leave out (and name once) the domains whose prompts "
+                                                "do not fit the model's context, instead of refusing "
+                                                "to start (`posttrain run --skip-unfit`)")
+    quarantine: list[str] = Field(default_factory=list,
+                                  description="run directories (or their quarantine.json) whose "
+                                              "quarantined tasks (`posttrain tasks noise`) are never "
+                                              "trained on; the run's own is always honoured")
 
 
 class RolloutSection(_Section):
@@ -68,17 +85,104 @@ class RolloutSection(_Section):
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_tokens: int = Field(16, ge=1, description="new tokens per turn (domains may cap lower)")
+    engine: str = Field("local", description="where training episodes are generated: 'local' (the trainer's "
+                                             "process) or 'openai:URL[,URL...]#MODEL' (inference servers: vLLM "
+                                             "with VLLM_SERVER_DEV_MODE=1 or posttrain.policies.serve; several "
+                                             "URLs -> episodes sticky to one, least-loaded first)")
+    sync: str = Field("reload", description="how a server gets each new version's weights: 'reload' "
+                                            "(untied safetensors written atomically, then pause/reload/"
+                                            "reset-prefix-cache/resume; posttrain.training.sync)")
 
 
-class EvalSection(_Section):
-    tasks_per_domain: int = Field(50, ge=1, description="eval-split tasks per domain")
-    samples: int = Field(8, ge=1, description="samples per task (pass@1 and pass@k from them)")
-    temperature: float = Field(1.0, ge=0, description="sampling temperature of the evaluation")
+@settings
+class EvalSection(EvalConfig):
+    """`[eval]`: the evaluation before and after training (`EvalConfig`), with the run's defaults.
+
+    `samples = N` is short for `k = [1, N]`. `max_tokens`, `seed` and `workers` default to the
+    run's (`[rollout] max_tokens`, `seed`, `[scheduler] workers`)."""
+
+    k: tuple[int, ...] = (1, 8)
+    """pass@k values to report; every task is sampled max(k) times (`samples = N` sets [1, N])"""
+    tasks_per_domain: int = 50
+    """eval-split tasks per domain (seeds 0..N-1; a small domain that repeats a problem keeps it once)"""
+
+    baseline: str | None = None
+    """a baseline file (`posttrain eval baseline create`): after training, the trained policy is
+    run on its frozen tasks, and the run exits 1 on a significant regression, as
+    `posttrain eval --baseline` does (`evals/gate.json`, `summary.json` "gate")"""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _samples(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "samples" in data:
+            data = dict(data)
+            samples = data.pop("samples")
+            if "k" in data:
+                raise ValueError("give `samples` or `k`, not both")
+            data["k"] = (1, samples) if isinstance(samples, int) and not isinstance(samples, bool) else samples
+        return data
+
+    @property
+    def samples(self) -> int:
+        """samples per task (the largest k)"""
+        return self.n_samples
 
 
-class SchedulerSection(_Section):
-    workers: int = Field(2, ge=1, description="environment workers")
-    max_staleness: int = Field(0, ge=0, description="policy versions a sample may lag (0 = synchronous)")
+@settings
+class DomainOverride:
+    """Scheduler settings of the domains a glob matches (`[scheduler.domains."code.*"]`); a field
+    left unset keeps its `DomainSpec` default. Later globs win where several match."""
+
+    weight: float | None = None
+    """share within its tier, relative to the other domains' weights (default 1, or `[domains] weights`)"""
+    tier: str | None = None
+    """priority tier, one of `[scheduler] tiers`"""
+    max_concurrency: int | None = None
+    """most episodes of each matched domain in flight at once (sandbox-hungry domains)"""
+    max_sample_share: float | None = None
+    """cap on each matched domain's share of its tier's samples over the sliding window"""
+    max_cost_share: float | None = None
+    """cap on each matched domain's share of its tier's cost over the sliding window"""
+    group_size: int | None = None
+    """episodes per group of each matched domain (default `[rollout] group_size`)"""
+
+    def given(self) -> dict[str, Any]:
+        return {f: v for f, v in to_data(self).items() if v is not None}
+
+    @model_validator(mode="after")
+    def _rules(self) -> DomainOverride:
+        DomainSpec("override", **self.given())  # the same value rules as the spec it changes
+        return self
+
+
+@settings
+class SchedulerSection(SchedulerConfig):
+    """`[scheduler]`: the scheduler's own settings (`SchedulerConfig`: tiers, `share_by`, window,
+    starvation bound, `[scheduler.retry]`, `[scheduler.quarantine]`, `[scheduler.adaptive]`,
+    `[scheduler.batch]`), where its episodes run, and per-domain overrides by glob.
+
+    `group_size` and `groups_per_step` are `[rollout]`'s and `seed` the run's; `max_running` and
+    `batch.max_batch` default to one step's episodes (at least 64)."""
+
+    max_staleness: int | None = 0
+    """policy versions a sample may lag (0 = synchronous; > 0 overlaps generation with training)"""
+    workers: int = 2
+    """environment workers: local threads (and warm sandboxes), or Ray actors"""
+    backend: Literal["local", "ray"] = "local"
+    """where episodes run: 'local' threads, or 'ray' actors (`max_running / workers` episodes each)"""
+    address: str | None = None
+    """the Ray cluster to join ('auto', 'ray://HOST:PORT'); None starts a local Ray"""
+    domains: dict[str, DomainOverride] = field(default_factory=dict)
+    """glob -> `DomainOverride` (weight, tier, max_concurrency, share caps, group_size)"""
+
+    @model_validator(mode="after")
+    def _section_rules(self) -> SchedulerSection:
+        check(self.workers >= 1, self, "workers", "must be >= 1")
+        check(self.address is None or self.backend == "ray", self, "address", "is only used with backend = 'ray'")
+        for glob, o in self.domains.items():
+            check(o.tier is None or o.tier in self.tiers, self, f"domains.{glob}.tier",
+                  f"must be one of tiers {self.tiers}", o.tier)
+        return self
 
 
 class RunConfig(_Section):
@@ -92,13 +196,49 @@ class RunConfig(_Section):
     model: ModelSection = ModelSection()
     domains: DomainsSection = DomainsSection()
     rollout: RolloutSection = RolloutSection()
-    trainer: dict[str, Any] = Field(default_factory=lambda: {"lr": 1e-4, "kl_beta": 0.0},
-                                    description="TrainerConfig fields (validated by the trainer); "
-                                                "the default is the recipe's (models/README.md)")
+    trainer: TrainerConfig = TrainerConfig()
+    """the trainer (`TrainerConfig`, every field documented there); `run_name`, `seed`, `device`
+    and `temperature` default to the run's `name`, `seed`, `[model] device` and `[rollout] temperature`"""
     eval: EvalSection = EvalSection()
     scheduler: SchedulerSection = SchedulerSection()
     logging: LoggingConfig = LoggingConfig()
     allow_contamination: bool = Field(False, description="start even if eval tasks leak into training")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _derive(cls, data: Any, handler: Any) -> RunConfig:
+        """Fill the sections' run-wide fields from the run (what a section sets itself wins,
+        except the rollout's group shape, which the scheduler must share)."""
+        cfg = handler(data)
+        if not isinstance(data, dict):
+            return cfg
+        given = {name: set(data[name]) if isinstance(data.get(name), dict) else set()
+                 for name in ("trainer", "eval", "scheduler")}
+        per_step = cfg.rollout.groups_per_step * cfg.rollout.group_size
+        derived = {
+            "trainer": {"run_name": cfg.name, "seed": cfg.seed, "device": cfg.model.device,
+                        "temperature": cfg.rollout.temperature},
+            "eval": {"max_tokens": cfg.rollout.max_tokens, "seed": cfg.seed, "workers": cfg.scheduler.workers},
+            "scheduler": {"seed": cfg.seed, "max_running": max(64, per_step)},
+        }
+        for name in ("group_size", "groups_per_step"):
+            mine, theirs = getattr(cfg.rollout, name), getattr(cfg.scheduler, name)
+            if name in given["scheduler"] and theirs != mine:
+                raise ValueError(f"scheduler.{name}: is [rollout] {name} ({mine}); set it there (got {theirs!r})")
+            derived["scheduler"][name] = mine
+        batch = (data.get("scheduler") or {}).get("batch")
+        if not (isinstance(batch, dict) and "max_batch" in batch):
+            # One step's episodes fit in one generate call: a CPU model runs a batch of 256
+            # tiny prompts barely slower than a batch of 64.
+            derived["scheduler"]["batch"] = dataclasses.replace(cfg.scheduler.batch, max_batch=max(64, per_step))
+        update = {}
+        for name, values in derived.items():
+            values = {k: v for k, v in values.items() if k not in given[name] or k in ("group_size", "groups_per_step")}
+            try:
+                update[name] = dataclasses.replace(getattr(cfg, name), **values)
+            except ValidationError as e:
+                raise ValueError("\n".join(error_lines(e, prefix=(name,)))) from None
+        return cfg.model_copy(update=update)
 
     @property
     def run_dir(self) -> Path:
@@ -110,16 +250,7 @@ class ConfigError(ValueError):
 
 
 def _format(source: str, e: ValidationError) -> str:
-    lines = []
-    for err in e.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see the documented fields)"
-        lines.append(f"{source}: {where}: {msg}" + (f" (got {err['input']!r})"
-                                                   if err["type"] != "extra_forbidden" and
-                                                   not isinstance(err.get("input"), dict) else ""))
-    return "\n".join(lines)
+    return "\n".join(f"{source}: {line.removeprefix('(top level): ')}" for line in error_lines(e))
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:

@@ -27,7 +27,7 @@ from typing import Any
 
 from rich.console import Console
 
-from posttrain.pipeline import checks, report
+from posttrain.pipeline import checks, mix, report
 from posttrain.pipeline.config import ConfigError, RunConfig
 from posttrain.pipeline.metrics import MetricsLog, step_row
 from posttrain.tasks.registry import RegistryError, match_domains
@@ -38,6 +38,22 @@ def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
     os.replace(tmp, path)
+
+
+def _backend(scfg: Any, factory: Any) -> Any:
+    """Where episodes run: None is the scheduler's local thread pool; 'ray' joins (or starts) a
+    Ray cluster and spreads `max_running` episodes over `workers` actors."""
+    if scfg.backend == "local":
+        return None
+    from posttrain.scheduling.ray_backend import RayBackend
+
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("scheduler.backend: 'ray' needs Ray (pip install 'ray>=2.30')") from None
+    if not ray.is_initialized():
+        ray.init(address=scfg.address, include_dashboard=False, log_to_driver=False)
+    return RayBackend(factory, num_workers=scfg.workers, concurrency=max(1, scfg.max_running // scfg.workers))
 
 
 class Job:
@@ -52,30 +68,45 @@ class Job:
 
         added = [d.name for d in use_sources(config.domains.sources)]
         train = added if added and "train" not in config.domains.model_fields_set else config.domains.train
-        self.train_domains = [d for d in match_domains(train) if checks.has_split(d, "train")]
+        # held-out domains are never trained, even where a train glob matches them (train = ["*"])
+        self.heldout_domains = match_domains(config.domains.heldout) if config.domains.heldout else []
+        heldout = {d.name for d in self.heldout_domains}
+        self.train_domains = [d for d in match_domains(train)
+                              if d.name not in heldout and checks.has_split(d, "train")]
         if not self.train_domains:
-            raise RegistryError(f"no domain matching {train} has train-split tasks")
-        trained = {d.name for d in self.train_domains}
-        self.heldout_domains = ([d for d in match_domains(config.domains.heldout) if d.name not in trained]
-                                if config.domains.heldout else [])
+            raise RegistryError(f"no domain matching {train} (and not held out) has train-split tasks")
+        self.baseline = self._baseline()
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.checkpoints = RunCheckpoints(self.run_dir / "checkpoints", keep=config.keep_checkpoints)
-        self.trainer_config = self._trainer_config()
+        self.trainer_config = config.trainer
         self.stopped_early: str | None = None
+        self.unfit: list[str] = []
+        """domains left out because their prompts do not fit the model (`skip_unfit`)"""
         self.tracker: Any = None
         """the experiment trackers of `[logging]` (open while `run` runs)"""
 
-    def _trainer_config(self) -> Any:
-        """The trainer's settings, checked before anything runs (errors name the field)."""
-        from posttrain.training.config import TrainerConfig
+    def _baseline(self) -> Any:
+        """`[eval] baseline`, loaded before anything runs (a bad file fails the run at once)."""
+        if self.config.eval.baseline is None:
+            return None
+        from posttrain.evaluation.baseline import Baseline
 
-        cfg = self.config
         try:
-            return TrainerConfig.from_dict({"run_name": cfg.name, "seed": cfg.seed, "device": cfg.model.device,
-                                            "temperature": cfg.rollout.temperature, **cfg.trainer},
-                                           where="config [trainer]")
-        except (TypeError, ValueError) as e:
-            raise ConfigError(str(e)) from None
+            return Baseline.load(self.config.eval.baseline)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"eval.baseline: {e}") from None
+
+    def gate(self, policy: Any, store: Any) -> dict[str, Any]:
+        """The trained policy against `[eval] baseline`, like `posttrain eval --baseline`."""
+        from posttrain.evaluation.baseline import gate
+
+        outcome = gate(self.baseline, policy, name="gate", policy_spec=policy.version.name, store=store)
+        outcome.candidate.save_to_run(self.run_dir)
+        outcome.report.save_to_run(self.run_dir, "gate-vs-baseline")
+        for line in outcome.lines():
+            self.console.print(line)
+        return {"baseline": self.config.eval.baseline, "passed": outcome.passed,
+                "regressions": outcome.report.regressions}
 
     # -- steps of the job -------------------------------------------------------------
     def eval_tasks(self) -> list:
@@ -87,7 +118,7 @@ class Job:
         superseded, its rows leave the store. Samples are seeded by identity, so an evaluation
         cut short by a kill and run again writes each sample once (the store keeps one row per
         identity)."""
-        from posttrain.evaluation import EvalConfig, EvalResult, run_eval
+        from posttrain.evaluation import EvalResult, run_eval
 
         path = self.run_dir / "evals" / f"{name}.json"
         if path.exists():
@@ -99,14 +130,10 @@ class Job:
             store.delete_run(f"eval:{name}")
             path.unlink()
         cfg = self.config
-        ks = tuple(sorted({1, cfg.eval.samples}))
         t0 = time.perf_counter()
         with self.console.status(f"evaluating {policy.version.name} ({name}): {len(tasks)} tasks "
                                  f"x {cfg.eval.samples} samples"):
-            result = run_eval(policy, tasks, EvalConfig(k=ks, temperature=cfg.eval.temperature,
-                                                        max_tokens=cfg.rollout.max_tokens,
-                                                        workers=cfg.scheduler.workers, seed=cfg.seed),
-                              name=name, policy_spec=policy.version.name, store=store,
+            result = run_eval(policy, tasks, cfg.eval, name=name, policy_spec=policy.version.name, store=store,
                               sandbox_factory=sandbox_factory)
         result.save_to_run(self.run_dir)
         self.console.print(f"{name}: {len(tasks)} tasks evaluated in {time.perf_counter() - t0:.1f}s")
@@ -137,9 +164,8 @@ class Job:
         return path
 
     async def train(self, trainer: Any, sched_state: dict, store: Any, sandbox_factory: Any) -> None:
-        from posttrain.envs import needs_sandbox
         from posttrain.pipeline.progress import RoundProgress
-        from posttrain.scheduling import BatchConfig, DomainSpec, Scheduler, SchedulerConfig, SchedulerStalled
+        from posttrain.scheduling import Scheduler, SchedulerStalled
         from posttrain.scheduling.episodes import RolloutEpisodeFactory
         from posttrain.training.publish import PolicyPublisher
         from posttrain.values.generation import SamplingParams
@@ -150,24 +176,26 @@ class Job:
             return
         if sched_state:  # failures stored after the save move their members on, as they did
             sched_state = advance_recorded_failures(sched_state, store.infra_attempts(cfg.name))
-        lookup = {d.name: d for d in self.train_domains}
+        quarantined = mix.load_quarantines(mix.quarantine_dirs(cfg))
+        if quarantined:
+            self.console.print(f"quarantine: {len(quarantined)} task(s) are never drawn for training")
+        lookup = {d.name: d for d in mix.without_quarantined(self.train_domains, quarantined)}
         sampling = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                   max_tokens=cfg.rollout.max_tokens)
-        factory = RolloutEpisodeFactory(lookup, sampling=sampling, sandbox_factory=sandbox_factory,
-                                        run_id=cfg.name)
-        specs = [DomainSpec(d.name, weight=cfg.domains.weights.get(d.name, 1.0), sandboxed=needs_sandbox(d),
-                            light=not needs_sandbox(d)) for d in self.train_domains]
-        per_step = cfg.rollout.groups_per_step * cfg.rollout.group_size
-        # One step's episodes fit in one generate call: a CPU model runs a batch of 256 tiny
-        # prompts barely slower than a batch of 64.
-        scfg = SchedulerConfig(group_size=cfg.rollout.group_size, groups_per_step=cfg.rollout.groups_per_step,
-                               max_staleness=cfg.scheduler.max_staleness, seed=cfg.seed,
-                               max_running=max(64, per_step), batch=BatchConfig(max_batch=max(64, per_step)))
+        scfg = cfg.scheduler  # group shape, seed and batch sizes filled in from the run (config.py)
+        # Ray actors are other processes: they open their own sandboxes (a pool's handles
+        # cannot be pickled to them)
+        factory = RolloutEpisodeFactory(lookup, sampling=sampling, run_id=cfg.name,
+                                        sandbox_factory=sandbox_factory if scfg.backend == "local" else None)
+        specs = mix.domain_specs(cfg, self.train_domains, left_out=self.unfit)
         # The sampler reads its own copy of the weights when samples may be stale (generation
         # then overlaps training); with staleness 0 it shares the trained module.
-        policy = PolicyPublisher(trainer, copy=cfg.scheduler.max_staleness > 0)
+        served = self._served_policy(trainer) if cfg.rollout.engine != "local" else None
+        policy = served or PolicyPublisher(trainer, copy=scfg.max_staleness != 0)
 
         def on_group(group: Any) -> None:  # results arrive intact: task and final workspace
+            if served is not None:  # the version each episode was really served under
+                served.record([r.trajectory for r in group.results])
             store.put_trajectories([(r.trajectory, r.task, r.workspace_archive) for r in group.results])
 
         def on_failure(result: Any) -> None:  # stored against its own task, never a regenerated one
@@ -177,7 +205,8 @@ class Job:
             return list(store.trajectories(run_id=cfg.name, group_id=group_id))
 
         completed = store.group_ids(cfg.name)
-        sched = Scheduler(scfg, specs, policy, factory=factory, tasks=factory, workers=cfg.scheduler.workers,
+        sched = Scheduler(scfg, specs, policy, factory=factory, tasks=factory, backend=_backend(scfg, factory),
+                          workers=scfg.workers,
                           state=sched_state or None, completed=completed, load_group=load_group,
                           on_group=on_group, on_failure=on_failure, version_name=trainer.version.name)
         policy.subscribe(sched.set_policy_version)  # the trainer's step is the scheduler's version
@@ -194,7 +223,11 @@ class Job:
                         break
                     if not groups:
                         break
+                    served_metrics: dict[str, Any] = {}
+                    if served is not None:  # the bound, on the versions really served
+                        groups, served_metrics = served.filter_stale(groups, cfg.scheduler.max_staleness)
                     metrics = await asyncio.to_thread(trainer.step, [g.trajectories for g in groups])
+                    metrics.update(served_metrics)
                     policy.publish()
                     at_checkpoint = trainer.step_count % cfg.checkpoint_every == 0 or trainer.step_count == steps
                     # per-domain scheduler figures go into metrics.jsonl at checkpoints only
@@ -217,6 +250,22 @@ class Job:
                     self.checkpoint(trainer, sched, store)
                 sched_metrics = sched.metrics(per_domain=True)
         _write_json(self.run_dir / "scheduler.json", sched_metrics)
+
+    def _served_policy(self, trainer: Any) -> Any:
+        """Generation on inference servers kept at the trainer's weights (`rollout.engine`)."""
+        from posttrain.pipeline.config import ConfigError
+        from posttrain.policies.server.routed import ServedPolicy
+        from posttrain.training.sync import ServerPublisher, WeightSync
+
+        cfg = self.config
+        try:
+            served = ServedPolicy.from_spec(cfg.rollout.engine, tokenizer=trainer.tokenizer,
+                                            version=trainer.version)
+            sync = WeightSync(served.roots, self.run_dir / "weights", method=cfg.rollout.sync)
+        except ValueError as e:
+            raise ConfigError(f"config [rollout]: {e}") from None
+        # the servers start from exactly the trainer's weights (and a resumed run's)
+        return ServerPublisher(trainer, served, sync)
 
     @staticmethod
     def _sched_brief(sched: Any) -> dict[str, Any]:
@@ -243,13 +292,22 @@ class Job:
         self.console.print(f"[bold]posttrain run[/] {cfg.name}: {len(self.train_domains)} trained domains, "
                            f"{len(self.heldout_domains)} held out -> {self.run_dir}")
         eval_tasks = self.eval_tasks()
+        trainer, sched_state = self.make_trainer()
+        unfit = checks.check_context(trainer.policy(), self.train_domains, eval_tasks,
+                                     skip=cfg.domains.skip_unfit, console=self.console)
+        if unfit:  # left out, said once above and recorded in summary.json
+            self.unfit = sorted(unfit)
+            self.train_domains = [d for d in self.train_domains if d.name not in unfit]
+            self.heldout_domains = [d for d in self.heldout_domains if d.name not in unfit]
+            eval_tasks = [(d, t) for d, t in eval_tasks if d.name not in unfit]
+            if not self.train_domains:
+                raise ConfigError("no trained domain fits the model's context (all were left out)")
+        # after the context check: a domain left out is not trained, so it cannot leak
         cfg_r = cfg.rollout
         checks.check_contamination(self.train_domains, eval_tasks, run_dir=self.run_dir,
                                    per_domain=max(200, cfg_r.groups_per_step * cfg.steps
                                                   // max(1, len(self.train_domains))),
                                    allow=cfg.allow_contamination, console=self.console)
-        trainer, sched_state = self.make_trainer()
-        checks.check_context(trainer.policy(), self.train_domains, eval_tasks)
         with ExitStack() as stack:
             store = stack.enter_context(Store.for_run_dir(self.run_dir))
             from posttrain.tracking import eval_scalars, open_tracker
@@ -274,13 +332,17 @@ class Job:
             train_s = time.perf_counter() - t_train
             after = self.evaluate(trainer.policy(), "after", eval_tasks, store, sandbox_factory)
             self.tracker.log(trainer.step_count, eval_scalars(after.summary, "after"))
+            gate = self.gate(trainer.policy(), store) if self.baseline is not None else None
         trained = [d.name for d in self.train_domains]
         forgetting = forgetting_report(before, after, trained)
         write_forgetting(self.run_dir, forgetting, cfg.name)
-        k = cfg.eval.samples
+        k = cfg.eval.n_samples
         summary = report.summarize(cfg.name, cfg.steps, k, before, after, trained,
                                    [d.name for d in self.heldout_domains], train_s,
                                    time.perf_counter() - t_start, self.stopped_early)
+        summary["unfit_domains"] = self.unfit
+        if gate is not None:
+            summary["gate"] = gate
         _write_json(self.run_dir / "summary.json", summary)
         report.print_table(self.console, cfg.steps, k, before, after, trained, summary)
         try:

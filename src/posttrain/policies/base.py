@@ -37,6 +37,13 @@ class Policy(Protocol):
         does not say (a server checks on its own; scripted policies have no context)."""
         ...
 
+    @property
+    def accepts_images(self) -> bool:
+        """whether the policy reads image content (`posttrain.values.image`); a text-only policy
+        is given image domains' textual fallbacks, or refused for domains without one
+        (`posttrain.envs.vision.for_policy`)"""
+        ...
+
     def render(self, request: GenerationRequest) -> list[int] | None:
         """The prompt's token ids as this policy's model would see them (chat template applied),
         or None when the policy has no tokenizer. What `max_positions` is measured against."""

@@ -164,6 +164,7 @@ class TorchPolicy:
         self._pieces: dict[int, str] = {}  # token id -> its text decoded alone (stop checks)
         self.version = version or self._version_from_path()
         config = self.model.config
+        self.accepts_images = False  # a causal LM over text (image-text models: `VisionPolicy`)
         self.max_positions: int | None = (getattr(config, "max_position_embeddings", None)
                                           or getattr(config, "n_positions", None))
         eos: set[int] = set()

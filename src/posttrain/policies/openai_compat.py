@@ -8,7 +8,8 @@ Two APIs (`OpenAIConfig.api`):
 * `completions` -- the messages are rendered *here* (the tokenizer's chat template when a
   `tokenizer` is given and has one, else the plain template of `posttrain.policies.render`) and
   sent as a raw prompt: what a base model needs, and what keeps token ids comparable.
-* `chat` -- the messages are sent as they are; the server applies its own chat template.
+* `chat` -- the messages are sent as they are; the server applies its own chat template. Image
+  content goes as OpenAI `image_url` parts with base64 data URIs (`posttrain.values.image`).
 
 Token ids and log-probs come back where the server returns them: log-probs through the standard
 `logprobs` field, token ids through vLLM's `return_token_ids` extension (`token_ids`,
@@ -40,6 +41,7 @@ from typing import Any, Literal
 from posttrain.policies.base import PolicyError
 from posttrain.policies.render import plain_text, render_ids, render_text
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
+from posttrain.values.image import to_openai
 
 _CONTEXT_ERROR = re.compile(r"context length|context window|maximum context|prompt is too long|"
                             r"longer than the model", re.IGNORECASE)
@@ -109,6 +111,8 @@ class OpenAIPolicy:
         self.version = version
         self.max_positions: int | None = None
         """the server checks its own context (and says so per completion)"""
+        self.accepts_images = config.api == "chat"
+        """chat sends image parts (data URIs); a completions prompt is text only"""
         self._openai = openai
         self.client = openai.OpenAI(base_url=config.base_url, api_key=config.api_key,
                                     timeout=config.timeout_s, max_retries=config.max_retries)
@@ -139,6 +143,10 @@ class OpenAIPolicy:
             return render_text(self.tokenizer, request.messages)
         return plain_text(request.messages)
 
+    def complete(self, request: GenerationRequest) -> Completion:
+        """One request, on the calling thread (`generate` runs these concurrently)."""
+        return self._one(request)
+
     def _one(self, request: GenerationRequest) -> Completion:
         cfg, s = self.config, request.sampling
         args: dict[str, Any] = {"model": cfg.model, "max_tokens": s.max_tokens, "temperature": s.temperature,
@@ -155,7 +163,7 @@ class OpenAIPolicy:
                 response = self.client.completions.create(
                     prompt=self._prompt(request), logprobs=1 if cfg.logprobs else None, **args)
             else:
-                messages: list[Any] = [{"role": m.role, "content": m.content} for m in request.messages]
+                messages: list[Any] = [{"role": m.role, "content": to_openai(m.content)} for m in request.messages]
                 response = self.client.chat.completions.create(
                     messages=messages,
                     logprobs=cfg.logprobs or None, **args)

@@ -34,11 +34,21 @@ from posttrain.values.generation import Message
 PLAIN_SEPARATOR = "\n"
 
 
+def _text_only(messages: Sequence[Message]) -> None:
+    """A text rendering cannot show images: refuse rather than drop them silently."""
+    n = sum(len(m.images) for m in messages)
+    if n:
+        raise ValueError(f"this policy renders text only, and the request carries {n} image(s); "
+                         "run image domains with a vision policy, or text-only (EnvConfig.text_only) "
+                         "where the domain declares a textual fallback")
+
+
 def plain_text(messages: Sequence[Message]) -> str:
     """The plain template: contents joined with "\\n" (one user message -> its content)."""
     if not messages:
         raise ValueError("cannot render an empty list of messages")
-    return PLAIN_SEPARATOR.join(m.content for m in messages)
+    _text_only(messages)
+    return PLAIN_SEPARATOR.join(m.text for m in messages)
 
 
 def has_chat_template(tokenizer: Any) -> bool:
@@ -50,8 +60,9 @@ def render_text(tokenizer: Any, messages: Sequence[Message]) -> str:
     if not messages:
         raise ValueError("cannot render an empty list of messages")
     if has_chat_template(tokenizer):
+        _text_only(messages)
         return tokenizer.apply_chat_template(
-            [{"role": m.role, "content": m.content} for m in messages],
+            [{"role": m.role, "content": m.text} for m in messages],
             add_generation_prompt=True, tokenize=False)
     return plain_text(messages)
 

@@ -36,6 +36,8 @@ class ScriptedPolicy:
         self._given = False
         """scripts were given up front (`by_group`): the engine's are not wanted"""
         self.version = PolicyVersion(name=name or f"scripted:{role}")
+        self.accepts_images = True
+        """a script reads nothing, so it is shown everything (image episodes record their images)"""
         self.max_positions: int | None = None
         """a script has no context to run out of"""
         self._scripts: OrderedDict[str, tuple[str, ...] | str] = OrderedDict()

@@ -1,227 +1,87 @@
-"""Serve a local model over the OpenAI-compatible HTTP API (completions and chat).
+"""Serve a local model over the OpenAI-compatible HTTP API, with continuous batching and
+vLLM's weight-update routes.
 
     .venv/bin/python -m posttrain.policies.serve --model models/tiny-base --port 8000
     # -> listening on http://127.0.0.1:8000/v1
 
-A small standard-library server (no web framework) in front of a `TorchPolicy`, enough for
-`OpenAIPolicy`, the `openai` client and tools that speak this API to use a local model, and for
-the tests to exercise `OpenAIPolicy` against a real HTTP server. Endpoints:
+An ASGI app (Starlette, `posttrain.policies.server.app`) on uvicorn in front of a
+`BatchEngine` (`posttrain.policies.server.engine`): every connection's rows join one running
+batch over the model's KV cache, so 64 concurrent clients are decoded together rather than one
+after another. Endpoints and their fields are listed in `server/app.py`; the weight-update ones
+(`/pause`, `/collective_rpc` `reload_weights`, `/reset_prefix_cache`, `/resume`) are what
+`posttrain.training.sync` calls on this server and on vLLM alike, so the embedded default and
+the tests run the exact server-in-the-loop path a GPU deployment runs.
 
-* `GET  /v1/models`
-* `POST /v1/completions`       prompt (a string or a list of strings), max_tokens, temperature,
-                                top_p, n, stop, seed, logprobs (any int: the sampled token's
-                                log-prob; no alternatives), return_token_ids (vLLM's extension)
-* `POST /v1/chat/completions`  messages, max_tokens / max_completion_tokens, temperature, top_p,
-                                n, stop, seed, logprobs (bool), return_token_ids
-
-What it is *not*: a production server. Requests are served one batch at a time (each request's
-prompts x n go to the model as one batch), there is no streaming, no authentication, no
-`best_of`/`echo`/penalties (refused with 400, not ignored). It binds 127.0.0.1 by default.
-Log-probs are those of `TorchPolicy`: temperature-scaled, before top-p.
+What it is *not*: a production server. No streaming, no authentication, no `best_of`/`echo`/
+penalties (refused with 400, not ignored). It binds 127.0.0.1 by default. Log-probs are those
+of `TorchPolicy`: temperature-scaled, before top-p.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import asyncio
 import socket
 import threading
-import time
-import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
-from posttrain.policies.base import PolicyError
 from posttrain.policies.local import TorchPolicy
-from posttrain.policies.render import render_ids
-from posttrain.values.generation import Completion, Message, SamplingParams
+from posttrain.policies.server.app import build_app
+from posttrain.policies.server.engine import BatchEngine
 
-_REFUSED: dict[str, tuple[object, ...]] = {
-    "best_of": (None, 1), "echo": (None, False), "suffix": (None,), "stream": (None, False),
-    "frequency_penalty": (None, 0), "presence_penalty": (None, 0), "logit_bias": (None, {}),
-    "tools": (None, []), "response_format": (None,)}
-"""fields this server cannot honour -> the values that mean "not used" (anything else is a 400)"""
-
-
-class RequestError(ValueError):
-    """A bad request (HTTP 400), with a message naming the offending field."""
-
-
-def _sampling(body: dict[str, Any], default_max: int) -> SamplingParams:
-    for key, unused in _REFUSED.items():
-        if body.get(key) not in unused:
-            raise RequestError(f"field {key!r} = {body[key]!r} is not supported by this server")
-    stop = body.get("stop") or ()
-    stop = (stop,) if isinstance(stop, str) else tuple(stop)
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max
-    try:
-        return SamplingParams(temperature=float(body.get("temperature", 1.0)),
-                              top_p=float(body.get("top_p", 1.0)), max_tokens=int(max_tokens),
-                              stop=stop, seed=body.get("seed"))
-    except (TypeError, ValueError) as e:
-        raise RequestError(str(e)) from e
-
-
-def _n(body: dict[str, Any]) -> int:
-    n = body.get("n", 1)
-    if not isinstance(n, int) or not 1 <= n <= 128:
-        raise RequestError(f"field 'n' must be an integer in 1..128, got {n!r}")
-    return n
+BACKLOG = 2048
+"""listen backlog: a burst of concurrent clients must queue, not be reset (the old standard-
+library server's backlog of 5 reset most of 64 simultaneous connections)"""
 
 
 class PolicyServer:
-    """An HTTP server around one policy; `start()` runs it on a background thread."""
+    """An HTTP server around one policy; `start()` runs it on background threads."""
 
     def __init__(self, policy: TorchPolicy, host: str = "127.0.0.1", port: int = 0,
-                 model_name: str | None = None) -> None:
+                 model_name: str | None = None, *, max_batch: int = 256,
+                 prefix_cache_mb: float = 64.0) -> None:
+        import uvicorn
+
         self.policy = policy
         self.model_name = model_name or policy.version.name
-        self.httpd = ThreadingHTTPServer((host, port), self._handler())
-        self.httpd.daemon_threads = True
+        self.engine = BatchEngine(policy, max_batch=max_batch, prefix_cache_mb=prefix_cache_mb)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.sock.listen(BACKLOG)
+        config = uvicorn.Config(build_app(self.engine, self.model_name), log_level="warning",
+                                access_log=False, backlog=BACKLOG, timeout_keep_alive=30,
+                                lifespan="off")
+        self.uvicorn = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
-        self._conns: set[socket.socket] = set()
-        self._conns_lock = threading.Lock()
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        host, port = self.sock.getsockname()[:2]
+        return f"http://{host}:{port}/v1"
 
     def start(self) -> PolicyServer:
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.engine.start()
+        self._thread = threading.Thread(target=self.serve_forever, name="posttrain-http", daemon=True)
         self._thread.start()
         return self
 
+    def serve_forever(self) -> None:
+        """Serve on the calling thread until `close()` (or Ctrl-C on the main thread)."""
+        if self.engine._thread is None:
+            self.engine.start()
+        asyncio.run(self.uvicorn.serve(sockets=[self.sock]))
+
     def close(self) -> None:
-        """Stop serving and drop open keep-alive connections (clients see the server gone)."""
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        with self._conns_lock:
-            for conn in list(self._conns):
-                try:
-                    conn.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-            self._conns.clear()
-
-    # -- the two generation endpoints ---------------------------------------------------
-    def _token_text(self, ids: list[int]) -> list[str]:
-        return [self.policy.tokenizer.decode([i]) for i in ids]
-
-    def _run(self, prompts: list[list[int]], sampling: SamplingParams, n: int) -> list[Completion]:
-        out = self.policy.generate_ids([p for p in prompts for _ in range(n)],
-                                       [sampling] * (len(prompts) * n))
-        for c in out:
-            if c.finish_reason == "error":  # the prompt does not fit: the client's fault
-                raise RequestError(c.error or "generation failed")
-        return out
-
-    def completions(self, body: dict[str, Any]) -> dict[str, Any]:
-        prompt = body.get("prompt")
-        prompts = [prompt] if isinstance(prompt, str) else prompt
-        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
-            raise RequestError("field 'prompt' must be a string or a non-empty list of strings")
-        sampling, n = _sampling(body, default_max=16), _n(body)
-        ids = [list(self.policy.tokenizer(p)["input_ids"]) for p in prompts]
-        choices = []
-        for i, c in enumerate(self._run(ids, sampling, n)):
-            choice: dict[str, Any] = {"index": i, "text": c.text, "finish_reason": c.finish_reason,
-                                      "logprobs": None}
-            if body.get("logprobs") is not None:
-                choice["logprobs"] = {"tokens": self._token_text(c.token_ids or []),
-                                      "token_logprobs": c.logprobs, "top_logprobs": None,
-                                      "text_offset": None}
-            if body.get("return_token_ids"):
-                choice.update(token_ids=c.token_ids, prompt_token_ids=c.prompt_token_ids)
-            choices.append(choice)
-        return self._envelope("text_completion", choices, ids, n)
-
-    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
-        raw = body.get("messages")
+        """Stop serving: open connections are dropped (clients see the server gone)."""
+        self.uvicorn.should_exit = True
+        self.uvicorn.force_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.engine.close()
         try:
-            messages = tuple(Message(m["role"], m["content"]) for m in raw)  # type: ignore[union-attr]
-        except (TypeError, KeyError) as e:
-            raise RequestError("field 'messages' must be a list of {role, content} objects") from e
-        if not messages or any(m.role not in ("system", "user", "assistant", "tool")
-                               or not isinstance(m.content, str) for m in messages):
-            raise RequestError("field 'messages' must be non-empty, with known roles and text content")
-        sampling, n = _sampling(body, default_max=64), _n(body)
-        ids = [render_ids(self.policy.tokenizer, messages)]
-        choices = []
-        for i, c in enumerate(self._run(ids, sampling, n)):
-            choice: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": c.text},
-                                      "finish_reason": c.finish_reason, "logprobs": None}
-            if body.get("logprobs"):
-                choice["logprobs"] = {"content": [
-                    {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
-                    for t, lp in zip(self._token_text(c.token_ids or []), c.logprobs or [])]}
-            if body.get("return_token_ids"):
-                choice.update(token_ids=c.token_ids, prompt_token_ids=c.prompt_token_ids)
-            choices.append(choice)
-        return self._envelope("chat.completion", choices, ids, n)
-
-    def _envelope(self, kind: str, choices: list[dict], prompts: list[list[int]], n: int) -> dict[str, Any]:
-        completion_tokens = sum(len(c.get("token_ids") or []) for c in choices)
-        prompt_tokens = sum(map(len, prompts))
-        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": kind, "created": int(time.time()),
-                "model": self.model_name, "choices": choices,
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                          "total_tokens": prompt_tokens + completion_tokens}}
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:  # quiet: one line per request is noise
-                pass
-
-            def setup(self) -> None:
-                super().setup()
-                with server._conns_lock:
-                    server._conns.add(self.connection)
-
-            def finish(self) -> None:
-                with server._conns_lock:
-                    server._conns.discard(self.connection)
-                super().finish()
-
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _error(self, status: int, message: str, kind: str) -> None:
-                self._send(status, {"error": {"message": message, "type": kind, "code": status}})
-
-            def do_GET(self) -> None:
-                if self.path.rstrip("/") == "/v1/models":
-                    self._send(200, {"object": "list", "data": [
-                        {"id": server.model_name, "object": "model", "owned_by": "posttrain"}]})
-                else:
-                    self._error(404, f"no route {self.path}", "not_found_error")
-
-            def do_POST(self) -> None:
-                routes = {"/v1/completions": server.completions, "/v1/chat/completions": server.chat}
-                route = routes.get(self.path.rstrip("/"))
-                if route is None:
-                    return self._error(404, f"no route {self.path}", "not_found_error")
-                try:
-                    length = int(self.headers.get("Content-Length") or 0)
-                    body = json.loads(self.rfile.read(length) or b"{}")
-                    if not isinstance(body, dict):
-                        raise RequestError("the request body must be a JSON object")
-                    self._send(200, route(body))
-                except (RequestError, json.JSONDecodeError) as e:
-                    self._error(400, str(e), "invalid_request_error")
-                except PolicyError as e:
-                    self._error(500, str(e), "server_error")
-
-        return Handler
+            self.sock.close()
+        except OSError:
+            pass
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -232,19 +92,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available)")
     parser.add_argument("--name", default=None, help="model name served (default: its version name)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--max-batch", type=int, default=256, help="rows decoded together at most")
+    parser.add_argument("--prefix-cache-mb", type=float, default=64.0,
+                        help="prefix cache budget (0 = off): an episode's next turn reuses its keys/values")
     args = parser.parse_args(argv)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    server = PolicyServer(TorchPolicy(args.model, device=args.device), args.host, args.port, args.name)
+    server = PolicyServer(TorchPolicy(args.model, device=args.device), args.host, args.port, args.name,
+                          max_batch=args.max_batch, prefix_cache_mb=args.prefix_cache_mb)
     print(f"listening on {server.url}", flush=True)
     try:
-        server.httpd.serve_forever()
+        server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
-        server.httpd.server_close()
+        server.engine.close()
 
 
 if __name__ == "__main__":

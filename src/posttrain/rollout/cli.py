@@ -46,11 +46,14 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
             else:
                 results.append(rp.replay(store, t, sandbox_factory=pool.sandbox))
     matched = sum(r.matched for r in results)
+    images = sum(r.images for r in results)
     diverged = [r.to_dict() for r in results if not r.matched]
     if as_json:
-        typer.echo(json.dumps({"replayed": len(results), "matched": matched, "diverged": diverged}))
+        typer.echo(json.dumps({"replayed": len(results), "matched": matched, "diverged": diverged,
+                               "identical_images": images}))
     else:
-        typer.echo(f"{'rescored' if rescore else 'replayed'} {len(results)}, matched {matched}")
+        typer.echo(f"{'rescored' if rescore else 'replayed'} {len(results)}, matched {matched}"
+                   + (f", {images} images re-rendered byte-identical" if images else ""))
         for d in diverged:
             div = d["divergence"] or {}
             typer.echo(f"  {d['trajectory_id']}: diverges at turn {div.get('turn')} ({div.get('field')})")

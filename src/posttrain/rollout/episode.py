@@ -30,6 +30,7 @@ from posttrain.sandbox.base import SandboxError
 from posttrain.tasks.domain import Domain
 from posttrain.values.episode import EpisodeResult
 from posttrain.values.generation import Completion, GenerationRequest, Message, SamplingParams
+from posttrain.values.image import Image, parts
 from posttrain.values.task import Task
 from posttrain.values.trajectory import ErrorInfo, Status, Trajectory, Turn
 from posttrain.values.verdict import Verdict
@@ -65,6 +66,8 @@ class Episode:
         self.timings: dict[str, float] = {"gen_s": 0.0}
         self._observation = ""
         self._observation_cut = 0
+        self._observation_images: tuple[Image, ...] = ()
+        self.images: dict[str, Image] = {}  # every image shown, by sha256 (stored once each)
         self._context_used = 0  # tokens of the last request's prompt + its completion
         self._prefix: tuple[int, ...] | None = None  # token-in/token-out: the ids so far
         self._env: Environment | None = None
@@ -82,7 +85,8 @@ class Episode:
             self._infra(e, _where(e))
             return None
         self._observation, self._observation_cut = obs.text, obs.truncated_chars
-        self.messages.append(Message("user", obs.text))
+        self._show(obs.images)
+        self.messages.append(Message("user", parts(obs.text, obs.images)))
         return self._request()
 
     def advance(self, completion: Completion) -> GenerationRequest | None:
@@ -92,7 +96,8 @@ class Episode:
         turn = Turn(index=len(self.turns), observation=self._observation, action=completion.text,
                     prompt_token_ids=completion.prompt_token_ids, token_ids=completion.token_ids,
                     logprobs=completion.logprobs, finish_reason=completion.finish_reason,
-                    observation_truncated_chars=self._observation_cut, gen_s=completion.gen_s)
+                    observation_truncated_chars=self._observation_cut, gen_s=completion.gen_s,
+                    observation_images=[img.ref() for img in self._observation_images])
         if completion.finish_reason == "error" and completion.context_exceeded and self.turns:
             # the conversation outgrew the model's context: the episode's budget is spent
             # (as when our own estimate says so in `_request`), not an infrastructure failure
@@ -124,7 +129,9 @@ class Episode:
         if step.end is not None:
             self._finish(step.end)
             return None
-        self.messages += [Message("assistant", completion.text), Message("user", step.observation.text)]
+        self._show(step.observation.images)
+        self.messages += [Message("assistant", completion.text),
+                          Message("user", parts(step.observation.text, step.observation.images))]
         # token-in/token-out: the next prompt extends the ids sampled so far (no re-tokenizing)
         prompt_ids, new_ids = completion.prompt_token_ids, completion.token_ids
         self._prefix = None if prompt_ids is None or new_ids is None else tuple(prompt_ids) + tuple(new_ids)
@@ -141,13 +148,19 @@ class Episode:
         return self._result is not None
 
     # -- internals --------------------------------------------------------------------
+    def _show(self, images: tuple[Image, ...]) -> None:
+        """The images of the observation about to be shown (recorded with the next turn)."""
+        self._observation_images = images
+        for img in images:
+            self.images.setdefault(img.sha256, img)
+
     def _count(self, key: str, n: int = 1) -> None:
         self.counters[key] = self.counters.get(key, 0) + n
 
     def _tokens_of(self, completion: Completion) -> int:
         if completion.prompt_token_ids is not None and completion.token_ids is not None:
             return len(completion.prompt_token_ids) + len(completion.token_ids)
-        chars = sum(len(m.content) for m in self.messages) + len(completion.text)
+        chars = sum(len(m.text) for m in self.messages) + len(completion.text)
         return int(chars / self.env_config.chars_per_token) + 1
 
     def _out_of_context(self) -> None:
@@ -218,4 +231,4 @@ class Episode:
             f"{self.domain.verifier.name}@{self.domain.verifier.version}",
             final_workspace_sha256=archive_hash, timings={k: round(v, 6) for k, v in self.timings.items()},
             counters=dict(self.counters), policy_staleness=self.policy_staleness, id=self.id,
-            created_at=time.time())
+            created_at=time.time(), images=dict(self.images))

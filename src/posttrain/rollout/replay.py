@@ -2,8 +2,9 @@
 
 * **replay**: re-run a trajectory's actions in a fresh sandbox on the same task (looked up by its
   content hash), through the same `Episode` machinery, feeding back the stored completions (text
-  and token counts, so context budgets decide the same way). Every observation and the verdict are
-  compared; the first turn where they differ is reported.
+  and token counts, so context budgets decide the same way). Every observation (its text and the
+  SHA-256 of every image it showed: a re-rendered chart or view must be byte-identical) and the
+  verdict are compared; the first turn where they differ is reported.
 * **rescore**: re-verify the stored outcome with the current verifier: the submitted answer, and
   for workspace tasks the final workspace restored from its stored archive. The new verdict is
   appended to the store (kind `rescore`); the original stays.
@@ -15,7 +16,7 @@ import io
 import tarfile
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from posttrain.envs import EnvConfig
@@ -43,10 +44,12 @@ class ReplayResult:
     divergence: dict[str, Any] | None = None
     """first difference: {'turn', 'field', 'stored', 'replayed'}"""
     verdict: dict[str, Any] = field(default_factory=dict)
+    images: int = 0
+    """images the replay re-rendered and found byte-identical (by SHA-256) to the stored ones"""
 
     def to_dict(self) -> dict[str, Any]:
         return {"trajectory_id": self.trajectory_id, "matched": self.matched,
-                "divergence": self.divergence, "verdict": self.verdict}
+                "divergence": self.divergence, "verdict": self.verdict, "images": self.images}
 
 
 class _ReplayPolicy:
@@ -59,6 +62,8 @@ class _ReplayPolicy:
         """the recorded completions already carry the context's verdict (`out_of_context`)"""
         self.out_of_context = out_of_context
         """the episode ended because its next prompt did not fit the model's context"""
+        self.accepts_images = True
+        """images are re-rendered (and compared) whenever the recorded episode showed them"""
 
     def render(self, request: GenerationRequest) -> None:
         return None  # replays stored token ids; it has no tokenizer
@@ -96,6 +101,8 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
     sampling = SamplingParams(**{**traj.sampling, "stop": tuple(traj.sampling.get("stop", ()))})
     policy = _ReplayPolicy(traj.turns, traj.policy_version, out_of_context=traj.status == "truncated"
                            and bool(traj.counters.get("context_budget_exhausted")))
+    if domain.needs_vision and not any(t.observation_images for t in traj.turns):
+        env_config = replace(env_config, text_only=True)  # recorded with a text-only policy
     ep = Episode(domain, task, policy_version=traj.policy_version, sampling=sampling,
                  env_config=env_config, sandbox_factory=sandbox_factory)
     req = ep.start()
@@ -106,12 +113,18 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
         assert new.error is not None
         raise RuntimeError(f"replay of {traj.id} failed on infrastructure: {new.error.type}: "
                            f"{new.error.message}")
+    images = 0
+    a: object
+    b: object
     for i, (old_t, new_t) in enumerate(zip(traj.turns, new.turns)):
-        a: object
-        b: object
-        for fld in ("observation", "tool_results_ok"):
+        for fld in ("observation", "observation_images", "tool_results_ok"):
             if fld == "observation":
                 a, b = old_t.observation, new_t.observation
+            elif fld == "observation_images":
+                old_h = [r["sha256"] for r in old_t.observation_images]
+                new_h = [r["sha256"] for r in new_t.observation_images]
+                images += len(old_h) if old_h == new_h else 0
+                a, b = old_h, new_h
             else:
                 a = [r.get("ok") for r in old_t.tool_results]
                 b = [r.get("ok") for r in new_t.tool_results]
@@ -129,8 +142,8 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
     if (old_v.passed, old_v.score, traj.status) != (new_v.passed, new_v.score, new.status):
         return ReplayResult(traj.id, False, {"turn": len(traj.turns), "field": "verdict",
                                              "stored": summary["stored"], "replayed": summary["replayed"]},
-                            summary)
-    return ReplayResult(traj.id, True, None, summary)
+                            summary, images)
+    return ReplayResult(traj.id, True, None, summary, images)
 
 
 def submitted_answer(traj: Trajectory, env_kind: str) -> str | None:

@@ -1,23 +1,23 @@
-"""Typed settings of the scheduler, one small dataclass per concern.
+"""Typed settings of the scheduler, one small settings class per concern.
 
-Every field has a docstring under it (CleanRL style); `__post_init__` checks values and names the
-field and the value it rejects.
+Every field has a docstring under it (CleanRL style); pydantic checks the types (`posttrain.settings`)
+and each class's `_rules` the values, naming the field and the value it rejects. `SchedulerConfig`
+and its parts are the `[scheduler]` section of a run config (`posttrain.pipeline.config`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
+
+from pydantic import model_validator
+
+from posttrain.settings import check, settings
 
 ShareBy = Literal["samples", "cost"]
 
 
-def _check(cond: bool, where: str, message: str, value: object) -> None:
-    if not cond:
-        raise ValueError(f"{where}: {message}, got {value!r}")
-
-
-@dataclass(frozen=True)
+@settings
 class DomainSpec:
     """How one domain (task type) takes part in a run."""
 
@@ -50,25 +50,24 @@ class DomainSpec:
     local backend runs them on the engine's thread, since the GIL would serialise them on a
     worker anyway and the hand-off costs more than the step"""
 
-    def __post_init__(self) -> None:
-        where = f"DomainSpec {self.name!r}"
-        _check(bool(self.name), "DomainSpec.name", "must be non-empty", self.name)
-        _check(self.weight > 0, f"{where}.weight", "must be > 0", self.weight)
-        _check(self.split in ("train", "eval"), f"{where}.split", "must be 'train' or 'eval'", self.split)
+    @model_validator(mode="after")
+    def _rules(self) -> DomainSpec:
+        check(bool(self.name), "DomainSpec", "name", "must be non-empty", self.name)
+        owner = f"DomainSpec {self.name!r}"
+        check(self.weight > 0, owner, "weight", "must be > 0", self.weight)
         if self.max_concurrency is not None:
-            _check(self.max_concurrency >= 1, f"{where}.max_concurrency", "must be >= 1 or None",
-                   self.max_concurrency)
+            check(self.max_concurrency >= 1, owner, "max_concurrency", "must be >= 1 or None", self.max_concurrency)
         for name in ("max_sample_share", "max_cost_share"):
             value = getattr(self, name)
             if value is not None:
-                _check(0 < value <= 1, f"{where}.{name}", "must be in (0, 1] or None", value)
+                check(0 < value <= 1, owner, name, "must be in (0, 1] or None", value)
         if self.group_size is not None:
-            _check(self.group_size >= 1, f"{where}.group_size", "must be >= 1 or None", self.group_size)
-        _check(not (self.light and self.sandboxed), f"{where}.light", "cannot be set on a sandboxed domain",
-               self.light)
+            check(self.group_size >= 1, owner, "group_size", "must be >= 1 or None", self.group_size)
+        check(not (self.light and self.sandboxed), owner, "light", "cannot be set on a sandboxed domain", self.light)
+        return self
 
 
-@dataclass(frozen=True)
+@settings
 class RetryConfig:
     """What happens to an episode that ends in `infra_error` (or raises, or times out)."""
 
@@ -90,21 +89,16 @@ class RetryConfig:
     saying so, instead of retrying forever. Any episode that gets its completions resets the
     clock. None: retry forever."""
 
-    def __post_init__(self) -> None:
-        _check(self.max_retries >= 0, "RetryConfig.max_retries", "must be >= 0", self.max_retries)
-        _check(self.backoff_s >= 0, "RetryConfig.backoff_s", "must be >= 0", self.backoff_s)
-        _check(self.backoff_max_s >= self.backoff_s, "RetryConfig.backoff_max_s",
-               "must be >= backoff_s", self.backoff_max_s)
-        _check(self.jitter >= 0, "RetryConfig.jitter", "must be >= 0", self.jitter)
-        if self.policy_outage_s is not None:
-            _check(self.policy_outage_s > 0, "RetryConfig.policy_outage_s", "must be > 0 or None",
-                   self.policy_outage_s)
-        if self.episode_timeout_s is not None:
-            _check(self.episode_timeout_s > 0, "RetryConfig.episode_timeout_s", "must be > 0 or None",
-                   self.episode_timeout_s)
-
-
-@dataclass(frozen=True)
+    @model_validator(mode="after")
+    def _rules(self) -> RetryConfig:
+        check(self.max_retries >= 0, self, "max_retries", "must be >= 0")
+        check(self.backoff_s >= 0, self, "backoff_s", "must be >= 0")
+        check(self.backoff_max_s >= self.backoff_s, self, "backoff_max_s", "must be >= backoff_s")
+        check(self.jitter >= 0, self, "jitter", "must be >= 0")
+        for name in ("policy_outage_s", "episode_timeout_s"):
+            check(getattr(self, name) is None or getattr(self, name) > 0, self, name, "must be > 0 or None")
+        return self
+@settings
 class QuarantineConfig:
     """When a domain's infrastructure is judged broken. Policy-backend errors do not count."""
 
@@ -115,15 +109,13 @@ class QuarantineConfig:
     max_error_rate: float = 0.5
     """a domain whose infra-error rate in the window exceeds this is quarantined"""
 
-    def __post_init__(self) -> None:
-        _check(self.window >= 1, "QuarantineConfig.window", "must be >= 1", self.window)
-        _check(1 <= self.min_episodes <= self.window, "QuarantineConfig.min_episodes",
-               "must be in [1, window]", self.min_episodes)
-        _check(0 < self.max_error_rate <= 1, "QuarantineConfig.max_error_rate", "must be in (0, 1]",
-               self.max_error_rate)
-
-
-@dataclass(frozen=True)
+    @model_validator(mode="after")
+    def _rules(self) -> QuarantineConfig:
+        check(self.window >= 1, self, "window", "must be >= 1")
+        check(1 <= self.min_episodes <= self.window, self, "min_episodes", "must be in [1, window]")
+        check(0 < self.max_error_rate <= 1, self, "max_error_rate", "must be in (0, 1]")
+        return self
+@settings
 class AdaptiveConfig:
     """Learning-signal–aware sampling of the trainer tier (other tiers are never adapted).
 
@@ -144,17 +136,14 @@ class AdaptiveConfig:
     retire_after: int | None = 20
     """consecutive all-pass groups that retire a domain; None: never retire"""
 
-    def __post_init__(self) -> None:
-        _check(self.window >= 1, "AdaptiveConfig.window", "must be >= 1", self.window)
-        _check(1 <= self.min_groups <= self.window, "AdaptiveConfig.min_groups", "must be in [1, window]",
-               self.min_groups)
-        _check(0 < self.floor <= 1, "AdaptiveConfig.floor", "must be in (0, 1]", self.floor)
-        if self.retire_after is not None:
-            _check(self.retire_after >= 1, "AdaptiveConfig.retire_after", "must be >= 1 or None",
-                   self.retire_after)
-
-
-@dataclass(frozen=True)
+    @model_validator(mode="after")
+    def _rules(self) -> AdaptiveConfig:
+        check(self.window >= 1, self, "window", "must be >= 1")
+        check(1 <= self.min_groups <= self.window, self, "min_groups", "must be in [1, window]")
+        check(0 < self.floor <= 1, self, "floor", "must be in (0, 1]")
+        check(self.retire_after is None or self.retire_after >= 1, self, "retire_after", "must be >= 1 or None")
+        return self
+@settings
 class BatchConfig:
     """Continuous batching of generation requests into the policy backend."""
 
@@ -171,16 +160,15 @@ class BatchConfig:
     retry_backoff_s: float = 0.5
     """delay before the first batch retry; doubles each time"""
 
-    def __post_init__(self) -> None:
-        _check(self.max_batch >= 1, "BatchConfig.max_batch", "must be >= 1", self.max_batch)
-        _check(self.max_wait_s >= 0, "BatchConfig.max_wait_s", "must be >= 0", self.max_wait_s)
-        _check(self.max_inflight >= 1, "BatchConfig.max_inflight", "must be >= 1", self.max_inflight)
-        _check(self.retries >= 0, "BatchConfig.retries", "must be >= 0", self.retries)
-        _check(self.retry_backoff_s >= 0, "BatchConfig.retry_backoff_s", "must be >= 0",
-               self.retry_backoff_s)
-
-
-@dataclass(frozen=True)
+    @model_validator(mode="after")
+    def _rules(self) -> BatchConfig:
+        check(self.max_batch >= 1, self, "max_batch", "must be >= 1")
+        check(self.max_wait_s >= 0, self, "max_wait_s", "must be >= 0")
+        check(self.max_inflight >= 1, self, "max_inflight", "must be >= 1")
+        check(self.retries >= 0, self, "retries", "must be >= 0")
+        check(self.retry_backoff_s >= 0, self, "retry_backoff_s", "must be >= 0")
+        return self
+@settings
 class SchedulerConfig:
     """What runs next, and how much of it."""
 
@@ -224,27 +212,17 @@ class SchedulerConfig:
     batch: BatchConfig = field(default_factory=BatchConfig)
     """continuous batching of generation"""
 
-    def __post_init__(self) -> None:
-        _check(self.group_size >= 1, "SchedulerConfig.group_size", "must be >= 1", self.group_size)
-        _check(len(self.tiers) >= 1 and len(set(self.tiers)) == len(self.tiers),
-               "SchedulerConfig.tiers", "must be distinct names, at least one", self.tiers)
-        _check(self.trainer_tier in self.tiers, "SchedulerConfig.trainer_tier",
-               f"must be one of tiers {self.tiers}", self.trainer_tier)
-        _check(self.max_running >= 1, "SchedulerConfig.max_running", "must be >= 1", self.max_running)
-        if self.max_sandboxes is not None:
-            _check(self.max_sandboxes >= 1, "SchedulerConfig.max_sandboxes", "must be >= 1 or None",
-                   self.max_sandboxes)
-        _check(self.groups_per_step >= 1, "SchedulerConfig.groups_per_step", "must be >= 1",
-               self.groups_per_step)
-        if self.max_staleness is not None:
-            _check(self.max_staleness >= 0, "SchedulerConfig.max_staleness", "must be >= 0 or None",
-                   self.max_staleness)
-        if self.max_groups is not None:
-            _check(self.max_groups >= 0, "SchedulerConfig.max_groups", "must be >= 0 or None",
-                   self.max_groups)
-        _check(self.share_by in ("samples", "cost"), "SchedulerConfig.share_by",
-               "must be 'samples' or 'cost'", self.share_by)
-        _check(self.window_s > 0, "SchedulerConfig.window_s", "must be > 0", self.window_s)
-        if self.starvation_s is not None:
-            _check(self.starvation_s > 0, "SchedulerConfig.starvation_s", "must be > 0 or None",
-                   self.starvation_s)
+    @model_validator(mode="after")
+    def _rules(self) -> SchedulerConfig:
+        check(self.group_size >= 1, self, "group_size", "must be >= 1")
+        check(len(self.tiers) >= 1 and len(set(self.tiers)) == len(self.tiers), self, "tiers",
+              "must be distinct names, at least one")
+        check(self.trainer_tier in self.tiers, self, "trainer_tier", f"must be one of tiers {self.tiers}")
+        check(self.max_running >= 1, self, "max_running", "must be >= 1")
+        check(self.max_sandboxes is None or self.max_sandboxes >= 1, self, "max_sandboxes", "must be >= 1 or None")
+        check(self.groups_per_step >= 1, self, "groups_per_step", "must be >= 1")
+        check(self.max_staleness is None or self.max_staleness >= 0, self, "max_staleness", "must be >= 0 or None")
+        check(self.max_groups is None or self.max_groups >= 0, self, "max_groups", "must be >= 0 or None")
+        check(self.window_s > 0, self, "window_s", "must be > 0")
+        check(self.starvation_s is None or self.starvation_s > 0, self, "starvation_s", "must be > 0 or None")
+        return self

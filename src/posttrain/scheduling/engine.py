@@ -35,6 +35,7 @@ from typing import Any
 
 from posttrain.envs import EnvConfig, needs_sandbox, sandbox_preload
 from posttrain.envs.single import SandboxFactory
+from posttrain.envs.vision import for_policy
 from posttrain.policies.base import Policy, ScriptedPlayer
 from posttrain.scheduling.config import BatchConfig, DomainSpec, QuarantineConfig, RetryConfig, SchedulerConfig
 from posttrain.scheduling.episodes import RolloutEpisodeFactory
@@ -58,7 +59,8 @@ class WorkItem:
     domain: Domain
     task: Task
     group_id: str = ""
-    """the workload's identity of the episode's group; '' gives '<domain>#<item index>'"""
+    """the workload's identity of the episode's group; '' for none (the engine then runs it
+    under '<domain>#<item index>', recorded as '')"""
 
 
 @contextmanager
@@ -111,6 +113,8 @@ async def _run(work: list[WorkItem], policy: Policy, sampling: SamplingParams, e
                max_sandboxes: int | None, player: ScriptedPlayer | None,
                on_result: Callable[[EpisodeResult], None] | None) -> list[list[EpisodeResult]]:
     domains = {w.domain.name: w.domain for w in work}
+    # a text-only policy gets image domains' textual fallbacks, or a refusal naming the domains
+    env_config = for_policy(env_config, policy, list(domains.values()))
     gids: list[str] = []
     seen: dict[str, int] = {}
     for i, w in enumerate(work):
@@ -125,7 +129,9 @@ async def _run(work: list[WorkItem], policy: Policy, sampling: SamplingParams, e
 
     def record(result: EpisodeResult) -> None:
         i = index[result.trajectory.group_id]
-        result.trajectory.group_id = work[i].group_id or gids[i]  # the workload's id, shared or not
+        # the workload's own id, shared or not; '' stays '' (an ungrouped episode: the engine's
+        # internal '<domain>#<index>' is no identity across calls, and must not become one in a store)
+        result.trajectory.group_id = work[i].group_id
         attempts[i].append(result)
         if on_result is not None:
             on_result(result)

@@ -168,6 +168,7 @@ class SimGenerator:
         self.tokens_per_s, self.call_s, self.time_scale = tokens_per_s, call_s, time_scale
         self.version = PolicyVersion(name=name)
         self.max_positions: int | None = None
+        self.accepts_images = True  # simulated: it reads nothing, so it is shown everything
         self.busy_s = 0.0
         self.calls = 0
 

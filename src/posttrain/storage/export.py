@@ -3,6 +3,10 @@
 The Parquet file loads with `pyarrow.parquet.read_table` and with
 `datasets.load_dataset("parquet", data_files=PATH)`: flat columns for filtering, per-turn lists
 for training (`actions`, `token_ids`, `logprobs`), and the complete record as JSON in `record`.
+Image episodes carry their images: `turn_images` (per turn, the SHA-256 of each image shown with
+its observation) and `images` (each distinct image of the trajectory once: sha256, mime, the
+PNG/JPEG bytes), so a row is self-contained for a vision-language trainer. Across rows an image
+recurs (the store keeps it once; a Parquet file of G samples of one task holds it G times).
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ def _row(t: Trajectory) -> dict:
         "token_ids": [u.token_ids or [] for u in t.turns],
         "logprobs": [u.logprobs or [] for u in t.turns],
         "error": json.dumps(t.to_dict()["error"]) if t.error else None,
+        "turn_images": [[r["sha256"] for r in u.observation_images] for u in t.turns],
+        "images": [{"sha256": img.sha256, "mime": img.mime, "data": img.data}
+                   for img in sorted(t.images.values(), key=lambda i: i.sha256)],
         "record": json.dumps(t.to_dict(), default=str),
     }
 
@@ -44,6 +51,8 @@ def export_parquet(trajectories: Iterable[Trajectory], out: str | Path) -> int:
         ("verifier_version", pa.string()), ("n_turns", pa.int32()), ("prompt", pa.string()),
         ("actions", pa.list_(pa.string())), ("token_ids", pa.list_(pa.list_(pa.int64()))),
         ("logprobs", pa.list_(pa.list_(pa.float64()))), ("error", pa.string()),
+        ("turn_images", pa.list_(pa.list_(pa.string()))),
+        ("images", pa.list_(pa.struct([("sha256", pa.string()), ("mime", pa.string()), ("data", pa.binary())]))),
         ("record", pa.string()),
     ])
     table = pa.Table.from_pylist(rows, schema=schema)

@@ -7,13 +7,15 @@ leaves half of one visible. Scale-out exports the same rows to Parquet (`posttra
 
 Tables: runs, tasks (full task, by content hash), trajectories (one row each, searchable
 columns + the full record as JSON), turns, verdicts (the episode's verdict plus later re-scores),
-blobs (zlib-compressed workspace archives by SHA-256), policy_versions (lineage).
+blobs (zlib-compressed workspace archives by SHA-256), images (the images observations showed,
+one row per SHA-256 however often they recur; turns refer to them by hash), policy_versions
+(lineage).
 
 Exactly once: a process may die at any point and a resumed run writes again what it had written
 after its last checkpoint. Every row therefore has an identity and a second write of it changes
 nothing: a trajectory is (run, group id, member, attempt) (a write of an identity already stored
 is skipped, except that a trainable record replaces an `infra_error` one of the same identity);
-a task is its content hash, a blob its SHA-256, a run its id, a policy version its name.
+a task is its content hash, a blob or an image its SHA-256, a run its id, a policy version its name.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from posttrain.values.image import Image
 from posttrain.values.task import Task, sha256_text
 from posttrain.values.trajectory import Trajectory
 from posttrain.values.verdict import Verdict
@@ -57,6 +60,7 @@ CREATE TABLE IF NOT EXISTS verdicts (
     details TEXT NOT NULL, created_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS verdict_traj ON verdicts (trajectory_id);
 CREATE TABLE IF NOT EXISTS blobs (sha256 TEXT PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS images (sha256 TEXT PRIMARY KEY, mime TEXT NOT NULL, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS policy_versions (
     name TEXT PRIMARY KEY, parent TEXT, weights_hash TEXT NOT NULL, path TEXT,
     created_at REAL NOT NULL, meta TEXT NOT NULL);
@@ -188,6 +192,9 @@ class Store:
                            traj.created_at or time.time(), json.dumps(body, default=str), traj.member))
                 c.executemany("INSERT INTO turns VALUES (?,?,?)",
                               [(traj.id, t["index"], json.dumps(t)) for t in turns])
+                # PNG/JPEG are compressed already: stored as they are, once per hash
+                c.executemany("INSERT OR IGNORE INTO images VALUES (?,?,?)",
+                              [(img.sha256, img.mime, img.data) for img in traj.images.values()])
                 if traj.verdict is not None:
                     self._insert_verdict(c, traj.id, traj.verdict, "episode")
 
@@ -259,12 +266,39 @@ class Store:
             raise StoreError(f"{self.path}: blob {sha256} does not match its hash (corrupt store)")
         return data
 
+    def get_image(self, sha256: str) -> Image:
+        rows = self._query("SELECT mime, data FROM images WHERE sha256=?", (sha256,))
+        if not rows:
+            raise KeyError(f"{self.path}: no image {sha256}")
+        try:
+            return Image(bytes(rows[0][1]), rows[0][0], sha256)
+        except ValueError as e:
+            raise StoreError(f"{self.path}: image {sha256} is corrupt ({e})") from e
+
+    def image_stats(self) -> dict[str, int]:
+        """{'images': distinct images stored, 'bytes': their size, 'refs': turn references}."""
+        n, size = self._query("SELECT COUNT(*), COALESCE(SUM(LENGTH(data)), 0) FROM images")[0]
+        refs = sum(len(json.loads(b).get("observation_images") or [])
+                   for (b,) in self._query("SELECT body FROM turns WHERE body LIKE '%\"sha256\"%'"))
+        return {"images": int(n), "bytes": int(size), "refs": refs}
+
+    def image_trajectory_ids(self, limit: int = 10) -> list[str]:
+        """Ids of up to `limit` stored trajectories that showed images (oldest first)."""
+        return [i for (i,) in self._query(
+            "SELECT id FROM trajectories WHERE id IN (SELECT trajectory_id FROM turns WHERE body LIKE "
+            "'%\"observation_images\": [{%') ORDER BY created_at, id LIMIT ?", (limit,))]
+
     def _load(self, row: tuple) -> Trajectory:
         traj_id, body = row
         d = json.loads(body)
         d["turns"] = [json.loads(b) for (b,) in self._query(
             "SELECT body FROM turns WHERE trajectory_id=? ORDER BY idx", (traj_id,))]
-        return Trajectory.from_dict(d)
+        traj = Trajectory.from_dict(d)
+        for turn in traj.turns:
+            for ref in turn.observation_images:
+                if ref["sha256"] not in traj.images:
+                    traj.images[ref["sha256"]] = self.get_image(ref["sha256"])
+        return traj
 
     def get_trajectory(self, traj_id: str) -> Trajectory:
         rows = self._query("SELECT id, body FROM trajectories WHERE id=? OR id LIKE ?",

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from posttrain.values.image import Image
 from posttrain.values.task import EnvKind, Split, Task
 from posttrain.verifiers.base import Verifier
 
@@ -32,14 +33,25 @@ class NoTasksInSplit(ValueError):
 
 
 @dataclass(frozen=True)
+class ToolOutput:
+    """What a tool that shows pictures returns: its text and the images after it."""
+
+    text: str
+    images: tuple[Image, ...] = ()
+
+
+@dataclass(frozen=True)
 class ToolSpec:
     """A domain tool, called as `<tool name="NAME">ARGS</tool>` (or an OpenAI function call)."""
 
     name: str
     description: str
     """one line shown to the policy in the tool list"""
-    run: Callable[[Sandbox, str], str]
-    """(episode sandbox, raw argument text) -> observation text; raise ValueError for bad args"""
+    run: Callable[[Sandbox, str], str | ToolOutput]
+    """(episode sandbox, raw argument text) -> observation text (or a `ToolOutput` with images);
+    raise ValueError for bad args"""
+    returns_images: bool = False
+    """whether its output carries images (a text-only policy gets the `ToolOutput.text` only)"""
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,19 @@ class Domain:
     stop: tuple[str, ...] | None = None
     """stop strings of a policy turn; None = the environment's default ('\\n' for `single`
     answers, the closing tags of tool calls for `tools`). Use () for multi-line answers (code)."""
+
+    images: Callable[[Task], tuple[Image, ...]] | None = None
+    """images shown with the first observation, rendered from the task (same task -> the same
+    bytes); None for a text domain"""
+    text_fallback: Callable[[Task], str] | None = None
+    """for a policy that reads no images: text that stands in for them (appended to the first
+    observation; image tools then return their text only). None while the domain needs vision
+    means a text-only policy is refused (`posttrain.envs.vision`)"""
+
+    @property
+    def needs_vision(self) -> bool:
+        """Whether the domain shows images (first observation or tools)."""
+        return self.images is not None or any(t.returns_images for t in self.tools)
 
     def __post_init__(self) -> None:
         if not self.name.startswith(self.family + "."):

@@ -3,22 +3,27 @@
     TrainerConfig(lr=6e-5, clip_high=0.28, kl_beta=0.0, loss_agg="token")
     TrainerConfig.from_dict(json.load(f), where="run.json:trainer")   # unknown keys are errors
 
+A pydantic dataclass (`posttrain.settings`): types are checked, unknown fields rejected, and each
+rule below names its field. It is also the `[trainer]` section of a run config as it stands.
+
 The defaults are the recipe measured on the shipped tiny model (see `models/README.md`); a
 larger model wants a smaller `lr`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
+
+from pydantic import model_validator
+
+from posttrain.settings import check, from_data, settings, to_data
 
 LossAgg = Literal["token", "sequence"]
 OldLogprobs = Literal["sampler", "recompute"]
 
 
-@dataclass(frozen=True)
+@settings
 class TrainerConfig:
     lr: float = 1e-4
     """AdamW learning rate (constant)"""
@@ -32,6 +37,10 @@ class TrainerConfig:
     micro_batch_size: int = 64
     """sequences per forward/backward; the gradients of a step's micro-batches are accumulated
     into one update, so this changes memory use, not the result"""
+    micro_batch_tokens: int = 0
+    """when > 0, a micro-batch also holds at most this many tokens (prompt + completion; a
+    longer sample goes alone): memory bounded by tokens rather than sequences, which is what
+    long answers need. Like `micro_batch_size`, it changes memory use, not the result"""
     ppo_epochs: int = 1
     """optimizer updates per `step()` over the same batch; 1 is strictly on-policy (the
     ratio is 1 up to sampler/trainer numerics), more reuse the samples and make clipping bite"""
@@ -58,6 +67,13 @@ class TrainerConfig:
     old_logprobs: OldLogprobs = "sampler"
     """where the ratio's denominator comes from: the sampler's recorded log-probs (cheaper;
     falls back to recompute for a turn that has none), or a no-grad pass before the update"""
+    tis_cap: float = 0.0
+    """truncated importance sampling (off-policy correction; 0 = off). When > 0 and the
+    trajectories carry the sampler's log-probs, the trainer recomputes the log-probs with its own
+    weights, uses them as the ratio's denominator, and weighs each token's policy-gradient term
+    by min(exp(trainer - sampler), tis_cap): the sampler (an inference server, a stale copy) is
+    the behaviour policy. Logged per step: `mismatch_abs_logp` (mean |trainer - sampler|),
+    `mismatch_kl` (k3 estimate of KL(sampler || trainer)) and `tis_capped_share`"""
     temperature: float = 1.0
     """temperature the log-probs are computed at; must match the sampling temperature of the
     trajectories (checked against their recorded sampling settings)"""
@@ -65,60 +81,41 @@ class TrainerConfig:
     """versions produced are named '<run_name>/step-<n>'"""
     seed: int = 0
     """seeds python, numpy and torch when the trainer is created (not on resume)"""
+    engine: str = "local"
+    """where the update runs: 'local' (this process) or 'fsdp' (FSDP2 `fully_shard`, one
+    process per device under `torchrun`; `posttrain.training.engines.fsdp`)"""
     device: str = "cpu"
     """torch device of the model being trained ('cpu', 'cuda', 'cuda:1')"""
 
-    def __post_init__(self) -> None:
-        def bad(name: str, rule: str) -> ValueError:
-            return ValueError(f"TrainerConfig.{name} {rule}, got {getattr(self, name)!r}")
-
-        if not self.lr > 0:
-            raise bad("lr", "must be > 0")
-        if self.weight_decay < 0:
-            raise bad("weight_decay", "must be >= 0")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise bad("betas", "must be two numbers in [0, 1)")
-        if self.max_grad_norm < 0:
-            raise bad("max_grad_norm", "must be >= 0")
+    @model_validator(mode="after")
+    def _rules(self) -> TrainerConfig:
+        check(self.lr > 0, self, "lr", "must be > 0")
+        check(self.weight_decay >= 0, self, "weight_decay", "must be >= 0")
+        check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), self, "betas",
+              "must be two numbers in [0, 1)")
+        check(self.max_grad_norm >= 0, self, "max_grad_norm", "must be >= 0")
+        check(self.micro_batch_tokens >= 0, self, "micro_batch_tokens",
+              "must be an integer >= 0 (0: no token bound)")
         for name in ("micro_batch_size", "ppo_epochs"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise bad(name, "must be an integer >= 1")
-        if not 0 <= self.clip_low < 1:
-            raise bad("clip_low", "must be in [0, 1)")
-        if self.clip_high < 0:
-            raise bad("clip_high", "must be >= 0")
-        if self.kl_beta < 0:
-            raise bad("kl_beta", "must be >= 0")
-        if not self.adv_eps > 0:
-            raise bad("adv_eps", "must be > 0")
-        if self.loss_agg not in ("token", "sequence"):
-            raise bad("loss_agg", "must be 'token' or 'sequence'")
-        if self.old_logprobs not in ("sampler", "recompute"):
-            raise bad("old_logprobs", "must be 'sampler' or 'recompute'")
-        if not isinstance(self.min_group_size, int) or self.min_group_size < 2:
-            raise bad("min_group_size", "must be an integer >= 2 (advantages are group-relative)")
-        if not self.temperature > 0:
-            raise bad("temperature", "must be > 0 (RL samples; greedy decoding has no log-probs to train)")
-        if not self.run_name or "/" in self.run_name:
-            raise bad("run_name", "must be a non-empty name without '/'")
+            check(getattr(self, name) >= 1, self, name, "must be an integer >= 1")
+        check(0 <= self.clip_low < 1, self, "clip_low", "must be in [0, 1)")
+        check(self.clip_high >= 0, self, "clip_high", "must be >= 0")
+        check(self.kl_beta >= 0, self, "kl_beta", "must be >= 0")
+        check(self.adv_eps > 0, self, "adv_eps", "must be > 0")
+        check(self.tis_cap == 0 or self.tis_cap >= 1, self, "tis_cap", "must be 0 (off) or >= 1")
+        check(self.engine in ("local", "fsdp"), self, "engine", "must be 'local' or 'fsdp'")
+        check(self.min_group_size >= 2, self, "min_group_size",
+              "must be an integer >= 2 (advantages are group-relative)")
+        check(self.temperature > 0, self, "temperature",
+              "must be > 0 (RL samples; greedy decoding has no log-probs to train)")
+        check(bool(self.run_name) and "/" not in self.run_name, self, "run_name",
+              "must be a non-empty name without '/'")
+        return self
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "TrainerConfig") -> TrainerConfig:
         """Build from plain data (a JSON/TOML table); `where` names the source in errors."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"{where}: unknown TrainerConfig field(s) {', '.join(unknown)} "
-                             f"(known: {', '.join(sorted(known))})")
-        values = dict(data)
-        if "betas" in values:
-            values["betas"] = tuple(values["betas"])
-        try:
-            return cls(**values)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{where}: {e}") from e
+        return from_data(cls, data, where)
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["betas"] = list(self.betas)
-        return d
+        return to_data(self)

@@ -57,12 +57,17 @@ class LossParts:
 
 def clipped_pg_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
                     weights: torch.Tensor, *, clip_low: float, clip_high: float,
-                    ref_logp: torch.Tensor | None = None, kl_beta: float = 0.0) -> LossParts:
-    """All arguments are flat tensors over the same tokens (padding has weight 0)."""
+                    ref_logp: torch.Tensor | None = None, kl_beta: float = 0.0,
+                    is_weights: torch.Tensor | None = None) -> LossParts:
+    """All arguments are flat tensors over the same tokens (padding has weight 0). `is_weights`
+    (no gradient) multiplies each token's policy-gradient term: truncated importance sampling
+    from the sampler's distribution to the trainer's (`TrainerConfig.tis_cap`)."""
     ratio = torch.exp(new_logp - old_logp)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     pg = torch.maximum(unclipped, clipped)
+    if is_weights is not None:
+        pg = pg * is_weights
     per_token = pg
     kl_value = 0.0
     if ref_logp is not None and kl_beta > 0:
@@ -78,3 +83,19 @@ def clipped_pg_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
         clip_fraction=float((is_clipped * weights).sum()),
         ratio_max=float(ratio.detach().max()) if ratio.numel() else 1.0,
     )
+
+
+def off_policy(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, weights: torch.Tensor,
+               cap: float) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """The sampler/trainer mismatch over a step's tokens, and the truncated importance weights
+    min(exp(trainer - sampler), cap) when `cap` > 0 (else None). Metrics are token-weighted
+    means: `mismatch_abs_logp` |trainer - sampler|, `mismatch_kl` the k3 estimate of
+    KL(sampler || trainer) from the sampler's own tokens (exp(d) - d - 1, d = trainer - sampler,
+    >= 0), `tis_capped_share` the share of tokens whose weight the cap cut."""
+    d = (trainer_logp - sampler_logp).detach()
+    ratio = torch.exp(d)
+    metrics = {"mismatch_abs_logp": float((d.abs() * weights).sum()),
+               "mismatch_kl": float(((ratio - d - 1.0) * weights).sum()),
+               "tis_capped_share": float(((ratio > cap).float() * weights).sum()) if cap > 0 else 0.0,
+               "tis_applied": float(cap > 0)}
+    return (ratio.clamp(max=cap) if cap > 0 else None), metrics

@@ -60,6 +60,10 @@ class PolicyPublisher:
     def max_positions(self) -> int | None:
         return self._policy.max_positions
 
+    @property
+    def accepts_images(self) -> bool:
+        return self._policy.accepts_images
+
     def render(self, request: GenerationRequest) -> list[int] | None:
         return self._policy.render(request)
 

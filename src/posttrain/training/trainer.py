@@ -38,9 +38,11 @@ import torch
 from posttrain.policies.local import VERSION_FILE, TorchPolicy, weights_hash
 from posttrain.training import checkpoints
 from posttrain.training.advantages import select_groups
-from posttrain.training.batch import Sample, samples_from, sequence_logprobs
+from posttrain.training.batch import Sample, samples_from
 from posttrain.training.config import TrainerConfig
-from posttrain.training.losses import clipped_pg_loss, token_weights
+from posttrain.training.engines import make_engine
+from posttrain.training.engines.base import sample_tokens
+from posttrain.training.losses import clipped_pg_loss, off_policy, token_weights
 from posttrain.values.generation import PolicyVersion
 from posttrain.values.trajectory import Trajectory
 
@@ -64,8 +66,10 @@ class Trainer:
         self.reference: torch.nn.Module | None = None
         if config.kl_beta > 0:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr,
-                                           betas=config.betas, weight_decay=config.weight_decay)
+        self.engine = make_engine(self.model, config, self.reference)
+        """where forward/backward and the optimizer run (`posttrain.training.engines`)"""
+        self.model, self.reference = self.engine.model, self.engine.reference
+        self.optimizer = self.engine.optimizer
         self.step_count = 0
         self.data_cursor = 0
         """groups consumed so far; a caller drawing data in order resumes from here"""
@@ -136,21 +140,9 @@ class Trainer:
                     f"but TrainerConfig.temperature is {self.config.temperature}: the log-probs "
                     "would not describe the policy that sampled it")
 
-    def _micro_batches(self, samples: list[Sample]) -> list[tuple[int, int]]:
-        """(sample range) per micro-batch."""
-        size = self.config.micro_batch_size
-        return [(lo, min(lo + size, len(samples))) for lo in range(0, len(samples), size)]
-
-    @torch.no_grad()
     def _logprobs_no_grad(self, model: torch.nn.Module, samples: list[Sample]) -> torch.Tensor:
-        was_training = model.training
-        model.eval()
-        try:
-            parts = [sequence_logprobs(model, samples[lo:hi], temperature=self.config.temperature)[0]
-                     for lo, hi in self._micro_batches(samples)]
-        finally:
-            model.train(was_training)
-        return torch.cat(parts)
+        return self.engine.logprobs(model, samples, temperature=self.config.temperature,
+                                    size=self.config.micro_batch_size, tokens=self.config.micro_batch_tokens)
 
     def _update(self, samples: list[Sample]) -> dict[str, float]:
         cfg = self.config
@@ -162,42 +154,58 @@ class Trainer:
                                                           [s.owner for s in samples], cfg.loss_agg)
                                 for w in ws], device=device)
         adv = torch.tensor([s.advantage for s in samples for _ in s.completion_ids], device=device)
-        use_sampler = cfg.old_logprobs == "sampler" and all(s.old_logprobs for s in samples)
-        if use_sampler:
-            old = torch.tensor([lp for s in samples for lp in s.old_logprobs or ()], device=device)
-        else:
-            old = self._logprobs_no_grad(self.model, samples)
+        has_sampler = all(s.old_logprobs for s in samples)
+        behaviour = (torch.tensor([lp for s in samples for lp in s.old_logprobs or ()], device=device)
+                     if has_sampler else None)
+        tis = cfg.tis_cap > 0 and behaviour is not None
+        use_sampler = cfg.old_logprobs == "sampler" and has_sampler and not tis
+        old = behaviour if use_sampler else self._logprobs_no_grad(self.model, samples)
+        assert old is not None
+        is_weights, mismatch = None, dict[str, float]()
+        if behaviour is not None and not use_sampler:  # trainer vs sampler, token by token
+            is_weights, mismatch = off_policy(old, behaviour, weights, cfg.tis_cap if tis else 0.0)
         ref = self._logprobs_no_grad(self.reference, samples) if self.reference is not None else None
 
         self.model.train()
+        engine = self.engine
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0,
-                "grad_norm": 0.0, "ratio_max": 0.0, "sampler_logprob_diff": 0.0}
+                "grad_norm": 0.0, "sampler_logprob_diff": 0.0}
+        ratio_max = 0.0
         for epoch in range(cfg.ppo_epochs):
+            step_sums = dict.fromkeys(sums, 0.0)
             self.optimizer.zero_grad(set_to_none=True)
-            for lo, hi in self._micro_batches(samples):
+            for lo, hi in engine.micro_batches(sample_tokens(samples), cfg.micro_batch_size,
+                                               cfg.micro_batch_tokens):
+                if lo == hi:  # a distributed engine's placeholder: same forwards on every rank
+                    new, _ = engine.forward(samples[:1], temperature=cfg.temperature)
+                    engine.backward(new.sum() * 0.0)
+                    continue
                 a, b = offsets[lo], offsets[hi]
-                new, entropy = sequence_logprobs(self.model, samples[lo:hi],
-                                                 temperature=cfg.temperature, with_entropy=True)
+                new, entropy = engine.forward(samples[lo:hi], temperature=cfg.temperature, with_entropy=True)
                 parts = clipped_pg_loss(new, old[a:b], adv[a:b], weights[a:b],
                                         clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                                        ref_logp=None if ref is None else ref[a:b], kl_beta=cfg.kl_beta)
-                parts.loss.backward()
-                sums["loss"] += float(parts.loss.detach())
-                sums["pg_loss"] += parts.pg
-                sums["kl"] += parts.kl
-                sums["clip_fraction"] += parts.clip_fraction
-                sums["ratio_max"] = max(sums["ratio_max"], parts.ratio_max)
+                                        ref_logp=None if ref is None else ref[a:b], kl_beta=cfg.kl_beta,
+                                        is_weights=None if is_weights is None else is_weights[a:b])
+                engine.backward(parts.loss)
+                step_sums["loss"] += float(parts.loss.detach())
+                step_sums["pg_loss"] += parts.pg
+                step_sums["kl"] += parts.kl
+                step_sums["clip_fraction"] += parts.clip_fraction
+                ratio_max = max(ratio_max, parts.ratio_max)
                 assert entropy is not None
-                sums["entropy"] += float((entropy * weights[a:b]).sum())
+                step_sums["entropy"] += float((entropy * weights[a:b]).sum())
                 if epoch == 0:
-                    sums["sampler_logprob_diff"] += float(((new.detach() - old[a:b]).abs()
-                                                           * weights[a:b]).sum())
-            limit = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
-            sums["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), limit))
-            self.optimizer.step()
+                    step_sums["sampler_logprob_diff"] += float(((new.detach() - old[a:b]).abs()
+                                                                * weights[a:b]).sum())
+            step_sums = engine.reduce(step_sums)  # sums over ranks (a no-op in one process)
+            step_sums["grad_norm"] = engine.optimizer_step(cfg.max_grad_norm)
+            for k, v in step_sums.items():
+                sums[k] += v
+        sums["ratio_max"] = engine.reduce({"ratio_max": ratio_max}, how="max")["ratio_max"]
         out = {k: (v if k == "ratio_max" else v / cfg.ppo_epochs) for k, v in sums.items()}
         out["sampler_logprob_diff"] = sums["sampler_logprob_diff"] if use_sampler else 0.0
         out["old_logprobs_from_sampler"] = float(use_sampler)
+        out.update(mismatch)
         out["updated"] = 1
         return out
 

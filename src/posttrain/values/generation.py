@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from posttrain.values.image import Content, Image, content_images, content_text
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -37,7 +39,17 @@ class SamplingParams:
 @dataclass(frozen=True)
 class Message:
     role: Literal["system", "user", "assistant", "tool"]
-    content: str
+    content: Content
+    """a str, or a tuple of text and image parts (`posttrain.values.image`); `text` reads either"""
+
+    @property
+    def text(self) -> str:
+        """The text of the content (images left out)."""
+        return content_text(self.content)
+
+    @property
+    def images(self) -> tuple[Image, ...]:
+        return content_images(self.content)
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ from __future__ import annotations
 import traceback as _tb
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from posttrain.values.image import Image
 from posttrain.values.verdict import Verdict
 
 Status = Literal["completed", "truncated", "infra_error"]
@@ -63,6 +64,9 @@ class Turn:
     snapshot_id: str | None = None
     gen_s: float = 0.0
     tool_s: float = 0.0
+    observation_images: list[dict[str, Any]] = field(default_factory=list)
+    """the images shown with `observation`, in order, as `Image.ref()` ({sha256, mime, bytes});
+    the bytes are in `Trajectory.images` and, once stored, in the store's image table"""
 
 
 @dataclass
@@ -101,6 +105,9 @@ class Trajectory:
     """how many policy versions behind the trainer this sample was generated"""
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created_at: float = 0.0
+    images: dict[str, Image] = field(default_factory=dict, compare=False, repr=False)
+    """sha256 -> image, for every image a turn refers to: the bytes travel with the trajectory
+    to the store, which keeps each hash once. Not part of `to_dict` (the refs are)"""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -122,7 +129,8 @@ class Trajectory:
         return None if self.verdict is None else self.verdict.passed
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = asdict(replace(self, images={}) if self.images else self)
+        d.pop("images")
         d["verdict"] = self.verdict.to_dict() if self.verdict else None
         d["sampling"] = dict(self.sampling)
         d["sandbox"] = dict(self.sandbox)

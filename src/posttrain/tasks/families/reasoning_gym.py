@@ -330,8 +330,10 @@ def _make(name: str) -> Domain:
             return content_split(item["question"]) if _oracle_answer(name, item).strip() else None
 
         (key, item), _ = draw_in_split(domain_name, split, seed, draw, split_of)
+        # default=str: some generators keep exact values in their metadata (gsm_symbolic's
+        # `Fraction` variables); as text they stay informative, and no scorer reads them
         entry = json.loads(json.dumps({"answer": item.get("answer"), "metadata": item["metadata"]},
-                                      allow_nan=False))
+                                      allow_nan=False, default=str))
         reference = {"answer": _oracle_answer(name, item), "entry": entry,
                      "rg": {"name": name, "key": key, "version": RG_VERSION}}
         return Task(domain=domain_name, prompt=item["question"], reference=reference, env="single",

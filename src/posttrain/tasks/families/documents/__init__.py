@@ -15,6 +15,10 @@ so these domains set no stop string.
 
 Splits are disjoint by content (prompt plus documents), like every generated family.
 
+`docs.chart.<kind>.<style>` (see `charts.py`) are image domains: a quarterly series drawn as a
+chart, with questions only the chart answers; `docs.page.<kind>` (see `pages.py`) show the
+statements as page images instead of attached text.
+
 `docs.lookup.<kind>.<format>` (see `tools.py`) are `tools`-environment variants of the
 cross-document kinds: the documents sit in the workspace and a `lookup` tool finds lines.
 """
@@ -130,6 +134,7 @@ def _domain(kind: Kind, fmt: str) -> Domain:
 
 
 def domains() -> list[Domain]:
+    from posttrain.tasks.families.documents import charts, pages
     from posttrain.tasks.families.documents.tools import tool_domains
 
-    return [_domain(kind, fmt) for kind in KINDS for fmt in FORMATS] + tool_domains()
+    return [_domain(kind, fmt) for kind in KINDS for fmt in FORMATS] + tool_domains() + charts.domains() + pages.domains()

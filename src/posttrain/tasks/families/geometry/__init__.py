@@ -5,6 +5,8 @@
   `posttrain/sandbox/inside/ptgeo.py`) to build a part or a named assembly and save it; the
   `geometry` verifier then loads the file in the sandbox and checks volumes, bounding boxes,
   watertightness, contacts, overlaps, distances and symmetry with documented tolerances.
+* `geometry.drawing.<name>` (`tools` env, images): the part is shown as a drawing, not described
+  in numbers; a `render` tool draws what the policy saved (see `drawings.py`).
 * `geometry.script.<name>` (`single` env): the answer is the modeling script itself, run by the
   verifier in the sandbox before the checks.
 
@@ -14,7 +16,7 @@ Numbers are multiples of 0.5 (units: cm); splits are by the content of the probl
 from __future__ import annotations
 
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.families.geometry import assemblies, shapes
+from posttrain.tasks.families.geometry import assemblies, drawings, shapes
 from posttrain.tasks.families.geometry.common import MODEL_TOOL, script_domain, tool_domain
 
 __all__ = ["MODEL_TOOL", "domains"]
@@ -25,4 +27,4 @@ def domains() -> list[Domain]:
            for group in (shapes.DOMAINS, assemblies.DOMAINS) for suffix, draw, description in group]
     by_name = {suffix: (draw, description) for suffix, draw, description in shapes.DOMAINS}
     out += [script_domain(f"geometry.script.{suffix}", *by_name[suffix]) for suffix in shapes.SCRIPT_DOMAINS]
-    return out
+    return out + drawings.domains()

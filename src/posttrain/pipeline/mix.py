@@ -1,0 +1,105 @@
+"""What a run trains, as the scheduler sees it: one `DomainSpec` per trained domain, and domains
+whose quarantined tasks are never drawn.
+
+* `domain_specs`: `[domains] weights` and the `[scheduler.domains."GLOB"]` overrides applied to
+  each trained domain (later globs win); a glob that matches no trained domain is an error (a
+  typo would otherwise change nothing, silently).
+* `without_quarantined`: a domain whose generator skips the tasks listed in quarantine files
+  (`posttrain tasks noise` writes `RUN/quarantine.json`: tasks whose verdicts flip when verified
+  again). A quarantined seed is redrawn deterministically, so the same run draws the same tasks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from posttrain.envs import needs_sandbox
+from posttrain.evaluation.noise import QUARANTINE_FILE, load_quarantine
+from posttrain.pipeline.config import ConfigError, RunConfig
+from posttrain.scheduling.config import DomainSpec
+from posttrain.scheduling.work import derive_seed
+from posttrain.tasks.domain import Domain, Split
+from posttrain.values.task import Task
+
+REDRAWS = 64
+"""seeds tried after a quarantined one before the domain is declared exhausted"""
+
+
+def domain_specs(cfg: RunConfig, domains: Sequence[Domain], left_out: Iterable[str] = ()) -> list[DomainSpec]:
+    """`left_out`: domains the run selected but left out (`skip_unfit`); a glob that matches
+    only those is not a typo."""
+    overrides = cfg.scheduler.domains
+    names = [d.name for d in domains] + list(left_out)
+    unmatched = [g for g in overrides if not any(fnmatch.fnmatchcase(n, g) for n in names)]
+    if unmatched:
+        raise ConfigError(f"scheduler.domains: {', '.join(repr(g) for g in unmatched)} match(es) no "
+                          f"trained domain ({len(domains)} trained)")
+    specs = []
+    for d in domains:
+        sandboxed = needs_sandbox(d)
+        fields: dict[str, object] = {"weight": cfg.domains.weights.get(d.name, 1.0), "sandboxed": sandboxed,
+                                     "light": not sandboxed}
+        for glob, override in overrides.items():
+            if fnmatch.fnmatchcase(d.name, glob):
+                fields.update(override.given())
+        specs.append(DomainSpec(d.name, **fields))  # type: ignore[arg-type]
+    return specs
+
+
+def quarantine_dirs(cfg: RunConfig) -> list[Path]:
+    """Run directories whose `quarantine.json` training honours: those `[domains] quarantine`
+    names (a run directory, or its quarantine.json) and the run's own (when `tasks noise`
+    measured an earlier round of this run)."""
+    out = []
+    for p in map(Path, cfg.domains.quarantine):
+        d = p.parent if p.name == QUARANTINE_FILE else p
+        if not (d / QUARANTINE_FILE).is_file():
+            raise ConfigError(f"domains.quarantine: {p}: no {QUARANTINE_FILE} there (write one with "
+                              "`posttrain tasks noise RUN`)")
+        out.append(d)
+    own = cfg.run_dir
+    return out + ([own] if (own / QUARANTINE_FILE).is_file() and own not in out else [])
+
+
+def load_quarantines(dirs: Iterable[Path]) -> set[str]:
+    hashes: set[str] = set()
+    for d in dirs:
+        try:
+            hashes |= load_quarantine(d)
+        except ValueError as e:
+            raise ConfigError(f"domains.quarantine: {e}") from None
+    return hashes
+
+
+class SkipQuarantined:
+    """A domain generator that never returns a quarantined task: seed s becomes the first of
+    s, s', s'', ... (derived deterministically) whose task is not quarantined. Picklable, so the
+    wrapped domain travels to Ray actors like any other."""
+
+    def __init__(self, generate: object, hashes: frozenset[str], name: str) -> None:
+        self.generate, self.hashes, self.name = generate, hashes, name
+        self.skipped = 0
+
+    def __call__(self, seed: int, split: Split) -> Task:
+        for attempt in range(REDRAWS + 1):
+            task: Task = self.generate(seed if attempt == 0 else _redraw(seed, attempt), split)  # type: ignore[operator]
+            if task.hash not in self.hashes:
+                return task
+            self.skipped += 1
+        raise RuntimeError(f"{self.name}: {REDRAWS + 1} tasks in a row are quarantined; remove the "
+                           "domain from the run (its verifier is too noisy to train on)")
+
+
+def _redraw(seed: int, attempt: int) -> int:
+    return derive_seed(seed, "quarantine", attempt)
+
+
+def without_quarantined(domains: Sequence[Domain], hashes: set[str]) -> list[Domain]:
+    """`domains`, each drawing around the quarantined tasks (unchanged when none is)."""
+    if not hashes:
+        return list(domains)
+    frozen = frozenset(hashes)
+    return [dataclasses.replace(d, generate=SkipQuarantined(d.generate, frozen, d.name)) for d in domains]

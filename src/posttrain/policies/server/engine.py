@@ -1,0 +1,350 @@
+"""Continuous batching over a `TorchPolicy`'s model: the decode loop behind posttrain's server.
+
+Requests arrive at any time from many connections (`submit`, thread-safe, returns a future). One
+engine thread runs the loop, one iteration at a time:
+
+1. **admit** waiting requests (up to `max_batch` rows in flight): each distinct prompt is
+   prefilled once (a GRPO group's or an `n > 1` request's rows share it), starting from its
+   longest prefix in the prefix cache (an episode's earlier turns), and the new rows join the
+   running batch (`ragged.RaggedBatch`: rows of any length in one KV cache);
+2. **decode** one token for every row in flight in one forward pass; rows that finish (EOS, a
+   stop string, `max_tokens`, the context) leave the batch at once and their futures resolve,
+   so a short request never waits for a long one and a new one never waits for a batch to end.
+
+Sampling is `decode.sample_next` (per-row temperature, top-p and seed), so log-probs are
+exactly `TorchPolicy`'s: `log_softmax(logits / T)` before top-p, and greedy output matches it.
+
+**Weight updates** (vLLM's dev-mode semantics): `pause(mode='keep')` stops the loop between two
+iterations with every in-flight row kept as it is (its KV cache, its tokens); `reload_weights`
+copies a directory's weights into the model in place; `resume()` continues the kept rows under
+the new weights -- nothing in flight is lost. `pause(mode='wait')` stops admitting and returns
+once every row in flight has finished. The prefix cache belongs to the weights that computed it:
+it is emptied on reload (and on `reset_prefix_cache`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posttrain.policies.base import PolicyError
+from posttrain.policies.decode import sample_next
+from posttrain.policies.local import TorchPolicy
+from posttrain.policies.prefix_cache import PrefixCache, weights_fingerprint
+from posttrain.policies.ragged import RaggedBatch
+from posttrain.policies.server.weights import load_weights_into
+from posttrain.values.generation import Completion, SamplingParams
+
+
+@dataclass
+class _Row:
+    prompt: list[int]
+    sampling: SamplingParams
+    future: Future
+    limit: int
+    generator: torch.Generator | None
+    ignore_eos: bool = False
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    tail: str = ""
+    reused: int = 0
+    t0: float = field(default_factory=time.perf_counter)
+    finish: str = ""
+    epoch: int = 0
+    """the cache epoch the row was admitted in: a row whose keys/values were computed before a
+    reload (or a cache reset) never enters the prefix cache"""
+
+
+@dataclass
+class EngineStats:
+    requests: int = 0
+    tokens: int = 0
+    steps: int = 0
+    """decode forwards (each emits one token for every row in flight)"""
+    row_steps: int = 0
+    reloads: int = 0
+    max_rows: int = 0
+
+
+class BatchEngine:
+    """The loop described in the module docstring, on its own thread (`start`/`close`)."""
+
+    def __init__(self, policy: TorchPolicy, *, max_batch: int = 256, prefix_cache_mb: float = 64.0) -> None:
+        if max_batch < 1:
+            raise ValueError(f"BatchEngine max_batch must be >= 1, got {max_batch}")
+        self.policy = policy
+        self.model = policy.model.eval()
+        self.tokenizer = policy.tokenizer
+        self.max_batch = max_batch
+        self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20)) if prefix_cache_mb > 0 else None
+        self._epoch = 0  # bumped whenever the cache's contents become stale (reload, reset)
+        self.stats = EngineStats()
+        self.weights_path: str | None = None
+        """the directory the weights were last reloaded from (None: as loaded at start)"""
+        self._cv = threading.Condition()
+        self._waiting: list[_Row] = []
+        self._controls: list[tuple[Callable[[], Any], Future]] = []
+        self._paused = False
+        self._draining = False  # pause(mode='wait'): admit nothing until the batch is empty
+        self._idle = threading.Event()  # set while the loop is between iterations with nothing to do
+        self._stop = False
+        self._rows: list[_Row] = []
+        self._batch: RaggedBatch | None = None
+        self._logits: torch.Tensor | None = None  # next-token logits, one row per row in flight
+        self._thread: threading.Thread | None = None
+        self._pieces: dict[int, str] = {}
+
+    # -- public, thread-safe ------------------------------------------------------------
+    def start(self) -> BatchEngine:
+        self._thread = threading.Thread(target=self._loop, name="posttrain-engine", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        for row in self._rows + self._waiting:
+            if not row.future.done():
+                row.future.set_exception(PolicyError("the server is shutting down"))
+
+    def submit(self, prompt: Sequence[int], sampling: SamplingParams, ignore_eos: bool = False) -> Future:
+        """Queue one completion; the future gives a `Completion` (finish_reason 'error' with
+        `context_exceeded` when the prompt alone fills the model's context). `ignore_eos`
+        (vLLM's extension, for benchmarks) decodes past EOS up to `max_tokens`."""
+        fut: Future = Future()
+        prompt = list(prompt)
+        ctx = self.policy.max_positions
+        if ctx is not None and len(prompt) >= ctx:
+            fut.set_result(Completion(
+                text="", finish_reason="error", prompt_token_ids=prompt, context_exceeded=True,
+                error=f"prompt of {len(prompt)} tokens does not fit the model's maximum context "
+                      f"length of {ctx} tokens"))
+            return fut
+        limit = sampling.max_tokens if ctx is None else min(sampling.max_tokens, ctx - len(prompt))
+        gen = None
+        if sampling.seed is not None:
+            gen = torch.Generator(device=self.policy.device)
+            gen.manual_seed(int(sampling.seed))
+        with self._cv:
+            if self._stop:
+                raise PolicyError("the server is shutting down")
+            self._waiting.append(_Row(prompt, sampling, fut, limit, gen, ignore_eos))
+            self._cv.notify_all()
+        return fut
+
+    def pause(self, mode: str = "keep", timeout: float = 600.0) -> None:
+        """Stop generating (see the module docstring); returns once the loop has stopped."""
+        if mode not in ("keep", "wait"):
+            raise ValueError(f"pause mode must be 'keep' or 'wait', got {mode!r}")
+        with self._cv:
+            if mode == "wait":
+                self._draining = True
+            else:
+                self._paused = True
+            self._cv.notify_all()
+        if mode == "wait":
+            deadline = time.monotonic() + timeout
+            with self._cv:
+                while self._rows and time.monotonic() < deadline:
+                    self._cv.wait(0.05)
+                self._paused, self._draining = True, False
+        self.call(lambda: None, timeout)  # runs between iterations: the loop is now stopped
+
+    def resume(self) -> None:
+        with self._cv:
+            self._paused = self._draining = False
+            self._cv.notify_all()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def reload_weights(self, weights_path: str, timeout: float = 600.0) -> int:
+        """Load a directory's weights between two iterations (paused or not); returns the
+        number of tensors loaded. The prefix cache is emptied: its keys/values are stale."""
+        path = str(Path(weights_path))
+
+        def load() -> int:
+            n = load_weights_into(self.model, path)
+            self._clear_cache()
+            self.weights_path = path
+            self.stats.reloads += 1
+            return n
+
+        return self.call(load, timeout)
+
+    def reset_prefix_cache(self) -> None:
+        self.call(self._clear_cache)
+
+    def _clear_cache(self) -> None:
+        # rows in flight keep decoding (pause mode 'keep') but their earlier keys/values belong
+        # to the old weights: the new epoch keeps them out of the cache when they finish
+        self._epoch += 1
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+
+    def call(self, fn: Callable[[], Any], timeout: float = 600.0) -> Any:
+        """Run `fn` on the engine thread between two iterations; returns its result."""
+        fut: Future = Future()
+        with self._cv:
+            self._controls.append((fn, fut))
+            self._cv.notify_all()
+        return fut.result(timeout=timeout)
+
+    def load(self) -> int:
+        """Rows in flight plus waiting (for least-loaded routing)."""
+        with self._cv:
+            return len(self._rows) + len(self._waiting)
+
+    # -- the loop -------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stop and not self._controls and (
+                        self._paused or (not self._rows and (not self._waiting or self._draining))):
+                    self._cv.wait()
+                if self._stop:
+                    return
+                controls, self._controls = self._controls, []
+                admit: list[_Row] = []
+                if not self._paused and not self._draining:
+                    room = self.max_batch - len(self._rows)
+                    admit, self._waiting = self._waiting[:room], self._waiting[room:]
+            for fn, fut in controls:
+                try:
+                    fut.set_result(fn())
+                except BaseException as e:  # noqa: BLE001 - the caller gets it
+                    fut.set_exception(e)
+            if self._paused:
+                continue
+            try:
+                with torch.inference_mode():
+                    if admit:
+                        self._admit(admit)
+                    if self._rows:
+                        self._step()
+            except Exception as e:  # noqa: BLE001 - the model failed: every row in flight fails
+                failed = self._rows + admit
+                self._rows, self._batch, self._logits = [], None, None
+                for row in failed:
+                    if not row.future.done():
+                        row.future.set_exception(PolicyError(f"generation failed: {type(e).__name__}: {e}"))
+            with self._cv:
+                self._cv.notify_all()  # pause(mode='wait') watches the rows drain
+
+    def _admit(self, rows: list[_Row]) -> None:
+        cache = self.prefix_cache
+        if cache is not None:
+            cache.check_weights(weights_fingerprint(self.model))
+        distinct: dict[tuple, int] = {}
+        starts: list[tuple[list[int], Any, list[int]]] = []
+        row_of = []
+        for row in rows:
+            n, kv = cache.lookup(row.prompt, limit=len(row.prompt) - 1) if cache is not None else (0, None)
+            row.reused = n
+            row.epoch = self._epoch
+            key = (tuple(row.prompt), n)
+            if key not in distinct:
+                distinct[key] = len(starts)
+                starts.append((row.prompt[:n], kv, row.prompt[n:]))
+            row_of.append(distinct[key])
+        batch = RaggedBatch(self.model, self.policy.pad_id, [(p, kv) for p, kv, _ in starts])
+        logits, _ = batch.forward([rest for _, _, rest in starts])
+        index = torch.tensor(row_of, device=logits.device)
+        last = logits[:, -1, :][index]
+        batch.select(row_of)
+        if self._batch is None or not self._rows:
+            self._batch, self._logits, self._rows = batch, last, list(rows)
+        else:  # join the running batch: every row's keys/values, right-aligned in one cache
+            old = self._batch
+            prefixes = ([(old.fed[r], old.row_kv(r)) for r in range(len(old))]
+                        + [(batch.fed[r], batch.row_kv(r)) for r in range(len(batch))])
+            self._batch = RaggedBatch(self.model, self.policy.pad_id, prefixes)
+            assert self._logits is not None
+            self._logits = torch.cat([self._logits, last])
+            self._rows = self._rows + list(rows)
+        self.stats.requests += len(rows)
+        self.stats.max_rows = max(self.stats.max_rows, len(self._rows))
+
+    def _step(self) -> None:
+        rows, batch = self._rows, self._batch
+        assert batch is not None and self._logits is not None
+        device = self._logits.device
+        temps = torch.tensor([r.sampling.temperature for r in rows], dtype=torch.float32, device=device)
+        top_ps = torch.tensor([r.sampling.top_p for r in rows], dtype=torch.float32, device=device)
+        tokens, logps = sample_next(self._logits, temps, top_ps, [r.generator for r in rows])
+        done = []
+        for i, (row, tok, lp) in enumerate(zip(rows, tokens.tolist(), logps.tolist())):
+            row.ids.append(tok)
+            row.logprobs.append(lp)
+            if (tok in self.policy.eos_ids and not row.ignore_eos) or self._stopped(row):
+                row.finish = "stop"
+            elif len(row.ids) >= row.limit:
+                row.finish = "length"
+            if row.finish:
+                done.append(i)
+        self.stats.steps += 1
+        self.stats.row_steps += len(rows)
+        self.stats.tokens += len(rows)
+        if done:
+            for i in done:
+                if self.prefix_cache is not None and rows[i].epoch == self._epoch:
+                    self.prefix_cache.insert(batch.fed[i], batch.row_kv(i))
+                self._finish(rows[i])
+            keep = [i for i in range(len(rows)) if not rows[i].finish]
+            if not keep:
+                self._rows, self._batch, self._logits = [], None, None
+                return
+            batch.select(keep)
+            batch.compact()
+            rows = self._rows = [rows[i] for i in keep]
+            tokens = tokens[torch.tensor(keep, device=device)]
+        logits, _ = batch.forward([[t] for t in tokens.tolist()])
+        self._logits = logits[:, -1, :]
+
+    # -- text -----------------------------------------------------------------------------
+    def _text(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    def _stopped(self, row: _Row) -> bool:
+        stops = [s for s in row.sampling.stop if s]
+        if not stops:
+            return False
+        span = max(map(len, stops)) + 16
+        if self.policy._piecewise:  # tokens decode piece by piece: grow the tail by one piece
+            piece = self._pieces.get(row.ids[-1])
+            if piece is None:
+                piece = self._pieces[row.ids[-1]] = self._text([row.ids[-1]])
+            row.tail = (row.tail + piece)[-span:]
+        else:
+            row.tail = self._text(row.ids[-span:])
+        return any(s in row.tail for s in stops)
+
+    def _finish(self, row: _Row) -> None:
+        """Resolve the row's future: the text cut at the first stop string, and only the tokens
+        that lie wholly before it (as `TorchPolicy` reports them)."""
+        ids, logprobs = row.ids, row.logprobs
+        text = self._text(ids)
+        stops = [s for s in row.sampling.stop if s]
+        cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+        if cut >= 0:
+            text = text[:cut]
+            n = len(ids)
+            while n > 0 and not text.startswith(self._text(ids[:n])):
+                n -= 1
+            ids, logprobs = ids[:n], logprobs[:n]
+        row.future.set_result(Completion(
+            text=text, finish_reason=row.finish,  # type: ignore[arg-type]
+            prompt_token_ids=row.prompt, token_ids=ids, logprobs=logprobs,
+            gen_s=time.perf_counter() - row.t0, prefill_tokens=len(row.prompt) - row.reused,
+            reused_tokens=row.reused))

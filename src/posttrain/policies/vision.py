@@ -1,0 +1,110 @@
+"""`VisionPolicy`: a Hugging Face image-text-to-text model (processor + model) as a policy.
+
+    policy = VisionPolicy(LlavaForConditionalGeneration.from_pretrained(p), AutoProcessor.from_pretrained(p))
+
+Rendering: the plain template of `posttrain.policies.render` (contents joined with "\\n"), with
+each image part written as the processor's image token where it stands; the processor expands
+each image token to the model's image positions and turns the images into pixel values.
+Completions carry the prompt ids as the model saw them (image positions included), the sampled
+ids and their log-probs under the sampling distribution (after temperature and top-p, as
+`generate` scores them).
+
+What it does not do (yet): batch requests (one `generate` per request), reuse a prefix cache,
+or feed token-in/token-out prefixes (`prefix_ids` is ignored: image positions would have to be
+spliced, so the history is re-rendered). The GRPO trainer trains `TorchPolicy` text models
+only; image positions sit in the prompt, which a trainer never trains on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from posttrain.policies.render import PLAIN_SEPARATOR
+from posttrain.values.generation import Completion, GenerationRequest, Message, PolicyVersion
+from posttrain.values.image import content_images, content_text
+
+
+def prompt_key(prompt_ids: Sequence[int], messages: Sequence[Message]) -> str:
+    """A cache key for a prompt with images: its ids *and* the SHA-256 of every image in order.
+    Image positions all hold the same token id, so ids alone would make two prompts that differ
+    only in their pictures share keys/values."""
+    h = hashlib.sha256(",".join(map(str, prompt_ids)).encode())
+    for m in messages:
+        for img in content_images(m.content):
+            h.update(b"|" + img.sha256.encode())
+    return h.hexdigest()
+
+
+class VisionPolicy:
+    accepts_images = True
+
+    def __init__(self, model: Any, processor: Any, *, version: PolicyVersion | None = None,
+                 image_token: str | None = None) -> None:
+        self.model = model.eval()
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.image_token = image_token or getattr(processor, "image_token", None) or "<image>"
+        self.version = version or PolicyVersion(name=type(model).__name__)
+        text_config = getattr(model.config, "text_config", model.config)
+        self.max_positions: int | None = getattr(text_config, "max_position_embeddings", None)
+        self._lock = threading.Lock()  # seeding is process-global in torch
+
+    def _inputs(self, messages: Sequence[Message]) -> dict[str, Any]:
+        from PIL import Image as PILImage
+
+        text = PLAIN_SEPARATOR.join(content_text(m.content, image_placeholder=self.image_token) for m in messages)
+        images = [PILImage.open(io.BytesIO(img.data)).convert("RGB")
+                  for m in messages for img in content_images(m.content)]
+        return dict(self.processor(images=images or None, text=[text], return_tensors="pt"))
+
+    def render(self, request: GenerationRequest) -> list[int]:
+        return self._inputs(request.messages)["input_ids"][0].tolist()
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        return [self._one(r) for r in requests]
+
+    def _one(self, request: GenerationRequest) -> Completion:
+        import torch
+
+        t0 = time.perf_counter()
+        s = request.sampling
+        inputs = self._inputs(request.messages)
+        prompt_ids = inputs["input_ids"][0].tolist()
+        if self.max_positions is not None and len(prompt_ids) >= self.max_positions:
+            return Completion(text="", finish_reason="error", context_exceeded=True, prompt_token_ids=prompt_ids,
+                              error=f"prompt of {len(prompt_ids)} positions does not fit the model's "
+                                    f"{self.max_positions}")
+        room = None if self.max_positions is None else self.max_positions - len(prompt_ids)
+        max_new = s.max_tokens if room is None else min(s.max_tokens, room)
+        sample = s.temperature > 0
+        with self._lock, torch.no_grad():
+            if s.seed is not None:
+                torch.manual_seed(s.seed)
+            out = self.model.generate(**inputs, max_new_tokens=max_new, do_sample=sample,
+                                      temperature=s.temperature if sample else None,
+                                      top_p=s.top_p if sample else None, top_k=0 if sample else None,
+                                      output_scores=True, return_dict_in_generate=True,
+                                      pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id)
+            scores = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
+        ids = out.sequences[0, len(prompt_ids):].tolist()
+        logprobs = [float(x) for x in scores[0][:len(ids)]]
+        eos = self.tokenizer.eos_token_id
+        reason: Literal["stop", "length"] = "length"
+        if eos is not None and eos in ids:
+            cut = ids.index(eos)
+            ids, logprobs, reason = ids[:cut], logprobs[:cut], "stop"
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        for k in range(1, len(ids) + 1):  # the shortest prefix that reaches a stop string
+            piece = self.tokenizer.decode(ids[:k], skip_special_tokens=True)
+            hit = min((piece.find(x) for x in s.stop if x in piece), default=-1)
+            if hit >= 0:
+                ids, logprobs, text, reason = ids[:k], logprobs[:k], piece[:hit], "stop"
+                break
+        return Completion(text=text, finish_reason=reason, prompt_token_ids=prompt_ids, token_ids=ids,
+                          logprobs=logprobs, gen_s=time.perf_counter() - t0,
+                          prefill_tokens=len(prompt_ids))

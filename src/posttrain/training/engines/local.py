@@ -1,0 +1,57 @@
+"""The single-process engine: the whole model and its optimizer in this process (CPU or one GPU)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from posttrain.training.batch import sequence_logprobs
+from posttrain.training.engines.base import sample_tokens, split
+
+
+class LocalEngine:
+    rank, world = 0, 1
+
+    def __init__(self, model: torch.nn.Module, config: Any, reference: torch.nn.Module | None = None) -> None:
+        self.model = model
+        self.reference = reference
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
+                                           weight_decay=config.weight_decay)
+
+    def micro_batches(self, lengths: Sequence[int], size: int, tokens: int = 0) -> list[tuple[int, int]]:
+        return split(lengths, 0, len(lengths), size, tokens)
+
+    def forward(self, samples: Sequence[Any], *, temperature: float,
+                with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return sequence_logprobs(self.model, samples, temperature=temperature, with_entropy=with_entropy)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def reduce(self, sums: dict[str, float], how: str = "sum") -> dict[str, float]:
+        return dict(sums)
+
+    def optimizer_step(self, max_grad_norm: float) -> float:
+        limit = max_grad_norm if max_grad_norm > 0 else float("inf")
+        norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), limit))
+        self.optimizer.step()
+        return norm
+
+    @torch.no_grad()
+    def logprobs(self, model: torch.nn.Module, samples: Sequence[Any], *, temperature: float,
+                 size: int, tokens: int = 0) -> torch.Tensor:
+        was_training = model.training
+        model.eval()
+        try:
+            parts = [sequence_logprobs(model, samples[lo:hi], temperature=temperature)[0]
+                     for lo, hi in self.micro_batches(sample_tokens(samples), size, tokens)]
+        finally:
+            model.train(was_training)
+        return torch.cat(parts)
+
+    def export_weights(self) -> dict[str, torch.Tensor]:
+        from posttrain.policies.server.weights import untied_state_dict
+
+        return untied_state_dict(self.model)

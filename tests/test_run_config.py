@@ -1,0 +1,144 @@
+"""The run config's sections are the trainer's, scheduler's and evaluation's own settings classes,
+validated one way; per-domain scheduler overrides by glob; quarantined tasks are never drawn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from posttrain.evaluation.config import EvalConfig
+from posttrain.pipeline import checks, mix
+from posttrain.pipeline.config import ConfigError, DomainOverride, EvalSection, RunConfig, SchedulerSection, load_config
+from posttrain.scheduling.config import (
+    AdaptiveConfig,
+    BatchConfig,
+    DomainSpec,
+    QuarantineConfig,
+    RetryConfig,
+    SchedulerConfig,
+)
+from posttrain.settings import describe_fields
+from posttrain.tasks.registry import get_domain
+from posttrain.training.config import TrainerConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SETTINGS_CLASSES = [TrainerConfig, SchedulerConfig, RetryConfig, QuarantineConfig, AdaptiveConfig,
+                    BatchConfig, DomainSpec, EvalConfig, EvalSection, SchedulerSection, DomainOverride]
+
+
+@pytest.mark.parametrize("cls", SETTINGS_CLASSES, ids=lambda c: c.__name__)
+def test_every_field_is_documented(cls):
+    undocumented = [name for name, doc in describe_fields(cls).items() if not doc.strip()]
+    # a subclass that only changes a default inherits the meaning: its parent documents it
+    parents = [p for p in cls.__mro__[1:] if p in SETTINGS_CLASSES]
+    undocumented = [n for n in undocumented if not any(describe_fields(p).get(n) for p in parents)]
+    assert not undocumented, f"{cls.__name__}: fields without a docstring: {undocumented}"
+
+
+def test_sections_are_the_settings_classes_with_the_runs_defaults(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('name = "r"\nseed = 7\n[model]\ndevice = "cpu"\n[rollout]\ngroup_size = 4\n'
+                    'groups_per_step = 3\ntemperature = 0.9\nmax_tokens = 12\n'
+                    '[trainer]\nlr = 2e-4\nseed = 1\n[eval]\nsamples = 4\n'
+                    '[scheduler]\nworkers = 3\nmax_staleness = 1\nshare_by = "cost"\n'
+                    'tiers = ["train"]\n[scheduler.retry]\nmax_retries = 5\n')
+    cfg = load_config(path)
+    assert isinstance(cfg.trainer, TrainerConfig) and isinstance(cfg.eval, EvalConfig)
+    assert isinstance(cfg.scheduler, SchedulerConfig)
+    # run-wide values fill what a section leaves unset; what it sets wins
+    assert (cfg.trainer.lr, cfg.trainer.seed, cfg.trainer.run_name, cfg.trainer.temperature) == (2e-4, 1, "r", 0.9)
+    assert cfg.eval.k == (1, 4) and cfg.eval.samples == 4 and cfg.eval.max_tokens == 12
+    assert (cfg.eval.seed, cfg.eval.workers, cfg.eval.tasks_per_domain) == (7, 3, 50)
+    s = cfg.scheduler
+    assert (s.group_size, s.groups_per_step, s.seed, s.max_staleness) == (4, 3, 7, 1)
+    assert (s.share_by, s.tiers, s.retry.max_retries, s.max_running, s.batch.max_batch) == \
+        ("cost", ("train",), 5, 64, 64)
+    # the evaluation records only its own fields, and reloads from them
+    assert EvalConfig.from_dict(cfg.eval.to_dict()) == EvalConfig(**cfg.eval.to_dict())
+    # config.json (the resolved config) loads back to the same config
+    again = RunConfig.model_validate(json.loads(json.dumps(cfg.model_dump(mode="json"))))
+    assert again == cfg
+
+
+def test_the_group_shape_belongs_to_the_rollout_section():
+    with pytest.raises(ConfigError, match=r"scheduler.group_size: is \[rollout\] group_size \(8\)"):
+        load_config(None, {"scheduler.group_size": 4})
+    assert load_config(None, {"scheduler.group_size": 8}).scheduler.group_size == 8
+    big = load_config(None, {"rollout.groups_per_step": 40})  # one step's 320 episodes in one batch
+    assert big.scheduler.max_running == 320 and big.scheduler.batch.max_batch == 320
+    assert load_config(None, {"scheduler.batch": {"max_batch": 16}}).scheduler.batch.max_batch == 16
+
+
+@pytest.mark.parametrize("override,fragment", [
+    ({"scheduler.backend": "slurm"}, "scheduler.backend: Input should be 'local' or 'ray'"),
+    ({"scheduler.address": "auto"}, "scheduler.address: is only used with backend = 'ray'"),
+    ({"scheduler.adaptive": {"floor": 0}}, "scheduler.adaptive.floor: must be in (0, 1] (got 0.0)"),
+    ({"scheduler.domains": {"code.*": {"max_concurrency": 0}}},
+     "scheduler.domains.code.*.max_concurrency: must be >= 1 or None (got 0)"),
+    ({"scheduler.domains": {"code.*": {"weigth": 2}}}, "scheduler.domains.code.*.weigth: unknown field"),
+    ({"eval.confidence": 2}, "eval.confidence: must be in (0, 1)"),
+    ({"trainer.loss_agg": "mean"}, "trainer.loss_agg: Input should be 'token' or 'sequence'"),
+])
+def test_errors_name_the_field(override, fragment):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, override)
+    assert str(e.value).startswith("<default config>: ") and fragment in str(e.value), str(e.value)
+
+
+def test_domain_overrides_by_glob_later_globs_win():
+    cfg = load_config(None, {"domains.weights": {"math.add.d1": 3.0},
+                             "scheduler.domains": {"math.*": {"max_concurrency": 2, "weight": 2.0},
+                                                   "math.add.*": {"tier": "background"}}})
+    domains = [get_domain(n) for n in ("math.add.d1", "math.max.d1", "text.upper.l3")]
+    specs = {s.name: s for s in mix.domain_specs(cfg, domains)}
+    light = {"light": True}  # in-process domains: no sandbox (set from the domain, not the config)
+    assert specs["math.add.d1"] == DomainSpec("math.add.d1", weight=2.0, max_concurrency=2, tier="background", **light)
+    assert specs["math.max.d1"] == DomainSpec("math.max.d1", weight=2.0, max_concurrency=2, **light)
+    assert specs["text.upper.l3"] == DomainSpec("text.upper.l3", **light)
+    code = mix.domain_specs(cfg, [get_domain("code.list.chunk")] + domains)[0]
+    assert code.sandboxed and not code.light
+    typo = load_config(None, {"scheduler.domains": {"maths.*": {"weight": 2.0}}})
+    with pytest.raises(ConfigError, match="'maths.\\*' match\\(es\\) no trained domain"):
+        mix.domain_specs(typo, domains)
+
+
+def test_quarantined_tasks_are_never_drawn_and_the_draw_stays_seeded(tmp_path):
+    from posttrain.evaluation.noise import QUARANTINE_FILE, QUARANTINE_FORMAT
+
+    d = get_domain("math.add.d2")
+    bad = {d.task(s, "train").hash for s in range(0, 40, 2)}  # every even seed's task
+    run = tmp_path / "noisy"
+    run.mkdir()
+    (run / QUARANTINE_FILE).write_text(json.dumps({"format": QUARANTINE_FORMAT,
+                                                   "tasks": {h: {"reason": "flips"} for h in bad}}))
+    cfg = load_config(None, {"runs_dir": str(tmp_path), "name": "r", "domains.quarantine": [str(run)]})
+    hashes = mix.load_quarantines(mix.quarantine_dirs(cfg))
+    assert hashes == bad
+    [wrapped] = mix.without_quarantined([d], hashes)
+    drawn = [wrapped.task(s, "train") for s in range(40)]
+    assert not {t.hash for t in drawn} & bad
+    assert [t.hash for t in drawn[1::2]] == [d.task(s, "train").hash for s in range(1, 40, 2)]
+    assert [t.hash for t in drawn] == [wrapped.task(s, "train").hash for s in range(40)]
+    assert wrapped.generate.skipped >= 20
+    with pytest.raises(ConfigError, match="no quarantine.json there"):
+        mix.quarantine_dirs(load_config(None, {"domains.quarantine": [str(tmp_path / "none")]}))
+
+
+def test_train_star_selects_every_domain_with_a_train_split_except_the_held_out(tmp_path):
+    from rich.console import Console
+
+    from posttrain.pipeline.main import Job
+    from posttrain.tasks.registry import match_domains
+
+    cfg = load_config(ROOT / "configs" / "breadth.toml", {"runs_dir": str(tmp_path)})
+    job = Job(cfg, Console(quiet=True))
+    trained = {d.name for d in job.train_domains}
+    held = {d.name for d in job.heldout_domains}
+    assert held == set(cfg.domains.heldout) and not trained & held
+    assert len(trained) + len(held) >= 300 and {d.split(".")[0] for d in trained} >= \
+        {"math", "text", "code", "terminal", "geometry", "docs", "rg"}
+    assert trained == {d.name for d in match_domains(["*"])
+                       if d.name not in held and checks.has_split(d, "train")}
