@@ -146,6 +146,20 @@ def _prefill(model: torch.nn.Module, prompts: list[list[int]], pad_id: int, use_
 
 
 @torch.inference_mode()
+def start_rows(rows: Sequence[Any], max_positions: int | None) -> tuple[list[RowResult], list[int]]:
+    """One empty result per row, and the indices of the rows that can generate: a prompt that
+    already fills the context ends with finish_reason 'context' (the caller turns it into a
+    per-request error; nothing to generate)."""
+    results = [RowResult() for _ in rows]
+    todo = []
+    for i, row in enumerate(rows):
+        if max_positions is not None and len(row.prompt_ids) >= max_positions:
+            results[i].finish_reason = "context"
+        else:
+            todo.append(i)
+    return results, todo
+
+
 def decode(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids: set[int],
            max_positions: int | None, stop_check: Callable[[int, list[int]], bool] | None = None,
            use_cache: bool = True) -> list[RowResult]:
@@ -153,14 +167,7 @@ def decode(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids:
     string has appeared (the caller trims the text); EOS ids end a row with the EOS kept in
     `token_ids` (a trainer must see the stop decision) but never in the text."""
     device = next(model.parameters()).device
-    results = [RowResult() for _ in rows]
-    todo = []
-    for i, row in enumerate(rows):
-        if max_positions is not None and len(row.prompt_ids) >= max_positions:
-            # The caller turns this into a per-request error; nothing to generate.
-            results[i].finish_reason = "context"
-        else:
-            todo.append(i)
+    results, todo = start_rows(rows, max_positions)
     if not todo:
         return results
 

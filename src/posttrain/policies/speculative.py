@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from posttrain.policies.decode import RowResult, RowSpec, sample_next, sampling_dist
+from posttrain.policies.decode import RowResult, RowSpec, sample_next, sampling_dist, start_rows
 from posttrain.policies.prefix_cache import PrefixCache
 from posttrain.policies.ragged import RaggedBatch
 
@@ -102,13 +102,7 @@ def generate(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_id
     (a batch of `verify_tokens` rows or more decodes one token per row, like standard)."""
     device = next(model.parameters()).device
     stats = stats if stats is not None else SpecStats()
-    results = [RowResult() for _ in rows]
-    todo = []
-    for i, row in enumerate(rows):
-        if max_positions is not None and len(row.prompt_ids) >= max_positions:
-            results[i].finish_reason = "context"
-        else:
-            todo.append(i)
+    results, todo = start_rows(rows, max_positions)
     if not todo:
         return results
     limit = {i: rows[i].max_tokens if max_positions is None
