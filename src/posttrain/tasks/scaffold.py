@@ -217,10 +217,10 @@ _TEST = '''\
 from __future__ import annotations
 
 import pytest
-
-from ${pkg}.domains import VERIFIER, domains
 from posttrain.tasks.check import check_domains
 from posttrain.verifiers.base import Outcome
+
+from ${pkg}.domains import VERIFIER, domains
 
 
 def test_every_domain_passes_the_self_check():
