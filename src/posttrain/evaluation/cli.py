@@ -220,7 +220,10 @@ def eval_(ctx: typer.Context,
     pol = _policy(policy, run_dir, mode)
     store = _store(run_dir)
     name = _eval_name(name, run_dir, store, pol.version.name)
-    result = run_eval(pol, task_list, config, name=name, policy_spec=policy, task_source=tasks, store=store)
+    from posttrain.tasks.sources import absolute
+
+    result = run_eval(pol, task_list, config, name=name, policy_spec=policy, task_source=tasks, store=store,
+                      sources=[absolute(s) for s in source or []])
     if run_dir is not None:
         path = result.save_to_run(run_dir)
         store.close()

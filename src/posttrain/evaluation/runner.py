@@ -38,7 +38,7 @@ from posttrain.values.trajectory import Trajectory
 
 def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalConfig = EvalConfig(), *,
              name: str = "", policy_spec: str = "", task_source: str = "", store=None,
-             sandbox_factory: SandboxFactory | None = None) -> EvalResult:
+             sandbox_factory: SandboxFactory | None = None, sources: Sequence[str] = ()) -> EvalResult:
     """Evaluate `policy` on `tasks`; trajectories go to `store` (a `posttrain.storage.Store`) when
     given, under run id `eval:<name>`. Raises ValueError on an empty task set."""
     if not tasks:
@@ -53,7 +53,8 @@ def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalC
     index = {(t.hash, j): (d, t) for d, t in tasks for j in range(config.n_samples)}
     if store is not None:
         store.start_run(run_id, {"kind": "eval", "name": name, "policy": policy.version.name,
-                                 "policy_spec": policy_spec, "tasks": task_source, **config.to_dict()})
+                                 "policy_spec": policy_spec, "tasks": task_source, "sources": list(sources),
+                                 **config.to_dict()})
 
     def save(result: EpisodeResult) -> None:
         store.put_trajectory(result.trajectory, result.task, result.workspace_archive)
