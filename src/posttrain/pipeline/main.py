@@ -115,10 +115,11 @@ class Job:
     def evaluate(self, policy: Any, name: str, tasks: list, store: Any, sandbox_factory: Any) -> Any:
         """`evals/<name>.json` for `policy`: loaded if a killed run already wrote it for these very
         weights; an evaluation of other weights (a finished run resumed to train further) is
-        superseded, its rows leave the store. Samples are seeded by identity, so an evaluation
-        cut short by a kill and run again writes each sample once (the store keeps one row per
-        identity)."""
+        superseded, its rows leave the store. An evaluation cut short by a kill continues: the
+        samples it stored are not generated again, their rows make its figures (`run_eval`'s
+        `resume`)."""
         from posttrain.evaluation import EvalResult, run_eval
+        from posttrain.evaluation.runner import not_resumable
 
         path = self.run_dir / "evals" / f"{name}.json"
         if path.exists():
@@ -129,12 +130,16 @@ class Job:
             self.console.print(f"{name}: {path} evaluated {old.policy}, not {policy.version.name}: evaluating again")
             store.delete_run(f"eval:{name}")
             path.unlink()
+        elif (why := not_resumable(store, f"eval:{name}", policy.version.name, self.config.eval)) is not None:
+            # cut short while evaluating weights since trained further (or with other settings)
+            self.console.print(f"{name}: {why}: evaluating again")
+            store.delete_run(f"eval:{name}")
         cfg = self.config
         t0 = time.perf_counter()
         with self.console.status(f"evaluating {policy.version.name} ({name}): {len(tasks)} tasks "
                                  f"x {cfg.eval.samples} samples"):
             result = run_eval(policy, tasks, cfg.eval, name=name, policy_spec=policy.version.name, store=store,
-                              sandbox_factory=sandbox_factory)
+                              sandbox_factory=sandbox_factory, resume=True)
         result.save_to_run(self.run_dir)
         self.console.print(f"{name}: {len(tasks)} tasks evaluated in {time.perf_counter() - t0:.1f}s")
         return result

@@ -344,6 +344,11 @@ class Store:
             sql += " AND status IN ('completed', 'truncated')"
         return {g for (g,) in self._query(sql, (run_id,))}
 
+    def run_policy_versions(self, run_id: str) -> set[str]:
+        """The policy versions that drew the stored trajectories of `run_id`."""
+        return {v for (v,) in self._query("SELECT DISTINCT policy_version FROM trajectories WHERE run_id=?",
+                                          (run_id,))}
+
     def infra_attempts(self, run_id: str) -> dict[tuple[str, int], int]:
         """(group id, member) -> the highest attempt recorded as `infra_error` (a resumed run
         moves such members on to their next attempt, as the interrupted run would have)."""
