@@ -16,8 +16,8 @@ Exit codes of every `posttrain` command:
     1  a check failed (tasks check, a regression, contamination, a replay that diverged),
        or the environment refused (disk full, permission denied)
     2  bad input: a config, a flag, a path, a task file (this module's `UserError`)
-    3  the result is not trustworthy: too many infrastructure errors (see
-       `posttrain.evaluation.trust`)
+    3  the result is not trustworthy, or not what was asked: too many infrastructure errors
+       (see `posttrain.evaluation.trust`), a run whose training stopped before its last step
     130  interrupted (Ctrl-C)
 
 This module imports nothing of the project: every layer may raise `UserError`.

@@ -27,6 +27,7 @@ from typing import Any
 
 from rich.console import Console
 
+from posttrain.evaluation.trust import DEFAULT_MAX_INFRA_RATE
 from posttrain.pipeline import checks, mix, report
 from posttrain.pipeline.config import ConfigError, RunConfig
 from posttrain.pipeline.metrics import MetricsLog, step_row
@@ -57,8 +58,12 @@ def _backend(scfg: Any, factory: Any) -> Any:
 
 
 class Job:
-    def __init__(self, config: RunConfig, console: Console | None = None) -> None:
+    def __init__(self, config: RunConfig, console: Console | None = None, *,
+                 max_infra_rate: float = DEFAULT_MAX_INFRA_RATE) -> None:
         self.config = config
+        self.max_infra_rate = max_infra_rate
+        """the before/after evaluations' infrastructure-error share above which the run is not
+        trusted (`posttrain.evaluation.trust`)"""
         if console is None:  # piped: rich would assume 80 columns and wrap the final table
             console = Console()
             console = console if console.is_terminal else Console(width=120)
@@ -227,6 +232,7 @@ class Job:
                         self.stopped_early = str(e)
                         break
                     if not groups:
+                        self.stopped_early = "the scheduler had no more groups to give"
                         break
                     served_metrics: dict[str, Any] = {}
                     if served is not None:  # the bound, on the versions really served
@@ -346,6 +352,12 @@ class Job:
                                    [d.name for d in self.heldout_domains], train_s,
                                    time.perf_counter() - t_start, self.stopped_early)
         summary["unfit_domains"] = self.unfit
+        summary["steps_done"] = trainer.step_count
+        # the run's result is what was asked only if it trained every step and both evaluations
+        # can be trusted; the command exits 3 otherwise (`posttrain.errors`)
+        summary["untrustworthy"] = report.untrustworthy_reasons(
+            before, after, self.max_infra_rate, steps=cfg.steps, steps_done=trainer.step_count,
+            stopped_early=self.stopped_early)
         if gate is not None:
             summary["gate"] = gate
         _write_json(self.run_dir / "summary.json", summary)
