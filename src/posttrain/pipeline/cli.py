@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -115,6 +116,11 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
             runs.mark(cfg.run_dir, "failed", str(e))
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
+    except OSError as e:  # the environment refused (a full disk): run_cli says it in one line, exit 1
+        if job_started and cfg is not None:
+            with contextlib.suppress(OSError):  # the disk may be too full for this too
+                runs.mark(cfg.run_dir, "failed", str(e))
+        raise
     except KeyboardInterrupt:
         if job_started and cfg is not None:
             runs.mark(cfg.run_dir, "interrupted")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
+from posttrain.errors import is_disk_full, no_space, write_text_atomic
 from posttrain.evaluation.trust import DEFAULT_MAX_INFRA_RATE
 from posttrain.pipeline import checks, mix, report
 from posttrain.pipeline.config import ConfigError, RunConfig
@@ -36,9 +36,7 @@ from posttrain.training.resume import RunCheckpoints, advance_recorded_failures
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")  # a full disk names the file
 
 
 def _backend(scfg: Any, factory: Any) -> Any:
@@ -368,5 +366,7 @@ class Job:
             html = build_report(self.run_dir)
             self.console.print(f"report: {html}")
         except Exception as e:  # noqa: BLE001 - a report failure must not lose the run's results
+            if is_disk_full(e, self.run_dir):  # but a full disk is said, and is not success
+                raise no_space(self.run_dir / "report.html", "writing the report") from e
             self.console.print(f"[yellow]report not written: {type(e).__name__}: {e}")
         return summary
