@@ -85,6 +85,9 @@ class Job:
         self.stopped_early: str | None = None
         self.unfit: list[str] = []
         """domains left out because their prompts do not fit the model (`skip_unfit`)"""
+        self.warnings: list[str] = []
+        """what the summary must say about how far to trust the result (e.g. a resume that cannot
+        be exact)"""
         self.tracker: Any = None
         """the experiment trackers of `[logging]` (open while `run` runs)"""
 
@@ -162,6 +165,15 @@ class Job:
         latest = self.checkpoints.latest()
         assert latest is not None  # resume() found it
         self.console.print(f"resumed from {latest['path']} (step {trainer.step_count})")
+        staleness = cfg.scheduler.max_staleness
+        if staleness != 0 and trainer.step_count < cfg.steps:
+            # which samples overlap which update depends on timing, in this run as in any other:
+            # the resumed steps are a valid run, not a repeat of the one that was interrupted
+            warning = (f"resumed at step {trainer.step_count} with scheduler.max_staleness = {staleness}: "
+                       "not exactly resumable (which samples overlap which update depends on timing); "
+                       "steps after the checkpoint differ from the interrupted run's")
+            self.warnings.append(warning)
+            self.console.print(f"[yellow]warning: {warning}")
         self.metrics.resume(trainer.step_count)
         return trainer, dict(trainer.extra.get("scheduler") or {})
 
@@ -351,6 +363,7 @@ class Job:
                                    time.perf_counter() - t_start, self.stopped_early)
         summary["unfit_domains"] = self.unfit
         summary["steps_done"] = trainer.step_count
+        summary["warnings"] = self.warnings
         # the run's result is what was asked only if it trained every step and both evaluations
         # can be trusted; the command exits 3 otherwise (`posttrain.errors`)
         summary["untrustworthy"] = report.untrustworthy_reasons(
