@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typer.testing import CliRunner
 
 from posttrain.cli import app as root_app
-from posttrain.tasks.check import check_domains
+from posttrain.scheduling.domain_check import check_domains
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Task
 from posttrain.values.verdict import Verdict
