@@ -20,6 +20,7 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("posttrain.images.cli", "app", "image"),
     ("posttrain.tasks.cli", "app", "tasks"),
     ("posttrain.scheduling.cli", "check", "tasks check"),
+    ("posttrain.tasks.cli", "init_domain", "init-domain"),
     ("posttrain.scheduling.cli", "rollout", "rollout"),
     ("posttrain.rollout.cli", "replay", "replay"),
     ("posttrain.storage.cli", "export", "export"),

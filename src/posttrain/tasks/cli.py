@@ -7,6 +7,7 @@ Imports nothing heavy at module level: families load on the first registry look-
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 
@@ -82,3 +83,24 @@ def show(domain: str = typer.Argument(..., help="domain name, e.g. math.add.d2")
     typer.echo("## reference (hidden from the policy)\n" + json.dumps(task.reference, indent=2))
     if task.verifier:
         typer.echo("## verifier settings\n" + json.dumps(task.verifier, indent=2))
+
+
+def init_domain(name: str = typer.Argument(..., help="the family name, e.g. mytasks (lowercase, "
+                                                     "digits, '_')"),
+                directory: Path | None = typer.Option(None, "--dir",
+                                                      help="where to write the package (default: "
+                                                           "./posttrain-NAME); must be new or empty")) -> None:
+    """Write a ready task-family plugin package (entry point, generator, verifier, oracle,
+    negatives, a test) that passes `posttrain tasks check` as generated."""
+    from posttrain.errors import EXIT_BAD_INPUT
+    from posttrain.tasks import registry
+    from posttrain.tasks.scaffold import ScaffoldError, write_package
+
+    target = directory or Path(f"posttrain-{name.replace('_', '-')}")
+    try:
+        written = write_package(name, target, taken=set(registry.families()))
+    except ScaffoldError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    typer.echo(f"wrote {len(written)} files to {target}: " + ", ".join(map(str, written)))
+    typer.echo(f"next: pip install -e {target} && posttrain tasks check --family {name}")
