@@ -8,6 +8,7 @@ Runs the job in-process with the overrides below, then reports, from the run dir
 * `infra_error_rate`: infrastructure errors over all episodes of the run (training and evaluation);
 * `step_mix_error`: per domain, the largest |its share of a step's groups - its quota| over the
   steps, averaged over trained domains (the quota is its weight's share of the trained tier);
+  `step_family_error`: the same per family (the sum of its domains' quotas), the worst step;
 * `mean_delta`: pass@1 after - before, averaged over trained domains whose base pass@k >= 0.2;
   `worst_delta`: the smallest such delta; `heldout_delta`: the held-out domains' mean delta;
 * `wall_s`: the whole run (evaluations included).
@@ -52,6 +53,21 @@ def step_mix(store, run_id: str, quotas: dict[str, float]) -> tuple[float, list[
         return float("nan"), []
     worst = {d: max(abs(c[d] / sum(c.values()) - q) for c in per_step) for d, q in quotas.items()}
     return sum(worst.values()) / len(worst), [dict(c) for c in per_step]
+
+
+def family_mix(per_step: list[dict[str, int]], quotas: dict[str, float]) -> float:
+    """The largest |a family's share of a step's groups - the family's quota| over the steps."""
+    fquota: Counter = Counter()
+    for d, q in quotas.items():
+        fquota[d.split(".")[0]] += q
+    worst = 0.0
+    for c in per_step:
+        fam: Counter = Counter()
+        for d, k in c.items():
+            fam[d.split(".")[0]] += k
+        n = sum(c.values())
+        worst = max([worst] + [abs(fam[f] / n - q) for f, q in fquota.items()])
+    return worst
 
 
 def _step_number(version: str) -> int:
@@ -120,6 +136,7 @@ def main() -> None:
         "groups_per_step": cfg.rollout.groups_per_step,
         "infra_error_rate": counts["infra_error"] / counts["episodes"] if counts["episodes"] else None,
         "step_mix_error": round(mix_error, 4),
+        "step_family_error": round(family_mix(per_step, quotas), 4),
         "step_families_max": max((len({d.split(".")[0] for d in c}) for c in per_step), default=0),
         "step_families_min": min((len({d.split(".")[0] for d in c}) for c in per_step), default=0),
         "learnable_domains": len(learnable),

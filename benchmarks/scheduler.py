@@ -22,6 +22,9 @@ Also measured: the core's cost per decision with 1,000 domains (cost-mode fair s
 concurrency limits, a fake clock), its quota accuracy there over many groups, and the dispatch
 cost of a thread pool vs a process pool (why the local backend uses threads).
 
+Also measured, core alone: each synchronous trainer step's composition over 402 domains shaped
+like the registry's families (`--mix-only`: just that, in seconds).
+
 Prints a table, then one JSON line.
 """
 
@@ -265,6 +268,58 @@ def core_overhead(n_domains=1000, groups=30_000):
             "quota_gap_groups_max": max(gap_groups), "quota_share_gap_max": max(share_gap)}
 
 
+# -- per-step composition, registry-shaped mix ------------------------------------------------
+MIX_FAMILIES = {"code": 41, "docs": 86, "geometry": 43, "math": 54, "rg": 95, "terminal": 41, "text": 42}
+
+
+def step_mix(steps=40, family_weights=None):
+    """Synchronous steps of `GROUPS_PER_STEP` groups over 402 domains shaped like the registry's
+    families (names `family.sub.domain`), the core alone: per domain, the worst |share of a step
+    - quota| averaged over domains (`step_mix_error`, as benchmarks/breadth.py), and per step the
+    worst |family share - family quota| (max and mean over steps) and the fewest families."""
+    from collections import Counter
+
+    from posttrain.values.episode import EpisodeResult
+    from posttrain.values.trajectory import Trajectory
+    fw = family_weights or {}
+    specs = [DomainSpec(f"{f}.s{i % 5}.d{i:03d}", weight=fw.get(f, 1.0))
+             for f, n in MIX_FAMILIES.items() for i in range(n)]
+    cfg = SchedulerConfig(group_size=2, tiers=("train",), trainer_tier="train", max_running=10**6,
+                          groups_per_step=GROUPS_PER_STEP, max_staleness=0, seed=SEED,
+                          adaptive=AdaptiveConfig(enabled=False))
+    now = [0.0]
+    core = SchedulerCore(cfg, specs, clock=lambda: now[0])
+    rng = random.Random(SEED)
+    comps = []
+    for step in range(steps):
+        running = []
+        while (spec := core.next_episode()) is not None:
+            running.append(spec)
+        rng.shuffle(running)
+        for spec in running:
+            now[0] += 0.01
+            traj = Trajectory(task_key="k", task_hash="h", domain=spec.domain, split="train",
+                              policy_version="v", status="completed", reward=float(spec.member % 2))
+            core.episode_finished(spec, EpisodeResult(traj, None), Usage())
+        comps.append(Counter(g.domain for g in core.take(GROUPS_PER_STEP) or []))
+        core.set_version(f"step-{step + 1}")
+    total = sum(s.weight for s in specs)
+    quota = {s.name: s.weight / total for s in specs}
+    fquota: Counter = Counter()
+    for d, q in quota.items():
+        fquota[d.split(".")[0]] += q
+    fam_err, fam_min = [], len(fquota)
+    for c in comps:
+        fam: Counter = Counter()
+        for d, k in c.items():
+            fam[d.split(".")[0]] += k
+        fam_err.append(max(abs(fam[f] / GROUPS_PER_STEP - q) for f, q in fquota.items()))
+        fam_min = min(fam_min, len(fam))
+    dom = sum(max(abs(c[d] / GROUPS_PER_STEP - q) for c in comps) for d, q in quota.items()) / len(quota)
+    return {"step_mix_error": dom, "step_family_error_max": max(fam_err),
+            "step_family_error_mean": sum(fam_err) / len(fam_err), "step_families_min": fam_min}
+
+
 # -- thread vs process dispatch ---------------------------------------------------------------
 def _noop(x):
     return x
@@ -293,6 +348,16 @@ def pool_dispatch():
 
 
 def main() -> None:
+    mixes = {"equal": step_mix(), "by_family": step_mix(family_weights={"code": 2.0, "terminal": 3.0,
+                                                                       "math": 0.5})}
+    print(f"per-step mix, {sum(MIX_FAMILIES.values())} domains in {len(MIX_FAMILIES)} families, "
+          f"{GROUPS_PER_STEP} groups per step, 40 synchronous steps:")
+    for name, mix in mixes.items():
+        print(f"  weights {name:10} step_mix_error {mix['step_mix_error']:.4f}, family share vs quota "
+              f"max {mix['step_family_error_max']:.3f} mean {mix['step_family_error_mean']:.3f}, "
+              f"fewest families in a step {mix['step_families_min']}")
+    if "--mix-only" in sys.argv:
+        return
     domains, specs, config = workload()
     wall_a, groups, m, admitted = asyncio.run(run_posttrain(domains, specs, config))
     wall_s, sync = run_sync(domains, config, admitted)
@@ -365,6 +430,10 @@ def main() -> None:
         "thread_roundtrip_us": round(pools["thread_roundtrip_us"], 1),
         "process_roundtrip_us": round(pools["process_roundtrip_us"], 1),
         "time_scale": TIME_SCALE, "clock": "real (scaled sleeps)",
+        "step_mix_error": round(mixes["equal"]["step_mix_error"], 4),
+        "step_family_error_max": round(mixes["equal"]["step_family_error_max"], 4),
+        "step_family_error_max_by_family_weights": round(mixes["by_family"]["step_family_error_max"], 4),
+        "step_families_min": mixes["equal"]["step_families_min"],
     }
     print(json.dumps(result))
 

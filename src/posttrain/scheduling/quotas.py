@@ -18,6 +18,12 @@ use). On top of the fair share:
   while an uncapped domain of the tier can go; caps are soft, never leaving work undone;
 * starvation guard: an eligible domain unserved for `starvation_s` goes next whatever its tag.
 
+Which domains share a trainer step is the order of service within a round: domains start at
+phases spread over one charge and break equal tags by a rank, both from the tier's order
+stratified by family (`posttrain.scheduling.strata`), so that a step is spread over the families
+as the mix is. The phases hold while weights are equal within a family; with weights that differ
+domain by domain (adaptive sampling) a step's family shares are off by a few groups.
+
 What this does not do: guess how long a task of a domain will take before any has run (the cost
 estimate starts at the mean of all domains), or split groups across domains.
 """
@@ -66,12 +72,14 @@ class Window:
 
 
 class _Domain:
-    __slots__ = ("name", "weight", "sample_cap", "cost_cap", "vtime", "since", "blocked", "capped",
-                 "ventry", "aentry", "window", "max_gap", "served")
+    __slots__ = ("name", "weight", "rank", "sample_cap", "cost_cap", "vtime", "since", "blocked",
+                 "capped", "ventry", "aentry", "window", "max_gap", "served")
 
-    def __init__(self, name: str, weight: float, sample_cap: float | None, cost_cap: float | None,
-                 vtime: float, now: float) -> None:
+    def __init__(self, name: str, weight: float, rank: int, sample_cap: float | None,
+                 cost_cap: float | None, vtime: float, now: float) -> None:
         self.name, self.weight = name, weight
+        self.rank = rank
+        """breaks ties of tags (and of waits): the tier's stratified order (`strata`)"""
         self.sample_cap, self.cost_cap = sample_cap, cost_cap
         self.vtime = vtime
         self.since = now
@@ -105,12 +113,19 @@ class FairQueue:
 
     # -- membership -------------------------------------------------------------------
     def add(self, name: str, weight: float, *, sample_cap: float | None = None,
-            cost_cap: float | None = None) -> None:
+            cost_cap: float | None = None, rank: int | None = None, offset: float = 0.0) -> None:
+        """`rank`: the domain's place among those whose tags tie (lowest first); None: after
+        every domain added so far. `offset` (>= 0, under one charge of the domain) starts its tag
+        that far ahead of the queue's virtual time: a phase that spreads the services of domains
+        of equal weight evenly over each round instead of bunching them at the same tag."""
         if name in self._domains:
             raise ValueError(f"domain {name!r} is already in this tier")
         if weight <= 0:
             raise ValueError(f"domain {name!r}: weight must be > 0, got {weight}")
-        d = _Domain(name, weight, sample_cap, cost_cap, self.vtime, self.clock())
+        rank = len(self._domains) if rank is None else rank
+        if offset < 0:
+            raise ValueError(f"domain {name!r}: offset must be >= 0, got {offset}")
+        d = _Domain(name, weight, rank, sample_cap, cost_cap, self.vtime + offset, self.clock())
         self._domains[name] = d
         self._push(d)
 
@@ -153,15 +168,15 @@ class FairQueue:
         now = self.clock()
         if self.starvation_s is not None:
             heap = self._aheap
-            while heap and heap[0] is not self._domains[heap[0][2]].aentry:
+            while heap and heap[0] is not self._domains[heap[0][-1]].aentry:
                 heapq.heappop(heap)
             if heap and now - heap[0][0] > self.starvation_s:
-                return heap[0][2]
+                return heap[0][-1]
         self._recheck_capped(now)
         heap = self._vheap
         while heap:
             entry = heap[0]
-            d = self._domains[entry[2]]
+            d = self._domains[entry[-1]]
             if entry is not d.ventry:
                 heapq.heappop(heap)
                 continue
@@ -242,10 +257,12 @@ class FairQueue:
 
     # -- internals --------------------------------------------------------------------
     def _push(self, d: _Domain) -> None:
+        # Equal tags go in rank order, not push order: push order is the order domains were added
+        # (alphabetical) or last served, which would fill a whole step from one family.
         seq = next(self._seq)
-        d.ventry = [d.vtime, seq, d.name]
+        d.ventry = [d.vtime, d.rank, seq, d.name]
         heapq.heappush(self._vheap, d.ventry)
-        d.aentry = [d.since, seq, d.name]
+        d.aentry = [d.since, d.rank, seq, d.name]
         heapq.heappush(self._aheap, d.aentry)
 
     def _over_cap(self, d: _Domain, now: float) -> bool:

@@ -24,6 +24,7 @@ from posttrain.scheduling.config import DomainSpec, SchedulerConfig
 from posttrain.scheduling.health import Quarantine, SignalTracker
 from posttrain.scheduling.quotas import FairQueue
 from posttrain.scheduling.staleness import StalenessController
+from posttrain.scheduling.strata import stratified_ranks
 from posttrain.scheduling.work import Group, Usage
 from posttrain.values.episode import EpisodeResult
 
@@ -138,8 +139,23 @@ class CoreState:
                 raise ValueError(f"DomainSpec {spec.name!r}.tier: {spec.tier!r} is not one of "
                                  f"SchedulerConfig.tiers {config.tiers}")
             self.specs[spec.name] = spec
+        # Each tier's domains take phases (and break ties) in an order stratified by family, so
+        # that every trainer step is spread over the mix's families as the quotas are (not filled
+        # alphabetically from one): a domain's first tag is its place in that order, as a
+        # fraction of one charge, so the domains of a weight class go evenly spread over a round.
+        # Phases are spread within each class of equal charge per round (weight, group size):
+        # only those domains' services interleave at a fixed rhythm.
+        rank = {t: stratified_ranks([s.name for s in domains if s.tier == t], config.seed)
+                for t in config.tiers}
+        classes: dict[tuple[str, float], list[str]] = {}
+        for spec in domains:
+            classes.setdefault((spec.tier, self._charge0(spec) / spec.weight), []).append(spec.name)
+        phase = {name: i / len(names) for names in classes.values()
+                 for i, name in enumerate(sorted(names, key=lambda n: rank[self.specs[n].tier][n]))}
+        for spec in domains:
             self.fair[spec.tier].add(spec.name, spec.weight, sample_cap=spec.max_sample_share,
-                                     cost_cap=spec.max_cost_share)
+                                     cost_cap=spec.max_cost_share, rank=rank[spec.tier][spec.name],
+                                     offset=phase[spec.name] * self._charge0(spec) / spec.weight)
             if not spec.continuous:
                 self.fair[spec.tier].block(spec.name)
         if not self.specs:
@@ -178,6 +194,10 @@ class CoreState:
             "episodes_launched", "episodes_kept", "episodes_infra_error", "episodes_discarded",
             "episodes_abandoned", "retries", "submitted_dropped")}
         self.staleness_hist: dict[int, int] = {}
+
+    def _charge0(self, spec: DomainSpec) -> float:
+        """What a domain's first group is charged (before any cost is measured)."""
+        return float(spec.group_size or self.config.group_size) if self.config.share_by == "samples" else 1.0
 
     def _allowed(self, d: str) -> bool:
         return d not in self.quarantine.quarantined and d not in self.signal.retired
