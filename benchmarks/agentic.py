@@ -82,7 +82,41 @@ def main() -> None:
     for name, value, target in rows:
         print(f"{name:40} {('-' if value is None else f'{value:.3f}'):>8}  {target}")
     print(f"load average {out['load_avg'][0]} at the start, {out['load_avg'][1]} at the end")
+    shown = before_after(config, cfg_train=set(config.domains.train))
+    if shown:
+        print(f"\none episode of the same task before and after training: {shown}")
     print(json.dumps(out))
+
+
+def render(t) -> str:
+    """An episode as the model saw it: each observation, then the model's action."""
+    lines = [f"### {t.policy_version}: {'passed' if t.verdict and t.verdict.passed else 'failed'}"
+             f" (reward {t.reward})", ""]
+    for u in t.turns:
+        lines += ["observation:", "```", u.observation.rstrip(), "```", "action:", "```", u.action.rstrip(), "```"]
+    if t.verdict is not None and t.verdict.details:
+        lines.append(f"verdict details: {json.dumps(dict(t.verdict.details))[:400]}")
+    return "\n".join(lines)
+
+
+def before_after(config, cfg_train: set[str]) -> str | None:
+    """Write `transcript.md` in the run directory: the same eval task and sample, sampled by the
+    base model (failed) and by the trained one (passed), preferring an episode of 2+ turns."""
+    with Store.for_run_dir(config.run_dir) as store:
+        before = {(t.task_key, t.member): t for t in store.trajectories(run_id="eval:before")}
+        after = {(t.task_key, t.member): t for t in store.trajectories(run_id="eval:after")}
+    pairs = [(b, after[k]) for k, b in before.items() if k in after and b.domain in cfg_train
+             and b.verdict is not None and not b.verdict.passed
+             and after[k].verdict is not None and after[k].verdict.passed]
+    if not pairs:
+        return None
+    pairs.sort(key=lambda p: (-min(len(p[1].turns), 3), p[0].domain, p[0].task_key, p[0].member))
+    b, a = pairs[0]
+    text = "\n\n".join([f"## {a.domain}, task {a.task_key}, sample {a.member}", render(b), render(a)])
+    path = Path(config.run_dir) / "transcript.md"
+    path.write_text(text + "\n")
+    print(text)
+    return str(path)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ import argparse
 import json
 import time
 
+from posttrain.scheduling.domain_check import check_domains
 from posttrain.tasks import registry
-from posttrain.tasks.check import check_domains
 
 
 def main() -> None:

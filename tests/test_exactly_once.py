@@ -148,3 +148,24 @@ def test_the_publisher_refuses_a_scheduler_out_of_step(tmp_path):
     trainer.step_count = 2
     with pytest.raises(VersionMismatch, match="p/step-2"):
         publisher.publish()
+
+
+@pytest.mark.parametrize("staleness, warned", [(0, False), (1, True)])
+def test_resuming_an_asynchronous_run_says_it_is_not_exact(tmp_path, staleness, warned):
+    from posttrain.training.trainer import Trainer
+
+    path = tmp_path / "s.toml"
+    path.write_text(SMOKE.format(name="s", runs=tmp_path / "runs", steps=4)
+                    .replace("[trainer]", f"[scheduler]\nmax_staleness = {staleness}\n[trainer]"))
+    job = Job(load_config(path), Console(file=open(os.devnull, "w")))
+    assert job.config.scheduler.max_staleness == staleness
+    trainer = Trainer(job.config.model.path, job.trainer_config)
+    trainer.step_count = 2  # as after two steps (the weights need no training for this)
+    job.checkpoints.save(trainer, {})
+    resumed, _ = job.make_trainer()
+    assert resumed.step_count == 2
+    assert bool(job.warnings) == warned
+    if warned:
+        assert job.warnings == ["resumed at step 2 with scheduler.max_staleness = 1: not exactly resumable "
+                                "(which samples overlap which update depends on timing); steps after the "
+                                "checkpoint differ from the interrupted run's"]

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from posttrain.tasks.check import check_domains
+from posttrain.scheduling.domain_check import check_domains
 from posttrain.tasks.families import documents
 from posttrain.tasks.families.common import content_split
 from posttrain.tasks.families.documents.render import render

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from posttrain.tasks.check import check_domains
+from posttrain.scheduling.domain_check import check_domains
 from posttrain.tasks.families import reasoning_gym as rg
 from posttrain.tasks.families.common import content_split
 from posttrain.verifiers.base import Outcome, VerifierError

@@ -7,8 +7,8 @@ import pytest
 
 from posttrain.envs import play_actions
 from posttrain.sandbox import open_sandbox
+from posttrain.scheduling.domain_check import check_domain
 from posttrain.tasks.adversaries import adversaries
-from posttrain.tasks.check import check_domain
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.registry import all_domains
 from posttrain.values.task import Task

@@ -196,9 +196,6 @@ def test_bad_trainer_field_and_missing_file(tmp_path):
 def test_training_stops_cleanly_when_every_domain_is_retired(tmp_path, monkeypatch):
     """When the scheduler can deliver nothing more (all domains saturated and retired, or
     quarantined), the job checkpoints what it learned, evaluates and reports the early stop."""
-    from rich.console import Console
-
-    from posttrain.pipeline.main import Job
     from posttrain.scheduling import Scheduler, SchedulerStalled
 
     real_take = Scheduler.take
@@ -211,12 +208,20 @@ def test_training_stops_cleanly_when_every_domain_is_retired(tmp_path, monkeypat
         return await real_take(self, n)
 
     monkeypatch.setattr(Scheduler, "take", take)
-    cfg = load_config(_config(tmp_path, "stall", steps=5))
-    summary = Job(cfg, Console(file=open(os.devnull, "w"))).run()
+    from typer.testing import CliRunner
+
+    from posttrain.cli import app
+
+    done = CliRunner().invoke(app, ["run", str(_config(tmp_path, "stall", steps=5))])
     run = tmp_path / "runs" / "stall"
+    summary = json.loads((run / "summary.json").read_text())
     assert summary["stopped_early"] and "retired" in summary["stopped_early"]
     assert json.loads((run / "checkpoints" / "latest.json").read_text())["step"] == 2
     assert (run / "evals" / "after.json").exists()
+    # not what was asked: exit 3, and the summary says why in one line
+    why = "training stopped at step 2 of 5: every trainer-tier domain is retired: math.add.d2 (saturated)"
+    assert done.exit_code == 3 and summary["untrustworthy"] == [why], done.output
+    assert summary["steps_done"] == 2 and why in done.output
 
 
 @pytest.mark.slow

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from posttrain.scheduling.domain_check import check_domains
 from posttrain.tasks import registry
-from posttrain.tasks.check import check_domains
 from posttrain.tasks.domain import NoTasksInSplit
 from posttrain.tasks.sources import SourceError, load_source, use_sources
 

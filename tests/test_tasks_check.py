@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typer.testing import CliRunner
 
 from posttrain.cli import app as root_app
-from posttrain.tasks.check import check_domains
+from posttrain.scheduling.domain_check import check_domains
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Task
 from posttrain.values.verdict import Verdict
@@ -138,3 +138,33 @@ def test_cli_check_json_and_exit_code():
     assert table.exit_code == 0 and "text" in table.output and "3 domains" in table.output
     none = runner.invoke(root_app, ["tasks", "check", "--domains", "zzz.*"])
     assert none.exit_code != 0 and "no domain matches" in none.output
+
+
+def test_a_sandboxed_domain_is_played_on_the_engine_and_its_infra_errors_are_counted():
+    """A domain whose episodes need a sandbox is played as engine episodes: a sandbox that fails
+    to start is each attempt's infrastructure error (with the original type and message and where
+    it was raised), never a pass or a fail, and the domain is not ground through every task."""
+    from posttrain.sandbox.base import SandboxError
+    from posttrain.scheduling.domain_check import check_domain
+    calls = []
+
+    def failing_sandbox():
+        calls.append(1)
+        raise SandboxError("no sandbox today")
+
+    @dataclass(frozen=True)
+    class _RunsCode:
+        name: str = "runs-code"
+        version: str = "1"
+        needs_sandbox: bool = True
+
+        def verify(self, task, outcome, sandbox=None) -> Verdict:
+            return verdict(self, outcome.answer == task.reference["answer"])
+
+    domain = _good(name="fake.sandboxed", verifier=_RunsCode())
+    check = check_domain(domain, per_domain=5, sandbox_factory=failing_sandbox)
+    assert check.tasks == 2 and check.oracle_passed == 0 and check.negatives == 0 and check.hacks == 0
+    assert check.infra_errors == 2 * 3 and len(calls) >= check.infra_errors
+    infra = [f for f in check.failures if f.kind == "infra_error"]
+    assert "SandboxError: no sandbox today (at " in infra[0].detail and "stopped" in infra[-1].detail
+    assert {f.kind for f in check.failures} == {"infra_error", "hack_infra_error"}

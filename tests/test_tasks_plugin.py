@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from posttrain.cli import app as root_app
+from posttrain.scheduling.domain_check import check_domains
 from posttrain.tasks import registry
-from posttrain.tasks.check import check_domains
 
 PLUGIN_ROOT = Path(__file__).parent / "plugin_family"
 

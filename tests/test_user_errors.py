@@ -405,11 +405,14 @@ def test_a_run_whose_evaluation_failed_entirely_exits_non_zero(tmp_path, capsys,
         def generate(self, requests):
             raise PolicyError("server at 127.0.0.1:1 went away")
 
-    def fake_run(self):
+    def fake_run(self):  # Job.run's evaluations and its verdict on them, without the training
+        from posttrain.pipeline.report import untrustworthy_reasons
+
         tasks = tasks_from_domains("math.add.d1", 2)
-        run_eval(ScriptedPolicy.named("oracle"), tasks, name="before").save_to_run(self.run_dir)
-        run_eval(Dead.named("oracle"), tasks, name="after").save_to_run(self.run_dir)
-        return {"run": self.config.name}
+        before = run_eval(ScriptedPolicy.named("oracle"), tasks, name="before")
+        after = run_eval(Dead.named("oracle"), tasks, name="after")
+        return {"run": self.config.name, "untrustworthy": untrustworthy_reasons(
+            before, after, self.max_infra_rate, steps=1, steps_done=1, stopped_early=None)}
 
     monkeypatch.setattr(Job, "run", fake_run)
     cfg = _config(tmp_path, "", name="dies")

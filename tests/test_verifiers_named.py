@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.tasks.check import check_domains
+from posttrain.scheduling.domain_check import check_domains
 from posttrain.tasks.sources import load_source
 from posttrain.values.task import Task
 from posttrain.verifiers.base import Outcome

@@ -55,7 +55,7 @@ def test_at_least_ten_image_domains_each_declaring_its_vision_needs():
 
 
 def test_chart_and_page_domains_pass_their_self_check():
-    from posttrain.tasks.check import check_domains
+    from posttrain.scheduling.domain_check import check_domains
 
     domains = [d for d in match_domains("docs.*") if d.needs_vision]
     report = check_domains(domains, per_domain=2)

@@ -19,6 +19,8 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("posttrain.sandbox.cli", "app", "sandbox"),
     ("posttrain.images.cli", "app", "image"),
     ("posttrain.tasks.cli", "app", "tasks"),
+    ("posttrain.scheduling.cli", "check", "tasks check"),
+    ("posttrain.tasks.cli", "init_domain", "init-domain"),
     ("posttrain.scheduling.cli", "rollout", "rollout"),
     ("posttrain.rollout.cli", "replay", "replay"),
     ("posttrain.storage.cli", "export", "export"),

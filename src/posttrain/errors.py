@@ -16,8 +16,8 @@ Exit codes of every `posttrain` command:
     1  a check failed (tasks check, a regression, contamination, a replay that diverged),
        or the environment refused (disk full, permission denied)
     2  bad input: a config, a flag, a path, a task file (this module's `UserError`)
-    3  the result is not trustworthy: too many infrastructure errors (see
-       `posttrain.evaluation.trust`)
+    3  the result is not trustworthy, or not what was asked: too many infrastructure errors
+       (see `posttrain.evaluation.trust`), a run whose training stopped before its last step
     130  interrupted (Ctrl-C)
 
 This module imports nothing of the project: every layer may raise `UserError`.
@@ -29,7 +29,8 @@ import errno
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,35 @@ class UserError(Exception):
 def no_space(path: str | os.PathLike, what: str = "") -> OSError:
     """The error to raise when a write to `path` failed because its disk is full."""
     return OSError(errno.ENOSPC, "no space left on device" + (f" ({what})" if what else ""), str(path))
+
+
+@contextmanager
+def writing(path: str | os.PathLike, what: str = "") -> Iterator[None]:
+    """Name `path` in the error of a write to it that the environment refused: a `write()` or
+    `flush()` on a full disk says only "No space left on device", naming no file, and a library
+    (SQLite, Arrow, torch) says it in its own words. A full disk becomes `no_space(path, what)`;
+    another refusal without a file name gets `path` as its file name."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT) or is_disk_full(e, path):
+            raise no_space(path, what) from e
+        if e.filename is None and e.errno in _ENV_ERRNOS:
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, what: str = "") -> None:
+    """Write `text` to `path` whole or not at all (a temp file beside it, then a rename), with a
+    refusal named as `writing` does: a full disk leaves neither a torn file nor a temp file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with writing(path, what):
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def is_disk_full(exc: BaseException, path: str | os.PathLike) -> bool:

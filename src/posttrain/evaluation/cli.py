@@ -74,21 +74,29 @@ def _store(run_dir: Path | None):
         _fail(str(e))
 
 
-def _eval_name(name: str, run_dir: Path | None, store, policy: str) -> str:
+def _eval_name(name: str, run_dir: Path | None, store, policy: str, resume: bool = False) -> str:
     """The eval's name in `run_dir`: a given `--name` that is taken is refused (its rows and
-    `evals/NAME.json` are another eval's); the default name gets a free suffix."""
+    `evals/NAME.json` are another eval's) unless `--resume` asks to continue it; the default
+    name gets a free suffix."""
     import time
 
     from posttrain.evaluation.result import EVALS_DIR, safe_name
 
+    if resume and (run_dir is None or not name):
+        _fail("--resume needs --run-dir and the --name of the evaluation to continue")
     if run_dir is None:
         return name
     taken = {r["id"].removeprefix("eval:") for r in store.runs() if r["id"].startswith("eval:")}
+    if resume:
+        if name not in taken:
+            _fail(f"--resume: {run_dir} holds no evaluation named {name!r} to continue")
+        return name
     taken |= {p.stem for p in (run_dir / EVALS_DIR).glob("*.json")}
     if name:
         if name in taken or safe_name(name) in taken:
             _fail(f"--name: an eval named {name!r} already exists in {run_dir} "
-                  f"({EVALS_DIR}/{safe_name(name)}.json or its stored rows); choose another name")
+                  f"({EVALS_DIR}/{safe_name(name)}.json or its stored rows); choose another name, "
+                  "or --resume to continue an evaluation that was cut short")
         return name
     base = f"{policy}-{time.strftime('%Y%m%d-%H%M%S')}"
     fresh, n = base, 1
@@ -195,6 +203,8 @@ def eval_(ctx: typer.Context,
                                                help="exit 3 when more than this share of episodes are "
                                                     "infrastructure errors (or a domain has nothing else)"),
           as_json: bool = typer.Option(False, "--json", help="print JSON"),
+          resume: bool = typer.Option(False, "--resume", help="continue the evaluation --name of --run-dir "
+                                      "that was cut short: its stored samples are not drawn again"),
           mode: str = typer.Option("standard", "--mode",
                                    help="standard, or fast (speculative decoding; model directories)"),
           source: list[str] | None = source_option()) -> None:
@@ -219,8 +229,12 @@ def eval_(ctx: typer.Context,
     task_list = _tasks(tasks, per_domain)
     pol = _policy(policy, run_dir, mode)
     store = _store(run_dir)
-    name = _eval_name(name, run_dir, store, pol.version.name)
-    result = run_eval(pol, task_list, config, name=name, policy_spec=policy, task_source=tasks, store=store)
+    name = _eval_name(name, run_dir, store, pol.version.name, resume)
+    try:
+        result = run_eval(pol, task_list, config, name=name, policy_spec=policy, task_source=tasks, store=store,
+                          resume=resume)
+    except ValueError as e:  # --resume of samples that are not this evaluation's
+        _fail(f"--resume: {e}" if resume else str(e))
     if run_dir is not None:
         path = result.save_to_run(run_dir)
         store.close()

@@ -23,6 +23,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from posttrain.errors import write_text_atomic
 from posttrain.evaluation.ab import compare
 from posttrain.evaluation.metrics import wilson_interval
 from posttrain.evaluation.result import EvalResult, safe_name
@@ -85,5 +86,5 @@ def write_forgetting(run_dir: str | Path, report: dict[str, Any], name: str = ""
     """Save a forgetting report as `RUN/forgetting/<name>.json` (read by `posttrain report`)."""
     path = Path(run_dir) / FORGETTING_DIR / f"{safe_name(name or report['after'])}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1))
+    write_text_atomic(path, json.dumps(report, indent=1))
     return path

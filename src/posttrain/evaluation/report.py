@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from posttrain.errors import write_text_atomic
 from posttrain.evaluation import figures
 from posttrain.evaluation.ab import AB_DIR, ABReport
 from posttrain.evaluation.contamination import CONTAMINATION_FILE
@@ -187,5 +188,5 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
         problems=eval_problems + ab_problems + f_problems, escape=html.escape)
     path = Path(out) if out else run / "report.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page)
+    write_text_atomic(path, page, "writing the report")
     return path

@@ -27,6 +27,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from posttrain.errors import writing
 from posttrain.evaluation.config import EvalConfig
 from posttrain.evaluation.records import TaskRecord
 from posttrain.evaluation.summary import summarize
@@ -95,10 +96,14 @@ class EvalResult:
         """Write atomically (temp file + rename), so a reader never sees half a result."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.to_dict(), f, separators=(",", ":"))
-        os.replace(tmp, path)
+        with writing(path, "writing an evaluation"):
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(self.to_dict(), f, separators=(",", ":"))
+                os.replace(tmp, path)
+            finally:
+                Path(tmp).unlink(missing_ok=True)
         return path
 
     def save_to_run(self, run_dir: str | Path) -> Path:

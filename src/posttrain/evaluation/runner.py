@@ -12,6 +12,14 @@ not fit the model's context (`ErrorInfo.where == 'context'`: a retry cannot help
 still count in the infra-error rate, and a sample that never succeeds in running is excluded
 from the scores.
 
+Resuming (`resume=True`, with a store): an evaluation cut short by a kill continues where it
+stopped. A sample whose stored attempts already ended it (a result, an error a retry cannot help,
+or its retries spent) is not generated again: its stored trajectories make its record, so the
+figures equal an uninterrupted run's (samples are seeded by identity, so the ones run now draw
+what they would have drawn then). A sample that has only retryable infrastructure errors stored
+runs again from its first attempt (an outage is no result to keep). Stored samples of another
+policy, or of other sampling settings, are refused: they would make a mixture of two evaluations.
+
 Episodes run as a workload on the one episode engine (`posttrain.scheduling.engine`), which
 batches generation across them, retries infrastructure failures and keeps live sandboxes within
 the workers; each attempt's result (trajectory, task, final workspace) goes to the store intact.
@@ -20,7 +28,8 @@ the workers; each attempt's result (trajectory, task, final workspace) goes to t
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from posttrain.envs.single import SandboxFactory
 from posttrain.evaluation.config import EvalConfig
@@ -38,9 +47,11 @@ from posttrain.values.trajectory import Trajectory
 
 def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalConfig = EvalConfig(), *,
              name: str = "", policy_spec: str = "", task_source: str = "", store=None,
-             sandbox_factory: SandboxFactory | None = None) -> EvalResult:
+             sandbox_factory: SandboxFactory | None = None, resume: bool = False) -> EvalResult:
     """Evaluate `policy` on `tasks`; trajectories go to `store` (a `posttrain.storage.Store`) when
-    given, under run id `eval:<name>`. Raises ValueError on an empty task set."""
+    given, under run id `eval:<name>`; `resume`: reuse the samples already stored there (see the
+    module docstring). Raises ValueError on an empty task set, or on stored samples that are not
+    this evaluation's."""
     if not tasks:
         raise ValueError("run_eval: the task set is empty")
     tasks = list({t.hash: (d, t) for d, t in tasks}.values())  # a task listed twice is one task
@@ -51,6 +62,8 @@ def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalC
                               max_tokens=config.max_tokens, seed=config.seed)
     seeded = SeededPolicy(policy, config.seed)
     index = {(t.hash, j): (d, t) for d, t in tasks for j in range(config.n_samples)}
+    gids = {key: f"eval:{key[0][:16]}:{key[1]}" for key in index}
+    done = stored_samples(store, run_id, policy.version.name, config) if store is not None and resume else {}
     if store is not None:
         store.start_run(run_id, {"kind": "eval", "name": name, "policy": policy.version.name,
                                  "policy_spec": policy_spec, "tasks": task_source, **config.to_dict()})
@@ -58,16 +71,61 @@ def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalC
     def save(result: EpisodeResult) -> None:
         store.put_trajectory(result.trajectory, result.task, result.workspace_archive)
 
-    items = [WorkItem(d, t, group_id=f"eval:{h[:16]}:{j}") for (h, j), (d, t) in index.items()]
+    todo = [key for key in index if gids[key] not in done]
+    items = [WorkItem(*index[key], group_id=gids[key]) for key in todo]
     results = run_workload(items, seeded, sampling, workers=config.workers, run_id=run_id,
                            retries=config.retries, sandbox_factory=sandbox_factory,
                            player=policy if isinstance(policy, ScriptedPlayer) else None,
                            on_result=save if store is not None else None)
-    attempts = {key: [r.trajectory for r in rs] for key, rs in zip(index, results)}
+    attempts = {key: done[gids[key]] for key in index if gids[key] in done}
+    attempts.update({key: [r.trajectory for r in rs] for key, rs in zip(todo, results)})
     records = _records(tasks, config.n_samples, attempts)
     return EvalResult(name=name, policy=policy.version.name, config=config, records=records,
                       policy_spec=policy_spec, task_source=task_source,
                       wall_s=time.perf_counter() - started)
+
+
+def _sampling_fields(config: EvalConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """What decides which samples an evaluation draws (not how many workers drew them)."""
+    d = config.to_dict() if isinstance(config, EvalConfig) else dict(config)
+    return {k: d.get(k) for k in ("k", "temperature", "top_p", "max_tokens", "seed")}
+
+
+def not_resumable(store: Any, run_id: str, policy_name: str, config: EvalConfig) -> str | None:
+    """Why the samples stored under `run_id` are not this evaluation's (None when they are, or
+    when there are none): another policy drew them, or other sampling settings."""
+    recorded = {r["id"]: r["config"] for r in store.runs()}.get(run_id)
+    if recorded is not None:
+        old, new = _sampling_fields(recorded), _sampling_fields(config)
+        old["k"], new["k"] = tuple(old["k"] or ()), tuple(new["k"] or ())
+        if old != new:
+            changed = ", ".join(f"{k} {old[k]!r} -> {new[k]!r}" for k in new if old[k] != new[k])
+            return f"{run_id}: its stored samples were drawn with other settings ({changed})"
+    others = store.run_policy_versions(run_id) - {policy_name}
+    if others:
+        return (f"{run_id}: its stored samples are of policy {', '.join(sorted(others))}, "
+                f"not {policy_name}")
+    return None
+
+
+def stored_samples(store: Any, run_id: str, policy_name: str, config: EvalConfig) -> dict[str, list[Trajectory]]:
+    """Group id -> the stored attempts (in order) of each sample of `run_id` that is finished:
+    its last attempt is a result, an error a retry cannot help, or its last allowed retry.
+    Raises ValueError when the stored samples are not this evaluation's (`not_resumable`)."""
+    reason = not_resumable(store, run_id, policy_name, config)
+    if reason is not None:
+        raise ValueError(f"cannot resume {reason}")
+    by_group: dict[str, list[Trajectory]] = {}
+    for traj in store.trajectories(run_id=run_id):
+        by_group.setdefault(traj.group_id, []).append(traj)
+    done = {}
+    for gid, trajs in by_group.items():
+        trajs.sort(key=lambda t: t.attempt)
+        last = trajs[-1]
+        if (last.status != "infra_error" or (last.error is not None and not last.error.retryable)
+                or last.attempt >= config.retries):
+            done[gid] = trajs
+    return done
 
 
 def _records(tasks: Sequence[tuple[Domain, Task]], n: int,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -48,18 +49,6 @@ def _check_model(cfg, field: str) -> None:
         raise UserError(f"unknown device {device!r} (cpu, cuda or cuda:N)", field="model.device")
 
 
-def _refuse_untrustworthy(run_dir: Path, max_infra_rate: float) -> list[str]:
-    from posttrain.evaluation.result import EvalResult
-    from posttrain.evaluation.trust import untrustworthy
-
-    reasons = []
-    for name in ("before", "after"):
-        path = run_dir / "evals" / f"{name}.json"
-        if path.is_file():
-            reasons += untrustworthy(EvalResult.load(path).summary, max_infra_rate, label=f"evals/{name}")
-    return reasons
-
-
 def run(config: Path = typer.Argument(None, help="a TOML config (default: the embedded default job)"),
         name: str = typer.Option(None, "--name", help="run name (directory runs/NAME)"),
         steps: int = typer.Option(None, "--steps", min=0, help="trainer steps (overrides the config)"),
@@ -77,8 +66,9 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     """Post-train a model with GRPO: evaluate, train on the scheduler, evaluate again.
 
     Exit codes: 0 done; 1 a significant regression against `[eval] baseline`; 2 bad config or
-    input; 3 the evaluation is not trustworthy (infrastructure errors, see --max-infra-rate);
-    130 interrupted."""
+    input; 3 the result is not what was asked: training stopped before its last step (every
+    domain quarantined or retired, the policy backend down), or an evaluation is not trustworthy
+    (infrastructure errors, see --max-infra-rate); 130 interrupted."""
     from posttrain import runlock, runs
     from posttrain.errors import EXIT_BAD_INPUT, EXIT_UNTRUSTWORTHY, UserError
     from posttrain.evaluation.contamination import ContaminationError
@@ -112,7 +102,7 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
             raise ConfigError(f"--resume: {run_dir} holds no run to resume")
         (run_dir / runs.STATUS_FILE).unlink(missing_ok=True)  # a resumed run is not failed any more
         job_started = True
-        job = Job(cfg)
+        job = Job(cfg, max_infra_rate=max_infra_rate)
         summary = job.run()
     except (ConfigError, RegistryError, ContaminationError, PolicyError, UserError) as e:
         if created and cfg is not None and not isinstance(e, ContaminationError):
@@ -126,6 +116,11 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
             runs.mark(cfg.run_dir, "failed", str(e))
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
+    except OSError as e:  # the environment refused (a full disk): run_cli says it in one line, exit 1
+        if job_started and cfg is not None:
+            with contextlib.suppress(OSError):  # the disk may be too full for this too
+                runs.mark(cfg.run_dir, "failed", str(e))
+        raise
     except KeyboardInterrupt:
         if job_started and cfg is not None:
             runs.mark(cfg.run_dir, "interrupted")
@@ -137,9 +132,9 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(130)
-    reasons = _refuse_untrustworthy(cfg.run_dir, max_infra_rate)
+    reasons = summary["untrustworthy"]
     if as_json:
-        typer.echo(json.dumps({**summary, "untrustworthy": reasons}))
+        typer.echo(json.dumps(summary))
     if reasons:
         typer.echo("not trustworthy:\n  " + "\n  ".join(reasons), err=True)
         raise typer.Exit(EXIT_UNTRUSTWORTHY)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -27,6 +26,8 @@ from typing import Any
 
 from rich.console import Console
 
+from posttrain.errors import is_disk_full, no_space, write_text_atomic
+from posttrain.evaluation.trust import DEFAULT_MAX_INFRA_RATE
 from posttrain.pipeline import checks, mix, report
 from posttrain.pipeline.config import ConfigError, RunConfig
 from posttrain.pipeline.metrics import MetricsLog, step_row
@@ -35,9 +36,7 @@ from posttrain.training.resume import RunCheckpoints, advance_recorded_failures
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")  # a full disk names the file
 
 
 def _backend(scfg: Any, factory: Any) -> Any:
@@ -57,8 +56,12 @@ def _backend(scfg: Any, factory: Any) -> Any:
 
 
 class Job:
-    def __init__(self, config: RunConfig, console: Console | None = None) -> None:
+    def __init__(self, config: RunConfig, console: Console | None = None, *,
+                 max_infra_rate: float = DEFAULT_MAX_INFRA_RATE) -> None:
         self.config = config
+        self.max_infra_rate = max_infra_rate
+        """the before/after evaluations' infrastructure-error share above which the run is not
+        trusted (`posttrain.evaluation.trust`)"""
         if console is None:  # piped: rich would assume 80 columns and wrap the final table
             console = Console()
             console = console if console.is_terminal else Console(width=120)
@@ -82,6 +85,9 @@ class Job:
         self.stopped_early: str | None = None
         self.unfit: list[str] = []
         """domains left out because their prompts do not fit the model (`skip_unfit`)"""
+        self.warnings: list[str] = []
+        """what the summary must say about how far to trust the result (e.g. a resume that cannot
+        be exact)"""
         self.tracker: Any = None
         """the experiment trackers of `[logging]` (open while `run` runs)"""
 
@@ -115,10 +121,11 @@ class Job:
     def evaluate(self, policy: Any, name: str, tasks: list, store: Any, sandbox_factory: Any) -> Any:
         """`evals/<name>.json` for `policy`: loaded if a killed run already wrote it for these very
         weights; an evaluation of other weights (a finished run resumed to train further) is
-        superseded, its rows leave the store. Samples are seeded by identity, so an evaluation
-        cut short by a kill and run again writes each sample once (the store keeps one row per
-        identity)."""
+        superseded, its rows leave the store. An evaluation cut short by a kill continues: the
+        samples it stored are not generated again, their rows make its figures (`run_eval`'s
+        `resume`)."""
         from posttrain.evaluation import EvalResult, run_eval
+        from posttrain.evaluation.runner import not_resumable
 
         path = self.run_dir / "evals" / f"{name}.json"
         if path.exists():
@@ -129,12 +136,16 @@ class Job:
             self.console.print(f"{name}: {path} evaluated {old.policy}, not {policy.version.name}: evaluating again")
             store.delete_run(f"eval:{name}")
             path.unlink()
+        elif (why := not_resumable(store, f"eval:{name}", policy.version.name, self.config.eval)) is not None:
+            # cut short while evaluating weights since trained further (or with other settings)
+            self.console.print(f"{name}: {why}: evaluating again")
+            store.delete_run(f"eval:{name}")
         cfg = self.config
         t0 = time.perf_counter()
         with self.console.status(f"evaluating {policy.version.name} ({name}): {len(tasks)} tasks "
                                  f"x {cfg.eval.samples} samples"):
             result = run_eval(policy, tasks, cfg.eval, name=name, policy_spec=policy.version.name, store=store,
-                              sandbox_factory=sandbox_factory)
+                              sandbox_factory=sandbox_factory, resume=True)
         result.save_to_run(self.run_dir)
         self.console.print(f"{name}: {len(tasks)} tasks evaluated in {time.perf_counter() - t0:.1f}s")
         return result
@@ -154,6 +165,15 @@ class Job:
         latest = self.checkpoints.latest()
         assert latest is not None  # resume() found it
         self.console.print(f"resumed from {latest['path']} (step {trainer.step_count})")
+        staleness = cfg.scheduler.max_staleness
+        if staleness != 0 and trainer.step_count < cfg.steps:
+            # which samples overlap which update depends on timing, in this run as in any other:
+            # the resumed steps are a valid run, not a repeat of the one that was interrupted
+            warning = (f"resumed at step {trainer.step_count} with scheduler.max_staleness = {staleness}: "
+                       "not exactly resumable (which samples overlap which update depends on timing); "
+                       "steps after the checkpoint differ from the interrupted run's")
+            self.warnings.append(warning)
+            self.console.print(f"[yellow]warning: {warning}")
         self.metrics.resume(trainer.step_count)
         return trainer, dict(trainer.extra.get("scheduler") or {})
 
@@ -222,6 +242,7 @@ class Job:
                         self.stopped_early = str(e)
                         break
                     if not groups:
+                        self.stopped_early = "the scheduler had no more groups to give"
                         break
                     served_metrics: dict[str, Any] = {}
                     if served is not None:  # the bound, on the versions really served
@@ -341,6 +362,13 @@ class Job:
                                    [d.name for d in self.heldout_domains], train_s,
                                    time.perf_counter() - t_start, self.stopped_early)
         summary["unfit_domains"] = self.unfit
+        summary["steps_done"] = trainer.step_count
+        summary["warnings"] = self.warnings
+        # the run's result is what was asked only if it trained every step and both evaluations
+        # can be trusted; the command exits 3 otherwise (`posttrain.errors`)
+        summary["untrustworthy"] = report.untrustworthy_reasons(
+            before, after, self.max_infra_rate, steps=cfg.steps, steps_done=trainer.step_count,
+            stopped_early=self.stopped_early)
         if gate is not None:
             summary["gate"] = gate
         _write_json(self.run_dir / "summary.json", summary)
@@ -351,5 +379,7 @@ class Job:
             html = build_report(self.run_dir)
             self.console.print(f"report: {html}")
         except Exception as e:  # noqa: BLE001 - a report failure must not lose the run's results
+            if is_disk_full(e, self.run_dir):  # but a full disk is said, and is not success
+                raise no_space(self.run_dir / "report.html", "writing the report") from e
             self.console.print(f"[yellow]report not written: {type(e).__name__}: {e}")
         return summary

@@ -8,12 +8,15 @@ checkpoints continue. `write` refuses a step at or below the last one logged.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from posttrain.errors import writing
 
 DOMAIN_SCHED_KEYS = ("quota", "sample_share", "cost_share", "effective_weight", "samples", "cost",
                      "sandbox_s", "gen_s", "tokens", "queue_wait_p50_s", "queue_wait_p99_s",
@@ -49,8 +52,12 @@ class MetricsLog:
                 cut += 1
         if cut or not data.endswith(b"\n"):
             tmp = self.path.with_suffix(".jsonl.tmp")
-            tmp.write_bytes(b"".join(line + b"\n" for line in keep))
-            os.replace(tmp, self.path)
+            try:
+                with writing(self.path, "writing metrics"):
+                    tmp.write_bytes(b"".join(line + b"\n" for line in keep))
+                    os.replace(tmp, self.path)
+            finally:
+                tmp.unlink(missing_ok=True)
         self.last_step = max((int(json.loads(line)["step"]) for line in keep), default=0)
         return cut
 
@@ -59,8 +66,14 @@ class MetricsLog:
         step = int(row["step"])
         if step <= self.last_step:
             return False
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row, default=str) + "\n")
+        size = self.path.stat().st_size if self.path.exists() else 0
+        try:
+            with writing(self.path, "writing metrics"), open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row, default=str) + "\n")
+        except OSError:
+            with contextlib.suppress(OSError):  # no torn line left behind: the file as it was
+                os.truncate(self.path, size)
+            raise
         self.last_step = step
         return True
 

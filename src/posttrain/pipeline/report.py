@@ -32,6 +32,20 @@ def summarize(run: str, steps: int, k: int, before: Any, after: Any, trained: Se
     return out
 
 
+def untrustworthy_reasons(before: Any, after: Any, max_infra_rate: float, *, steps: int, steps_done: int,
+                          stopped_early: str | None) -> list[str]:
+    """Why the run's result is not what was asked (one line each; [] when it is): training
+    stopped before its last step, or an evaluation has too many infrastructure errors."""
+    from posttrain.evaluation.trust import untrustworthy
+
+    reasons = []
+    if steps_done < steps or stopped_early:
+        reasons.append(f"training stopped at step {steps_done} of {steps}: {stopped_early or 'stopped early'}")
+    for name, result in (("before", before), ("after", after)):
+        reasons += untrustworthy(result.summary, max_infra_rate, label=f"evals/{name}")
+    return reasons
+
+
 def print_table(console: Console, steps: int, k: int, before: Any, after: Any, trained: Sequence[str],
                 summary: dict) -> None:
     table = Table(title=f"held-out pass@1 per domain (eval split), before -> after {steps} steps")

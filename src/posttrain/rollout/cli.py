@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 from pathlib import Path
 from typing import NoReturn
 
@@ -39,23 +40,38 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
     except (StoreError, KeyError) as e:
         _fail(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e))
     results = []
-    with store, SandboxPool(size=1) as pool:
+    with store, ExitStack() as stack:
+        pools: dict[int | None, SandboxPool] = {}
+
+        def on_clock(clock: int | None):
+            """Sandboxes on `clock` (the one each episode recorded), from a pool opened at need."""
+            def open_one():
+                if clock not in pools:
+                    pools[clock] = stack.enter_context(SandboxPool(size=1, clock=clock))
+                return pools[clock].sandbox()
+            return open_one
+
         for t in trajs:
+            factory = on_clock(rp.recorded_clock(t))
             if rescore:
-                results.append(rp.rescore(store, t, sandbox_factory=pool.sandbox))
+                results.append(rp.rescore(store, t, sandbox_factory=factory))
             else:
-                results.append(rp.replay(store, t, sandbox_factory=pool.sandbox))
+                results.append(rp.replay(store, t, sandbox_factory=factory))
     matched = sum(r.matched for r in results)
     images = sum(r.images for r in results)
-    diverged = [r.to_dict() for r in results if not r.matched]
+    # an episode cut by a time limit need not reproduce: said per trajectory, not a failed check
+    timing = [r.to_dict() for r in results if not r.matched and r.timing]
+    diverged = [r.to_dict() for r in results if not r.matched and not r.timing]
     if as_json:
         typer.echo(json.dumps({"replayed": len(results), "matched": matched, "diverged": diverged,
-                               "identical_images": images}))
+                               "timing_dependent": timing, "identical_images": images}))
     else:
         typer.echo(f"{'rescored' if rescore else 'replayed'} {len(results)}, matched {matched}"
-                   + (f", {images} images re-rendered byte-identical" if images else ""))
-        for d in diverged:
+                   + (f", {images} images re-rendered byte-identical" if images else "")
+                   + (f", {len(timing)} not reproducible (timing)" if timing else ""))
+        for d in diverged + timing:
             div = d["divergence"] or {}
-            typer.echo(f"  {d['trajectory_id']}: diverges at turn {div.get('turn')} ({div.get('field')})")
+            why = f"; not reproducible: {d['timing']}" if d["timing"] else ""
+            typer.echo(f"  {d['trajectory_id']}: diverges at turn {div.get('turn')} ({div.get('field')}){why}")
     if diverged:
         raise typer.Exit(1)

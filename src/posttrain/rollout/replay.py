@@ -4,7 +4,12 @@
   content hash), through the same `Episode` machinery, feeding back the stored completions (text
   and token counts, so context budgets decide the same way). Every observation (its text and the
   SHA-256 of every image it showed: a re-rendered chart or view must be byte-identical) and the
-  verdict are compared; the first turn where they differ is reported.
+  verdict are compared; the first turn where they differ is reported. The sandbox runs the clock
+  the episode recorded (`Trajectory.sandbox['clock']`: git's dates, `SOURCE_DATE_EPOCH`), so a
+  commit hash made then is made again; a sandbox on another clock is reported, never compared.
+  What cannot be pinned is said per trajectory (`timing_dependent`): an episode where a command
+  hit its wall-clock or CPU limit depends on how loaded the machine was, and one that read the
+  kernel's own clock (`date`, file times) sees today's.
 * **rescore**: re-verify the stored outcome with the current verifier: the submitted answer, and
   for workspace tasks the final workspace restored from its stored archive. The new verdict is
   appended to the store (kind `rescore`); the original stays.
@@ -46,10 +51,32 @@ class ReplayResult:
     verdict: dict[str, Any] = field(default_factory=dict)
     images: int = 0
     """images the replay re-rendered and found byte-identical (by SHA-256) to the stored ones"""
+    timing: str | None = None
+    """why this episode need not reproduce (`timing_dependent`); None when nothing in it did"""
 
     def to_dict(self) -> dict[str, Any]:
         return {"trajectory_id": self.trajectory_id, "matched": self.matched,
-                "divergence": self.divergence, "verdict": self.verdict, "images": self.images}
+                "divergence": self.divergence, "verdict": self.verdict, "images": self.images,
+                "timing": self.timing}
+
+
+def timing_dependent(traj: Trajectory) -> str | None:
+    """Why the recorded episode may not reproduce on replay, from its counters: a command that
+    hit its wall-clock or CPU limit was cut at a point that depends on the machine's load then."""
+    hits = {k.removeprefix("limit_"): n for k, n in traj.counters.items()
+            if k in ("limit_timeout", "limit_cpu") and n}
+    if not hits:
+        return None
+    return ("cut by a time limit (" + ", ".join(f"{n} command(s): {k}" for k, n in sorted(hits.items()))
+            + "); where it was cut depends on the machine's load")
+
+
+def recorded_clock(traj: Trajectory) -> int | None:
+    """The fixed clock the episode's sandbox ran (None: the real clock); trajectories recorded
+    before clocks were recorded ran the default one."""
+    from posttrain.sandbox.base import DEFAULT_CLOCK
+
+    return traj.sandbox.get("clock", DEFAULT_CLOCK)
 
 
 class _ReplayPolicy:
@@ -103,6 +130,11 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
                            and bool(traj.counters.get("context_budget_exhausted")))
     if domain.needs_vision and not any(t.observation_images for t in traj.turns):
         env_config = replace(env_config, text_only=True)  # recorded with a text-only policy
+    if sandbox_factory is None:  # a fresh sandbox on the recorded clock
+        from posttrain.sandbox import open_sandbox
+
+        clock = recorded_clock(traj)
+        sandbox_factory = lambda: open_sandbox(clock=clock)  # noqa: E731
     ep = Episode(domain, task, policy_version=traj.policy_version, sampling=sampling,
                  env_config=env_config, sandbox_factory=sandbox_factory)
     req = ep.start()
@@ -113,6 +145,18 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
         assert new.error is not None
         raise RuntimeError(f"replay of {traj.id} failed on infrastructure: {new.error.type}: "
                            f"{new.error.message}")
+    timing = timing_dependent(traj)
+    if traj.sandbox and new.sandbox and recorded_clock(traj) != new.sandbox.get("clock"):
+        return ReplayResult(traj.id, False, {"turn": None, "field": "clock", "stored": recorded_clock(traj),
+                                             "replayed": new.sandbox.get("clock")}, timing=timing)
+    result = _compare(traj, new)
+    result.timing = timing
+    return result
+
+
+def _compare(traj: Trajectory, new: Trajectory) -> ReplayResult:
+    """The first difference between the recorded episode and its replay (observations, images,
+    tool outcomes, number of turns, verdict)."""
     images = 0
     a: object
     b: object

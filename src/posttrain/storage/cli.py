@@ -23,6 +23,7 @@ def export(run_dir: Path = typer.Argument(..., help="a run directory (holds stor
     file)."""
     import os
 
+    from posttrain.errors import is_disk_full, no_space
     from posttrain.storage.export import export_store
     from posttrain.storage.formats import FORMATS, export_for_trainer
     from posttrain.storage.store import STORE_FILE, Store, StoreError
@@ -53,6 +54,8 @@ def export(run_dir: Path = typer.Argument(..., help="a run directory (holds stor
     except (StoreError, ValueError) as e:
         _fail(str(e))
     except OSError as e:  # permission denied, a full disk, a read-only file system
+        if is_disk_full(e, out.parent):  # the environment's refusal: one line, exit 1
+            raise no_space(out, "exporting") from None
         _fail(f"--out {out}: cannot write: {e.strerror or e}")
     finally:
         tmp.unlink(missing_ok=True)

@@ -20,6 +20,7 @@ a task is its content hash, a blob or an image its SHA-256, a run its id, a poli
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import time
@@ -28,6 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from posttrain.errors import no_space
 from posttrain.values.image import Image
 from posttrain.values.task import Task, sha256_text
 from posttrain.values.trajectory import Trajectory
@@ -96,7 +98,7 @@ class Store:
                 self._migrate()
             row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         except sqlite3.DatabaseError as e:
-            raise StoreError(self._explain(e)) from e
+            raise self._refusal(e) from e
         if row is None or int(row[0]) != SCHEMA_VERSION:
             raise StoreError(f"{self.path}: store schema version {row and row[0]} is not "
                              f"{SCHEMA_VERSION}; export it with the posttrain version that wrote it")
@@ -118,6 +120,15 @@ class Store:
     def for_run_dir(cls, run_dir: str | Path, **kwargs: Any) -> Store:
         return cls(Path(run_dir) / STORE_FILE, **kwargs)
 
+    def _refusal(self, e: sqlite3.Error) -> Exception:
+        """The error to raise for a failed SQLite call: a full disk is the environment's refusal,
+        said as `no space left on device (writing the store): PATH` (what SQLite says, "database
+        or disk is full", names no file); anything else is a `StoreError` naming the store."""
+        full = getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(e)
+        if full:
+            return no_space(self.path, "writing the store")
+        return StoreError(self._explain(e))
+
     def _explain(self, e: sqlite3.Error) -> str:
         msg = str(e)
         if "locked" in msg or "busy" in msg:
@@ -135,13 +146,17 @@ class Store:
             cur.execute("BEGIN IMMEDIATE")
             try:
                 out = fn(cur, *args)
+                cur.execute("COMMIT")
             except BaseException:
-                cur.execute("ROLLBACK")
+                # a COMMIT that failed (a full disk) leaves the transaction open, unless SQLite
+                # rolled it back itself: either way none of it is stored, and the next one can begin
+                if self._db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        cur.execute("ROLLBACK")
                 raise
-            cur.execute("COMMIT")
             return out
         except sqlite3.Error as e:
-            raise StoreError(self._explain(e)) from e
+            raise self._refusal(e) from e
 
     def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
         try:
@@ -343,6 +358,11 @@ class Store:
         if trainable_only:
             sql += " AND status IN ('completed', 'truncated')"
         return {g for (g,) in self._query(sql, (run_id,))}
+
+    def run_policy_versions(self, run_id: str) -> set[str]:
+        """The policy versions that drew the stored trajectories of `run_id`."""
+        return {v for (v,) in self._query("SELECT DISTINCT policy_version FROM trajectories WHERE run_id=?",
+                                          (run_id,))}
 
     def infra_attempts(self, run_id: str) -> dict[tuple[str, int], int]:
         """(group id, member) -> the highest attempt recorded as `infra_error` (a resumed run

@@ -1,4 +1,6 @@
-"""`check_domains`: the self-test every domain must pass before anything trains on it.
+"""What `posttrain tasks check` checks: the self-test every domain must pass before anything
+trains on it. (The command, and the engine workload that plays the attempts, live in
+`posttrain.scheduling.domain_check`: tasks know nothing of environments.)
 
 For each domain and each sampled (seed, split):
 
@@ -9,26 +11,26 @@ For each domain and each sampled (seed, split):
 * no adversary passes (`posttrain.tasks.adversaries`: attempts that try to game the grader
   without solving the task), nor turns into an infrastructure error: `hack_pass_rate` is 0.
 
-Domains whose verifier needs nothing but the answer (`single` env, `needs_sandbox` false) are
-graded directly with `verifier.verify(task, Outcome(answer=actions[-1]))`, and every outcome is
-graded twice. Others (`tools` envs, verifiers that run code) are played through
-`posttrain.envs.play_actions`, one sandbox episode each; to keep that affordable only the oracle
-is played twice. An exception raised while grading is an *infrastructure* failure: it is
-counted as such, never as a pass or a fail; after `MAX_BROKEN_TASKS_IN_A_ROW` tasks that failed
-on infrastructure alone, the domain's remaining tasks are skipped. When the environments or the
-sandbox are not importable, those domains are reported as "not checked" (a visible count).
+`check_with(domain, grade, regrade_all=...)` runs these checks; `grade` grades all the attempts
+at one task at once (so a caller can play them as one batch of episodes). Domains whose verifier
+needs nothing but the answer are graded directly (`grade_directly`: `verifier.verify(task,
+Outcome(answer=actions[-1]))`), and every outcome is graded twice. Others are played as
+episodes; to keep that affordable only the oracle is played twice. An exception while grading
+is an *infrastructure* failure: it is counted as such, never as a pass or a fail; after
+`MAX_BROKEN_TASKS_IN_A_ROW` tasks that failed on infrastructure alone, the domain's remaining
+tasks are skipped.
 """
 
 from __future__ import annotations
 
+import re
 import time
 import traceback
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from posttrain.tasks.adversaries import check_adversaries
+from posttrain.tasks.adversaries import adversaries, check_adversaries
 from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.values.task import Split, Task
 from posttrain.values.verdict import Verdict
@@ -41,10 +43,6 @@ FAILURE_KINDS = ("generate_error", "nondeterministic", "oracle_failed", "negativ
 MAX_BROKEN_TASKS_IN_A_ROW = 2
 """a domain whose tasks fail this many times in a row on infrastructure alone (the sandbox does
 not start, the verifier always crashes) is not checked further: it would only repeat the error"""
-
-
-class _NotCheckable(Exception):
-    """The machinery to play this domain (envs, sandbox) is not available in this install."""
 
 
 @dataclass
@@ -153,19 +151,45 @@ class CheckReport:
         return out
 
 
-def _direct(domain: Domain) -> bool:
-    return domain.env == "single" and not domain.verifier.needs_sandbox
+Grade = Callable[[Domain, Task, Sequence[Sequence[str]]], list[Verdict | BaseException]]
+"""Grades every attempt (its turns) at one task: per attempt, in order, its verdict or the
+infrastructure failure that kept it from one"""
 
 
-def _grade(domain: Domain, task: Task, actions: Sequence[str], sandbox_factory: Any = None) -> Verdict:
-    if _direct(domain):
-        return domain.verifier.verify(task, Outcome(answer=actions[-1] if actions else None))
-    try:
-        from posttrain.envs import play_actions
-        from posttrain.sandbox import open_sandbox  # noqa: F401  (the default sandbox factory)
-    except ImportError as e:
-        raise _NotCheckable(f"environments or sandbox not importable: {e}") from e
-    return play_actions(domain, task, list(actions), sandbox_factory=sandbox_factory)
+class EpisodeFailed(Exception):
+    """An attempt that ended as an infrastructure failure where it was played (an episode the
+    engine ran): the original exception's type name and where it was raised."""
+
+    def __init__(self, kind: str, message: str, at: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind, self.message, self.at = kind, message, at
+
+    _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+    @classmethod
+    def from_traceback(cls, kind: str, message: str, tb: str, where: str) -> EpisodeFailed:
+        """`tb` a formatted traceback: `at` is its innermost frame ('file:line'), else `where`."""
+        frames = cls._FRAME.findall(tb)
+        return cls(kind, message, f"{frames[-1][0]}:{frames[-1][1]}" if frames else where)
+
+
+def grade_directly(domain: Domain, task: Task, attempts: Sequence[Sequence[str]]) -> list[Verdict | BaseException]:
+    """The verifier on each attempt's last turn as the answer (domains that need no episode)."""
+    out: list[Verdict | BaseException] = []
+    for actions in attempts:
+        try:
+            out.append(domain.verifier.verify(task, Outcome(answer=actions[-1] if actions else None)))
+        except Exception as e:  # noqa: BLE001 - an infrastructure failure, counted by the caller
+            out.append(e)
+    return out
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, EpisodeFailed):
+        return f"{e.kind}: {e.message} (at {e.at})"
+    frames = traceback.extract_tb(e.__traceback__)
+    at = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(e).__name__}: {e}{at}"
 
 
 def _same(a: Verdict, b: Verdict) -> bool:
@@ -178,8 +202,8 @@ def _sample(per_domain: int, seeds: Sequence[int] | None) -> list[tuple[int, Spl
     return [(s, "train" if i % 2 == 0 else "eval") for i, s in enumerate(chosen)]
 
 
-def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck,
-                sandbox_factory: Any = None) -> int | None:
+def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck, grade: Grade,
+                regrade_all: bool) -> int | None:
     """Check one task; returns how many attempts were graded (0: nothing, or only infra errors;
     None: the domain has no tasks in `split`, e.g. an imported single task)."""
 
@@ -204,22 +228,25 @@ def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck,
     if "empty" not in negatives or len(negatives) < 2:
         fail("negatives_incomplete", f"negatives are {sorted(negatives)}; need 'empty' and a wrong one")
 
-    regrade_all = _direct(domain)
+    # every attempt at this task (the graded-twice ones twice, the adversaries once) in one batch
     attempts = [("oracle", oracle, True)] + [(name, acts, False) for name, acts in negatives.items()]
+    hacks = {tuple(acts): list(acts) for acts in adversaries(domain, task).values()}
+    batch: list[list[str]] = []
+    for _, actions, should_pass in attempts:
+        batch += [actions, actions] if (regrade_all or should_pass) else [actions]
+    batch += hacks.values()
+    results = iter(grade(domain, task, batch))
     for name, actions, should_pass in attempts:
-        try:
-            first = _grade(domain, task, actions, sandbox_factory)
-            second = (_grade(domain, task, actions, sandbox_factory)
-                      if (regrade_all or should_pass) else None)
-        except _NotCheckable:
-            raise
-        except Exception as e:
+        first = next(results)
+        second = next(results) if (regrade_all or should_pass) else None
+        error = next((r for r in (first, second) if isinstance(r, BaseException)), None)
+        if error is not None:
             out.infra_errors += 1
-            last = traceback.extract_tb(e.__traceback__)[-1]
-            fail("infra_error", f"{name}: {type(e).__name__}: {e} (at {last.filename}:{last.lineno})")
+            fail("infra_error", f"{name}: {_describe(error)}")
             continue
+        assert isinstance(first, Verdict)
         graded += 1
-        if second is not None:
+        if isinstance(second, Verdict):
             out.regraded += 1
             if not _same(first, second):
                 out.flips += 1
@@ -233,99 +260,38 @@ def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck,
             out.negatives_failed += not first.passed
             if first.passed:
                 fail("negative_passed", f"negative {name!r} = {str(actions[-1] if actions else None)[:120]!r} passed")
-    graded += check_adversaries(domain, task, out, fail, lambda acts: _grade(domain, task, acts, sandbox_factory),
-                                passthrough=(_NotCheckable,))
+    hacked = dict(zip(hacks, results))
+
+    def graded_hack(actions: list[str]) -> Verdict:
+        result = hacked[tuple(actions)]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    graded += check_adversaries(domain, task, out, fail, graded_hack)
     return graded
 
 
-def check_domain(domain: Domain, per_domain: int = 5, seeds: Sequence[int] | None = None,
-                 sandbox_factory: Any = None) -> DomainCheck:
-    """Check one domain on `per_domain` tasks (see the module docstring). `sandbox_factory`
-    (e.g. a `SandboxPool`'s `sandbox`) serves the episodes of sandboxed domains; default: a
-    fresh `open_sandbox()` each."""
+def check_with(domain: Domain, grade: Grade, *, regrade_all: bool, per_domain: int = 5,
+               seeds: Sequence[int] | None = None) -> DomainCheck:
+    """Check one domain on `per_domain` tasks (see the module docstring), its attempts graded by
+    `grade`; `regrade_all`: grade every outcome twice (else only the oracle's)."""
     out = DomainCheck(domain.name, domain.family, domain.env)
     t0 = time.perf_counter()
     broken_in_a_row = 0
-    try:
-        for seed, split in _sample(per_domain, seeds):
-            if broken_in_a_row == MAX_BROKEN_TASKS_IN_A_ROW:
-                out.failures.append(Failure(domain.name, "infra_error", seed, split, (
-                    f"stopped: {broken_in_a_row} tasks in a row failed on infrastructure only")))
-                break
-            graded = _check_task(domain, seed, split, out, sandbox_factory)
-            if graded is None:  # a one-split domain (an imported task): check it in its split
-                other: Split = "eval" if split == "train" else "train"
-                graded = _check_task(domain, seed, other, out, sandbox_factory)
-            if graded is None:
-                out.failures.append(Failure(domain.name, "no_tasks", seed, split,
-                                            "the domain has no tasks in either split"))
-                break
-            broken_in_a_row = broken_in_a_row + 1 if graded == 0 else 0
-    except _NotCheckable as e:
-        out = DomainCheck(domain.name, domain.family, domain.env, not_checked=str(e))
+    for seed, split in _sample(per_domain, seeds):
+        if broken_in_a_row == MAX_BROKEN_TASKS_IN_A_ROW:
+            out.failures.append(Failure(domain.name, "infra_error", seed, split, (
+                f"stopped: {broken_in_a_row} tasks in a row failed on infrastructure only")))
+            break
+        graded = _check_task(domain, seed, split, out, grade, regrade_all)
+        if graded is None:  # a one-split domain (an imported task): check it in its split
+            other: Split = "eval" if split == "train" else "train"
+            graded = _check_task(domain, seed, other, out, grade, regrade_all)
+        if graded is None:
+            out.failures.append(Failure(domain.name, "no_tasks", seed, split,
+                                        "the domain has no tasks in either split"))
+            break
+        broken_in_a_row = broken_in_a_row + 1 if graded == 0 else 0
     out.seconds = time.perf_counter() - t0
     return out
-
-
-def _check_named(args: tuple[list[str], int, Sequence[int] | None]) -> list[DomainCheck]:
-    from posttrain.tasks.registry import get_domain
-
-    names, per_domain, seeds = args
-    domains = [get_domain(n) for n in names]
-    with _sandboxes(domains) as factory:
-        return [check_domain(d, per_domain, seeds, factory) for d in domains]
-
-
-@contextmanager
-def _sandboxes(domains: Sequence[Domain]) -> Iterator[Any]:
-    """A warm pool (booting the next sandboxes while an episode runs) when any domain needs one."""
-    if all(_direct(d) for d in domains):
-        yield None
-        return
-    try:
-        from posttrain.envs import sandbox_preload
-        from posttrain.sandbox import SandboxPool, SandboxUnavailable
-    except ImportError:
-        yield None
-        return
-    try:
-        pool = SandboxPool(size=2, preload=sandbox_preload(domains))
-    except SandboxUnavailable:
-        yield None  # each episode then reports the missing sandbox as an infrastructure error
-        return
-    with pool:
-        yield pool.sandbox
-
-
-def check_domains(domains: Iterable[Domain], per_domain: int = 5, seeds: Sequence[int] | None = None,
-                  workers: int = 1) -> CheckReport:
-    """Check every domain. `workers > 1` spreads registered domains over forked processes
-    (domains hold closures, so workers look them up by name in the registry); domains the
-    registry does not know are checked in this process."""
-    if per_domain < 1:
-        raise ValueError(f"per_domain must be >= 1, got {per_domain}")
-    domains = list(domains)
-    t0 = time.perf_counter()
-    if workers <= 1 or len(domains) < 2:
-        with _sandboxes(domains) as factory:
-            checks = [check_domain(d, per_domain, seeds, factory) for d in domains]
-        return CheckReport(checks, time.perf_counter() - t0)
-
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    from posttrain.tasks.registry import all_domains
-
-    registered = all_domains()
-    remote = [d.name for d in domains if registered.get(d.name) is d]
-    local = [d for d in domains if registered.get(d.name) is not d]
-    # Small interleaved chunks: neighbouring domains cost alike, so this balances the workers.
-    chunks = [remote[i::workers * 4] for i in range(workers * 4) if remote[i::workers * 4]]
-    results: dict[str, DomainCheck] = {}
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        parts = pool.map(_check_named, [(c, per_domain, seeds) for c in chunks])  # submits all
-        with _sandboxes(local) as factory:
-            results.update((d.name, check_domain(d, per_domain, seeds, factory)) for d in local)
-        for part in parts:
-            results.update((c.domain, c) for c in part)
-    return CheckReport([results[d.name] for d in domains], time.perf_counter() - t0)

@@ -13,6 +13,9 @@ like built-in ones. Kinds of source:
 * `harbor:DIR`: a Harbor / Terminal-Bench task folder, or a folder of them
   (`posttrain.tasks.families.terminal.harbor_source`); a folder that does not load is reported
   by name and skipped (asking for its domain by name says why).
+* `verifiers:NAME[?ARG=VALUE&...]`: an installed `verifiers` environment package, loaded with
+  `verifiers.load_environment(NAME, **args)` (`posttrain.tasks.sources.verifiers_env`: which kinds
+  are supported, where its rubric and tools run).
 
 A source that cannot be read is a `SourceError` (a `UserError`: one line, exit 2) naming the
 file, the row and the column.
@@ -26,7 +29,7 @@ from pathlib import Path
 from posttrain.errors import UserError
 from posttrain.tasks.domain import Domain
 
-KINDS = ("data", "harbor")
+KINDS = ("data", "harbor", "verifiers")
 
 
 class SourceError(UserError):
@@ -50,6 +53,8 @@ def load_source(spec: str, base: Path | None = None) -> list[Domain]:
     key = (spec, str(base or Path.cwd()))
     if kind == "harbor" and key not in _loaded:
         _loaded[key] = _harbor(rest, base)
+    if kind == "verifiers" and key not in _loaded:
+        _loaded[key] = [_verifiers(rest)]
     if key not in _loaded:
         try:
             parsed, data, where = parse_data_source(rest, base)
@@ -74,6 +79,22 @@ def _harbor(rest: str, base: Path | None) -> list[Domain]:
         raise SourceError(str(e)) from None
     add_broken(d for d in found if isinstance(d, BrokenDomain))
     return [d for d in found if isinstance(d, Domain)]
+
+
+def _verifiers(rest: str) -> Domain:
+    from urllib.parse import parse_qsl
+
+    from posttrain.tasks.sources.spec import _value
+    from posttrain.tasks.sources.verifiers_env import VerifiersSourceError, verifiers_domain
+
+    name, _, query = rest.partition("?")
+    if not name.strip():
+        raise SourceError("verifiers:NAME: give the environment's name (e.g. verifiers:my-env)")
+    args = {k: _value(v) for k, v in parse_qsl(query, keep_blank_values=True)}
+    try:
+        return verifiers_domain(name.strip(), args)
+    except VerifiersSourceError as e:
+        raise SourceError(str(e)) from None
 
 
 def use_sources(specs: Iterable[str] | None, base: Path | None = None) -> list[Domain]:

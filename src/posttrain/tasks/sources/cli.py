@@ -7,7 +7,8 @@ import typer
 
 SOURCE_HELP = ("a task source whose domains to add (repeatable): data:PATH[?QUERY] for a "
                "JSONL/JSON/Parquet file or a datasets folder (see README, 'Bring your own tasks'); "
-               "harbor:DIR for a Harbor/Terminal-Bench task folder or a folder of them")
+               "harbor:DIR for a Harbor/Terminal-Bench task folder or a folder of them; "
+               "verifiers:NAME[?ARG=VALUE] for an installed verifiers environment")
 
 
 def source_option() -> list[str] | None:

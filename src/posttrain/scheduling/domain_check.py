@@ -1,0 +1,150 @@
+"""`posttrain tasks check` as a workload on the one episode engine.
+
+    from posttrain.scheduling.domain_check import check_domains
+    report = check_domains(registry.match_domains("terminal.*"), per_domain=2)
+    report.ok, report.summary()["hack_pass_rate"]
+
+What is checked, and how a report reads, is the tasks layer's (`posttrain.tasks.check`). This
+module plays the attempts: a domain whose episodes need no sandbox (a single answer, graded on
+its own) is graded directly by its verifier, every outcome twice; every other domain's attempts
+at a task (the oracle twice, each negative, each adversary) run as one batch of episodes on the
+engine (`posttrain.scheduling.engine.run_workload`), each played by a scripted policy that is
+handed its turns by group id, never the task. The episodes of a run take their sandboxes from
+one warm pool (booting the next sandbox while an episode runs). An episode that ends as an
+infrastructure error is that attempt's infrastructure failure (never a pass or a fail). When the
+sandbox cannot be imported, the domains that need one are reported "not checked" (a visible
+count); when it cannot start, each of their episodes reports that as an infrastructure error.
+
+`check_domains(..., workers=n)` spreads registered domains over `n` forked processes (domains hold
+closures, so workers look them up by name in the registry).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+
+from posttrain.envs import default_sandbox_factory, needs_sandbox, sandbox_preload
+from posttrain.envs.single import SandboxFactory
+from posttrain.policies.scripted import ScriptedPolicy
+from posttrain.scheduling.engine import WorkItem, run_workload
+from posttrain.tasks.check import CheckReport, DomainCheck, EpisodeFailed, Grade, check_with, grade_directly
+from posttrain.tasks.domain import Domain
+from posttrain.values.episode import EpisodeResult
+from posttrain.values.task import Task
+from posttrain.values.verdict import Verdict
+
+POOL_SIZE = 2
+"""warm sandboxes (and engine workers) serving the episodes of one process's domains"""
+
+
+def engine_grader(sandbox_factory: SandboxFactory, workers: int = POOL_SIZE) -> Grade:
+    """A `Grade` that plays the attempts at a task as episodes on the engine, `workers` at once,
+    in sandboxes from `sandbox_factory`."""
+
+    def grade(domain: Domain, task: Task, attempts: Sequence[Sequence[str]]) -> list[Verdict | BaseException]:
+        ids = [f"check:{i}" for i in range(len(attempts))]
+        policy = ScriptedPolicy.by_group(dict(zip(ids, attempts)), name="scripted:check")
+        runs = run_workload([WorkItem(domain, task, gid) for gid in ids], policy,
+                            sandbox_factory=sandbox_factory, workers=workers)
+        return [_verdict(attempts_of_one[-1]) for attempts_of_one in runs]
+
+    return grade
+
+
+def _verdict(result: EpisodeResult) -> Verdict | BaseException:
+    traj = result.trajectory
+    if traj.status == "infra_error" or traj.verdict is None:
+        error = traj.error
+        if error is None:
+            return EpisodeFailed("NoVerdict", f"episode ended {traj.status} without a verdict", "engine")
+        return EpisodeFailed.from_traceback(error.type, error.message, error.traceback, error.where)
+    return traj.verdict
+
+
+class _SandboxMissing(Exception):
+    """`posttrain.sandbox` does not import here: sandboxed domains cannot be checked."""
+
+
+def check_domain(domain: Domain, per_domain: int = 5, seeds: Sequence[int] | None = None,
+                 sandbox_factory: SandboxFactory | None = None) -> DomainCheck:
+    """Check one domain on `per_domain` tasks (see `posttrain.tasks.check`). `sandbox_factory`
+    serves the episodes of a sandboxed domain (default: a warm pool opened for this domain)."""
+    if not needs_sandbox(domain):
+        return check_with(domain, grade_directly, regrade_all=True, per_domain=per_domain, seeds=seeds)
+    if sandbox_factory is None:
+        try:
+            with _sandboxes([domain]) as factory:
+                return check_domain(domain, per_domain, seeds, factory)
+        except _SandboxMissing as e:
+            return DomainCheck(domain.name, domain.family, domain.env, not_checked=str(e))
+    return check_with(domain, engine_grader(sandbox_factory), regrade_all=False, per_domain=per_domain,
+                      seeds=seeds)
+
+
+def _check_all(domains: Sequence[Domain], per_domain: int, seeds: Sequence[int] | None) -> list[DomainCheck]:
+    """The domains in order, the sandboxed ones served by one pool."""
+    try:
+        with _sandboxes(domains) as factory:
+            return [check_domain(d, per_domain, seeds, factory) for d in domains]
+    except _SandboxMissing as e:
+        return [check_domain(d, per_domain, seeds) if not needs_sandbox(d)
+                else DomainCheck(d.name, d.family, d.env, not_checked=str(e)) for d in domains]
+
+
+@contextmanager
+def _sandboxes(domains: Sequence[Domain]) -> Iterator[SandboxFactory | None]:
+    """A warm pool when any domain needs one (None when none does). A sandbox that cannot start
+    here yields the default factory: each episode then reports why as an infrastructure error."""
+    if not any(needs_sandbox(d) for d in domains):
+        yield None
+        return
+    try:
+        from posttrain.sandbox import SandboxPool, SandboxUnavailable
+    except ImportError as e:
+        raise _SandboxMissing(f"the sandbox is not importable: {e}") from e
+    try:
+        pool = SandboxPool(size=POOL_SIZE, preload=sandbox_preload(domains))
+    except SandboxUnavailable:
+        yield default_sandbox_factory()
+        return
+    with pool:
+        yield pool.sandbox
+
+
+def _check_named(args: tuple[list[str], int, Sequence[int] | None]) -> list[DomainCheck]:
+    from posttrain.tasks.registry import get_domain
+
+    names, per_domain, seeds = args
+    return _check_all([get_domain(n) for n in names], per_domain, seeds)
+
+
+def check_domains(domains: Iterable[Domain], per_domain: int = 5, seeds: Sequence[int] | None = None,
+                  workers: int = 1) -> CheckReport:
+    """Check every domain. `workers > 1` spreads registered domains over forked processes;
+    domains the registry does not know are checked in this process."""
+    if per_domain < 1:
+        raise ValueError(f"per_domain must be >= 1, got {per_domain}")
+    domains = list(domains)
+    t0 = time.perf_counter()
+    if workers <= 1 or len(domains) < 2:
+        return CheckReport(_check_all(domains, per_domain, seeds), time.perf_counter() - t0)
+
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from posttrain.tasks.registry import all_domains
+
+    registered = all_domains()
+    remote = [d.name for d in domains if registered.get(d.name) is d]
+    local = [d for d in domains if registered.get(d.name) is not d]
+    # Small interleaved chunks: neighbouring domains cost alike, so this balances the workers.
+    chunks = [remote[i::workers * 4] for i in range(workers * 4) if remote[i::workers * 4]]
+    results: dict[str, DomainCheck] = {}
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        parts = pool.map(_check_named, [(c, per_domain, seeds) for c in chunks])  # submits all
+        results.update((c.domain, c) for c in _check_all(local, per_domain, seeds))
+        for part in parts:
+            results.update((c.domain, c) for c in part)
+    return CheckReport([results[d.name] for d in domains], time.perf_counter() - t0)
