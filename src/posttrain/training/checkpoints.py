@@ -93,13 +93,14 @@ def write_atomic(directory: str | os.PathLike, write: Any) -> Path:
     return final
 
 
-def save_state(tmp: Path, *, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-    """The non-weight files of a checkpoint (weights are saved by the caller)."""
+def save_state(tmp: Path, *, optimizer: dict[str, Any], state: dict[str, Any]) -> None:
+    """The non-weight files of a checkpoint (weights are saved by the caller); `optimizer` is
+    the optimizer's state dict (the engine's `optimizer_state()`)."""
     try:
         text = json.dumps({"format": FORMAT, **state}, indent=1, sort_keys=True)
     except TypeError as e:
         raise ValueError(f"checkpoint state (extra included) must be JSON-serialisable: {e}") from e
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(optimizer, tmp / "optimizer.pt")
     torch.save(rng_state(), tmp / "rng.pt")
     (tmp / STATE_FILE).write_text(text + "\n")
 

@@ -40,7 +40,7 @@ from posttrain.training import checkpoints
 from posttrain.training.advantages import select_groups
 from posttrain.training.batch import Sample, samples_from
 from posttrain.training.config import TrainerConfig
-from posttrain.training.engines import make_engine
+from posttrain.training.engines import make_engine, ranks
 from posttrain.training.engines.base import sample_tokens
 from posttrain.training.losses import clipped_pg_loss, off_policy, token_weights
 from posttrain.values.generation import PolicyVersion
@@ -52,7 +52,8 @@ _TOTALS = ("trajectories", "infra_errors", "groups", "groups_zero_variance", "gr
 
 class Trainer:
     def __init__(self, policy: str | os.PathLike | TorchPolicy,
-                 config: TrainerConfig = TrainerConfig(), *, _seed: bool = True) -> None:
+                 config: TrainerConfig = TrainerConfig(), *, _seed: bool = True,
+                 _reference: torch.nn.Module | None = None) -> None:
         self.config = config
         if _seed:
             random.seed(config.seed)
@@ -60,16 +61,25 @@ class Trainer:
             torch.manual_seed(config.seed)
         if not isinstance(policy, TorchPolicy):
             policy = TorchPolicy(policy, device=config.device)
-        self.model = policy.model.to(config.device)  # trained in place
+        model = policy.model.to(config.device)  # trained in place
         self.tokenizer = policy.tokenizer
         self.start_version: PolicyVersion = policy.version
-        self.reference: torch.nn.Module | None = None
-        if config.kl_beta > 0:
-            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
-        self.engine = make_engine(self.model, config, self.reference)
+        reference: torch.nn.Module | None = None
+        if config.kl_beta > 0:  # a resumed run's reference is the checkpoint's, not these weights
+            reference = (_reference if _reference is not None else copy.deepcopy(model))
+            reference = reference.to(config.device).eval().requires_grad_(False)
+        self.engine = make_engine(model, config, reference)
         """where forward/backward and the optimizer run (`posttrain.training.engines`)"""
-        self.model, self.reference = self.engine.model, self.engine.reference
+        full = self.engine.full_model
+        self.model: torch.nn.Module = full if full is not None else self.engine.model
+        """the full current weights in this process: the trained module itself in one process;
+        under FSDP, rank 0's unsharded copy, refreshed after every step (what samplers, versions
+        and checkpoints read). The module the engine trains is `engine.model`"""
+        self.reference = self.engine.reference
         self.optimizer = self.engine.optimizer
+        self.followers = False
+        """rank 0 of `posttrain run` under torchrun: `step` and `save` first tell the other
+        ranks to make the same calls (`posttrain.training.engines.ranks`)"""
         self.step_count = 0
         self.data_cursor = 0
         """groups consumed so far; a caller drawing data in order resumes from here"""
@@ -98,6 +108,8 @@ class Trainer:
     def step(self, groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:
         """Learn from `groups` (one list of trajectories per task); returns the step's metrics."""
         cfg = self.config
+        if self.followers:
+            ranks.announce("step", [list(g) for g in groups])
         t0 = time.perf_counter()
         sel = select_groups(groups, scale_by_std=cfg.scale_by_std, eps=cfg.adv_eps,
                             filter_zero_variance=cfg.filter_zero_variance,
@@ -118,6 +130,7 @@ class Trainer:
         }
         if n_tokens:
             metrics.update(self._update(samples))
+            self.engine.refresh()
         else:
             metrics.update({"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0,
                             "grad_norm": 0.0, "entropy": 0.0, "updated": 0})
@@ -146,7 +159,8 @@ class Trainer:
 
     def _update(self, samples: list[Sample]) -> dict[str, float]:
         cfg = self.config
-        device = next(self.model.parameters()).device
+        engine = self.engine
+        device = next(engine.model.parameters()).device
         offsets = [0]
         for s in samples:
             offsets.append(offsets[-1] + len(s.completion_ids))
@@ -159,15 +173,14 @@ class Trainer:
                      if has_sampler else None)
         tis = cfg.tis_cap > 0 and behaviour is not None
         use_sampler = cfg.old_logprobs == "sampler" and has_sampler and not tis
-        old = behaviour if use_sampler else self._logprobs_no_grad(self.model, samples)
+        old = behaviour if use_sampler else self._logprobs_no_grad(engine.model, samples)
         assert old is not None
         is_weights, mismatch = None, dict[str, float]()
         if behaviour is not None and not use_sampler:  # trainer vs sampler, token by token
             is_weights, mismatch = off_policy(old, behaviour, weights, cfg.tis_cap if tis else 0.0)
         ref = self._logprobs_no_grad(self.reference, samples) if self.reference is not None else None
 
-        self.model.train()
-        engine = self.engine
+        engine.model.train()
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0,
                 "grad_norm": 0.0, "sampler_logprob_diff": 0.0}
         ratio_max = 0.0
@@ -211,7 +224,14 @@ class Trainer:
 
     # -- checkpoints -----------------------------------------------------------------
     def save(self, directory: str | os.PathLike, extra: dict[str, Any] | None = None) -> Path:
-        """Write an atomic checkpoint (see `checkpoints.py`); `extra` replaces `self.extra`."""
+        """Write an atomic checkpoint (see `checkpoints.py`); `extra` replaces `self.extra`.
+        Under FSDP every rank calls it (the state is gathered) and rank 0 alone writes."""
+        if self.followers:
+            ranks.announce("save", str(directory))
+        optimizer_state = self.engine.optimizer_state()
+        reference = self.engine.reference_weights()
+        if self.engine.rank != 0:
+            return Path(directory)
         if extra is not None:
             self.extra = dict(extra)
         version = self.version
@@ -226,8 +246,8 @@ class Trainer:
             lineage = {"name": version.name, "parent": version.parent}
             (tmp / VERSION_FILE).write_text(json.dumps(lineage) + "\n")
             if self.reference is not None:
-                self.reference.save_pretrained(tmp / "reference")  # type: ignore[operator]  # nn.Module does not declare Hugging Face methods
-            checkpoints.save_state(tmp, optimizer=self.optimizer, state=state)
+                self.model.save_pretrained(tmp / "reference", state_dict=reference)  # type: ignore[operator]
+            checkpoints.save_state(tmp, optimizer=optimizer_state, state=state)
 
         return checkpoints.write_atomic(directory, write)
 
@@ -242,14 +262,13 @@ class Trainer:
             config = TrainerConfig.from_dict(state["config"], where=f"{directory}/trainer_state.json")
         start = PolicyVersion(**state["start_version"])
         policy = TorchPolicy(directory, device=config.device, version=start)
-        trainer = cls(policy, config, _seed=False)
-        if trainer.reference is not None:
+        reference = None
+        if config.kl_beta > 0:  # loaded before the engine shards it
             from transformers import AutoModelForCausalLM
 
-            ref_dir = Path(directory) / "reference"
-            trainer.reference = (AutoModelForCausalLM.from_pretrained(ref_dir).to(config.device)  # type: ignore[arg-type]
-                                 .eval().requires_grad_(False))
-        trainer.optimizer.load_state_dict(checkpoints.load_tensors(directory, "optimizer.pt"))
+            reference = AutoModelForCausalLM.from_pretrained(Path(directory) / "reference")
+        trainer = cls(policy, config, _seed=False, _reference=reference)
+        trainer.engine.load_optimizer_state(checkpoints.load_tensors(directory, "optimizer.pt"))
         trainer.step_count = int(state["step"])
         trainer.data_cursor = int(state["data_cursor"])
         trainer.totals.update(state.get("totals", {}))

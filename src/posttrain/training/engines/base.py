@@ -8,7 +8,12 @@ Tinker's API share them), so `Trainer` holds the RL logic once and a backend onl
     sums = engine.reduce(sums)                                # metrics summed over ranks
     grad_norm = engine.optimizer_step(max_grad_norm)          # clip, step (grads kept until zeroed)
     engine.logprobs(model, samples)                           # no-grad log-probs, every token, every rank
+    engine.refresh()                                          # `full_model` takes the update (rank 0)
     engine.export_weights()                                   # full, untied state dict (rank 0)
+    engine.optimizer_state(); engine.load_optimizer_state(s)  # checkpoints (every rank calls both)
+
+Under a distributed backend every call above is a collective: every rank makes it, in the same
+order (`posttrain.training.engines.ranks` has rank 0 tell the others what to call).
 
 A backend is accepted when its first steps' losses and gradient norms match the `local`
 backend's on the same batches (`benchmarks/engines.py`: `fsdp_loss_rel_diff`).
@@ -27,6 +32,10 @@ ENGINES = ("local", "fsdp")
 class TrainEngine(Protocol):
     model: torch.nn.Module
     """the trained module (sharded by a distributed backend)"""
+    full_model: torch.nn.Module | None
+    """the unsharded weights in this process (the trained module itself in one process; rank 0's
+    copy, refreshed after each update, under a distributed backend; None on other ranks)"""
+    reference: torch.nn.Module | None
     optimizer: torch.optim.Optimizer
     rank: int
     world: int
@@ -55,6 +64,18 @@ class TrainEngine(Protocol):
         ...
 
     def export_weights(self) -> dict[str, torch.Tensor]:
+        ...
+
+    def refresh(self) -> None:
+        ...
+
+    def reference_weights(self) -> dict[str, torch.Tensor]:
+        ...
+
+    def optimizer_state(self) -> dict[str, Any]:
+        ...
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
         ...
 
 

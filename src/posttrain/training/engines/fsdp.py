@@ -19,11 +19,19 @@ What makes the result equal the single-process engine's (checked by `benchmarks/
   by each process for its own samples and summed into one full vector on every process;
 * gradient clipping uses the global norm over the sharded gradients.
 
-Backend: gloo on CPU (what the tests run), NCCL on GPUs.
+Rank 0 also keeps `full_model`, an unsharded copy of the weights made before sharding and
+refreshed by `refresh()` after every update (a full-state-dict gather that every rank joins):
+what a sampler in this process generates with, what versions are hashed from and what a
+checkpoint's weights are written from. It costs one more copy of the weights on rank 0; the
+optimizer state, the largest part, stays sharded.
+
+Backend: gloo on CPU (what the tests run); on a machine with CUDA, NCCL for CUDA tensors and gloo
+for CPU ones (objects broadcast between ranks travel through gloo).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from typing import Any, cast
@@ -50,7 +58,11 @@ def init_distributed(device: str) -> tuple[int, int]:
             raise RuntimeError("TrainerConfig.engine = 'fsdp' runs under torchrun "
                                "(e.g. `torchrun --nproc-per-node 2 -m posttrain.cli run ...`); "
                                "RANK/WORLD_SIZE are not set")
-        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+        if torch.cuda.is_available():  # this process's own GPU, before any NCCL call
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            dist.init_process_group("cpu:gloo,cuda:nccl")
+        else:
+            dist.init_process_group("gloo")
     return dist.get_rank(), dist.get_world_size()
 
 
@@ -69,6 +81,8 @@ class FSDPEngine:
         self._embedding_name = _param_name(model, model.get_input_embeddings().weight)
         head = model.get_output_embeddings()
         self._tied = head is not None and head.weight is model.get_input_embeddings().weight
+        self.full_model: torch.nn.Module | None = copy.deepcopy(model).eval() if self.rank == 0 else None
+        """rank 0: the unsharded weights, kept equal to the trained ones by `refresh`; else None"""
         self.model = shard(model)
         self.reference = shard(reference) if reference is not None else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, betas=config.betas,
@@ -123,12 +137,41 @@ class FSDPEngine:
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
         return out.to(next(model.parameters()).device)
 
+    def refresh(self) -> None:
+        """Copy the updated weights into rank 0's `full_model` (every rank must call it)."""
+        state = _full_state(self.model)
+        if self.full_model is not None:
+            self.full_model.load_state_dict(state)
+
+    def reference_weights(self) -> dict[str, torch.Tensor]:
+        """The reference model's full state dict on rank 0, {} elsewhere (every rank calls it)."""
+        if self.reference is None:
+            return {}
+        state = _full_state(self.reference)
+        return state if self.rank == 0 else {}
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """The full optimizer state, keyed by parameter name, on rank 0 ({} elsewhere; every
+        rank calls it): a checkpoint independent of how many processes wrote it."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        state = get_optimizer_state_dict(self.model, self.optimizer, options=StateDictOptions(
+            full_state_dict=True, cpu_offload=True))
+        return cast(dict[str, Any], state) if self.rank == 0 else {}
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        """Every rank loads the full state (`optimizer_state`'s) and keeps its shard."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        if any(not isinstance(k, str) for k in state.get("state", {})):
+            raise ValueError("the checkpoint's optimizer state is the local engine's (numbered "
+                             "parameters): resume it with [trainer] engine = 'local'")
+        set_optimizer_state_dict(self.model, self.optimizer, optim_state_dict=state,
+                                 options=StateDictOptions(full_state_dict=True))
+
     def export_weights(self) -> dict[str, torch.Tensor]:
         """The full, untied state dict on rank 0 (every process must call it; others get {})."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True,
-                                                                         cpu_offload=True))
+        full = _full_state(self.model)
         if self.rank != 0:
             return {}
         out: dict[str, torch.Tensor] = {}
@@ -142,6 +185,14 @@ class FSDPEngine:
         if self._tied and "lm_head.weight" not in out and self._embedding_name in out:
             out["lm_head.weight"] = out[self._embedding_name].clone()
         return out
+
+
+def _full_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The unsharded state dict on the CPU, on rank 0 ({} elsewhere; every rank calls it)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return cast(dict[str, torch.Tensor], get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)))
 
 
 def _param_name(model: torch.nn.Module, param: torch.Tensor) -> str:

@@ -16,6 +16,8 @@ class LocalEngine:
 
     def __init__(self, model: torch.nn.Module, config: Any, reference: torch.nn.Module | None = None) -> None:
         self.model = model
+        self.full_model = model
+        """the module whose full weights are in this process: here, the trained one itself"""
         self.reference = reference
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
                                            weight_decay=config.weight_decay)
@@ -55,3 +57,18 @@ class LocalEngine:
         from posttrain.policies.server.weights import untied_state_dict
 
         return untied_state_dict(self.model)
+
+    def refresh(self) -> None:
+        """Nothing to do: `full_model` is the trained module."""
+
+    def reference_weights(self) -> dict[str, torch.Tensor]:
+        return {} if self.reference is None else dict(self.reference.state_dict())
+
+    def optimizer_state(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        if any(isinstance(k, str) for k in state.get("state", {})):
+            raise ValueError("the checkpoint's optimizer state is the fsdp engine's (parameters by "
+                             "name): resume it with [trainer] engine = 'fsdp' under torchrun")
+        self.optimizer.load_state_dict(state)
