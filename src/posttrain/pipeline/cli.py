@@ -69,6 +69,11 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     input; 3 the result is not what was asked: training stopped before its last step (every
     domain quarantined or retired, the policy backend down), or an evaluation is not trustworthy
     (infrastructure errors, see --max-infra-rate); 130 interrupted."""
+    from posttrain.training.engines import ranks
+
+    if ranks.is_follower():  # under torchrun: rank 0 runs the job, this rank trains its shard
+        ranks.follow()
+        return
     from posttrain import runlock, runs
     from posttrain.errors import EXIT_BAD_INPUT, EXIT_UNTRUSTWORTHY, UserError
     from posttrain.evaluation.contamination import ContaminationError

@@ -154,16 +154,27 @@ class Job:
         """A fresh trainer, or the latest checkpoint's with the scheduler state to resume (what a
         kill left half-done is cleaned up first: interrupted checkpoint directories, metrics lines
         of steps past the checkpoint, a torn last line)."""
+        from posttrain.training.engines import ranks
         from posttrain.training.trainer import Trainer
 
         cfg = self.config
+        _, world = ranks.rank_and_world()
+        if world > 1 and self.trainer_config.engine != "fsdp":
+            raise ConfigError(f"started by torchrun with {world} processes, but [trainer] engine = "
+                              f"{self.trainer_config.engine!r}: use engine = \"fsdp\"")
         self.checkpoints.clean_interrupted()
-        trainer = self.checkpoints.resume()
-        if trainer is None:
-            self.metrics.resume(0)
-            return Trainer(cfg.model.path, self.trainer_config), {}
         latest = self.checkpoints.latest()
-        assert latest is not None  # resume() found it
+        # under torchrun every rank builds the same trainer (`posttrain.training.engines.ranks`)
+        if latest is None:
+            ranks.announce("init", cfg.model.path, self.trainer_config, False)
+            trainer = Trainer(cfg.model.path, self.trainer_config)
+        else:
+            ranks.announce("init", latest["path"], None, True)
+            trainer = Trainer.resume(latest["path"])
+        trainer.followers = world > 1
+        if latest is None:
+            self.metrics.resume(0)
+            return trainer, {}
         self.console.print(f"resumed from {latest['path']} (step {trainer.step_count})")
         staleness = cfg.scheduler.max_staleness
         if staleness != 0 and trainer.step_count < cfg.steps:
@@ -302,6 +313,7 @@ class Job:
         from posttrain.evaluation import forgetting_report, write_forgetting
         from posttrain.policies.local import TorchPolicy
         from posttrain.storage.store import Store
+        from posttrain.training.engines import ranks
 
         hf_logging.disable_progress_bar()  # our own progress display says what is happening
         cfg = self.config
@@ -354,6 +366,7 @@ class Job:
             del base_policy
             t_train = time.perf_counter()
             asyncio.run(self.train(trainer, sched_state, store, sandbox_factory))
+            ranks.finish()  # under torchrun, the other ranks' work is done
             train_s = time.perf_counter() - t_train
             after = self.evaluate(trainer.policy(), "after", eval_tasks, store, sandbox_factory)
             self.tracker.log(trainer.step_count, eval_scalars(after.summary, "after"))

@@ -59,9 +59,13 @@ def _receive() -> tuple[Any, ...]:
 
 def follow() -> None:
     """A non-zero rank's whole life: build the trainer rank 0 builds, then obey until "stop"."""
+    from transformers.utils import logging as hf_logging
+
     from posttrain.training.engines.fsdp import init_distributed
     from posttrain.training.trainer import Trainer
 
+    hf_logging.disable_progress_bar()  # rank 0 says what is happening; this rank only errors
+    hf_logging.set_verbosity_error()
     init_distributed("cpu")
     trainer: Trainer | None = None
     while True:
