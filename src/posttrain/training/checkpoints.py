@@ -10,6 +10,10 @@ A checkpoint directory holds:
     trainer_state.json                    step, data cursor, config, start version, totals, extra
     reference/                            the KL reference weights (only when kl_beta > 0)
 
+With LoRA (`TrainerConfig.lora`) the weights are the adapters alone, `adapter_model.safetensors`
+and `adapter_config.json` (peft's format), and `trainer_state.json` names the base model's
+directory (`lora_base`), which the reference then is too (no `reference/`).
+
 Everything is written to a temporary sibling directory first and renamed into place, so a
 crash mid-save leaves either the previous checkpoint or none -- never a half-written one.
 Overwriting an existing directory swaps it aside first; there is a moment where the name does
@@ -117,3 +121,16 @@ def load_state(directory: str | os.PathLike) -> dict[str, Any]:
 
 def load_tensors(directory: str | os.PathLike, name: str) -> Any:
     return torch.load(Path(directory) / name, map_location="cpu", weights_only=True)
+
+
+ADAPTER_FILE = "adapter_model.safetensors"
+
+
+def load_adapter(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """A LoRA checkpoint's adapter tensors (peft's `adapter_model.safetensors`)."""
+    from safetensors.torch import load_file
+
+    path = Path(directory) / ADAPTER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{directory}: a LoRA checkpoint without {ADAPTER_FILE}")
+    return load_file(str(path))

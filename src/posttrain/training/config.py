@@ -21,6 +21,29 @@ from posttrain.settings import check, from_data, settings, to_data
 
 LossAgg = Literal["token", "sequence"]
 OldLogprobs = Literal["sampler", "recompute"]
+Precision = Literal["fp32", "bf16"]
+
+
+@settings
+class LoraSettings:
+    """LoRA adapters (`posttrain.training.engines.lora`; needs `pip install 'posttrain[lora]'`)."""
+
+    r: int = 8
+    """rank of each adapter (B @ A with B: out x r, A: r x in)"""
+    alpha: float = 16.0
+    """the adapters' update is scaled by alpha / r"""
+    target_modules: str | list[str] = "all-linear"
+    """module names to adapt (e.g. ["q_proj", "v_proj"]; GPT-2: ["c_attn"]), or "all-linear" """
+    dropout: float = 0.0
+    """dropout on the adapters' input (0: the update is deterministic)"""
+
+    @model_validator(mode="after")
+    def _rules(self) -> LoraSettings:
+        check(self.r >= 1, self, "r", "must be an integer >= 1")
+        check(self.alpha > 0, self, "alpha", "must be > 0")
+        check(0 <= self.dropout < 1, self, "dropout", "must be in [0, 1)")
+        check(bool(self.target_modules), self, "target_modules", "must name at least one module")
+        return self
 
 
 @settings
@@ -85,7 +108,20 @@ class TrainerConfig:
     """where the update runs: 'local' (this process) or 'fsdp' (FSDP2 `fully_shard`, one
     process per device under `torchrun`; `posttrain.training.engines.fsdp`)"""
     device: str = "cpu"
-    """torch device of the model being trained ('cpu', 'cuda', 'cuda:1')"""
+    """torch device of the model being trained ('cpu', 'cuda', 'cuda:1'); under torchrun with
+    'cuda', each process uses the GPU of its local rank"""
+    precision: Precision = "fp32"
+    """'bf16': forward passes under `torch.autocast(dtype=bfloat16)` (weights, gradients and
+    AdamW state stay float32; log-probs are taken in float32). Meant for GPUs, where it halves
+    activation memory and runs on tensor cores; on a CPU it runs but is rarely faster"""
+    lora: LoraSettings | None = None
+    """train LoRA adapters instead of the weights, e.g. {r = 8, alpha = 16, target_modules =
+    ["c_attn"]}: only adapter parameters get gradients and optimizer state, checkpoints hold the
+    adapters and the base model's path, samplers get the merged weights. `local` engine only"""
+    gradient_checkpointing: bool = False
+    """recompute each decoder block's activations in the backward pass instead of keeping them
+    (Hugging Face `gradient_checkpointing_enable`): activation memory of one block instead of
+    all, for about one more forward of compute; the same loss and gradients"""
 
     @model_validator(mode="after")
     def _rules(self) -> TrainerConfig:
@@ -104,6 +140,8 @@ class TrainerConfig:
         check(self.adv_eps > 0, self, "adv_eps", "must be > 0")
         check(self.tis_cap == 0 or self.tis_cap >= 1, self, "tis_cap", "must be 0 (off) or >= 1")
         check(self.engine in ("local", "fsdp"), self, "engine", "must be 'local' or 'fsdp'")
+        check(self.lora is None or self.engine == "local", self, "lora",
+              "is built for the 'local' engine only (LoRA under fsdp is not built yet)")
         check(self.min_group_size >= 2, self, "min_group_size",
               "must be an integer >= 2 (advantages are group-relative)")
         check(self.temperature > 0, self, "temperature",

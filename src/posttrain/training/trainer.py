@@ -53,7 +53,7 @@ _TOTALS = ("trajectories", "infra_errors", "groups", "groups_zero_variance", "gr
 class Trainer:
     def __init__(self, policy: str | os.PathLike | TorchPolicy,
                  config: TrainerConfig = TrainerConfig(), *, _seed: bool = True,
-                 _reference: torch.nn.Module | None = None) -> None:
+                 _reference: torch.nn.Module | None = None, _adapter: str | os.PathLike | None = None) -> None:
         self.config = config
         if _seed:
             random.seed(config.seed)
@@ -61,6 +61,8 @@ class Trainer:
             torch.manual_seed(config.seed)
         if not isinstance(policy, TorchPolicy):
             policy = TorchPolicy(policy, device=config.device)
+        self.base_path = str(policy.path.resolve()) if policy.path is not None else None
+        """where the starting weights were read (a LoRA checkpoint records it: it holds adapters only)"""
         model = policy.model.to(config.device)  # trained in place
         self.tokenizer = policy.tokenizer
         self.start_version: PolicyVersion = policy.version
@@ -70,6 +72,11 @@ class Trainer:
             reference = reference.to(config.device).eval().requires_grad_(False)
         self.engine = make_engine(model, config, reference)
         """where forward/backward and the optimizer run (`posttrain.training.engines`)"""
+        if _adapter is not None:  # a LoRA checkpoint's adapters, on top of the base
+            from posttrain.training.engines import lora
+
+            lora.load_adapter(self.engine.model, checkpoints.load_adapter(_adapter))
+            self.engine.refresh()
         full = self.engine.full_model
         self.model: torch.nn.Module = full if full is not None else self.engine.model
         """the full current weights in this process: the trained module itself in one process;
@@ -239,13 +246,22 @@ class Trainer:
                  "config": self.config.to_dict(), "version": version.to_dict(),
                  "start_version": self.start_version.to_dict(), "totals": dict(self.totals),
                  "extra": self.extra}
+        lora = self.config.lora is not None
+        if lora:
+            if self.base_path is None:
+                raise ValueError("a LoRA checkpoint records the base model's directory: build the "
+                                 "Trainer from a path (or a TorchPolicy loaded from one)")
+            state["lora_base"] = self.base_path
 
         def write(tmp: Path) -> None:
-            self.model.save_pretrained(tmp)  # type: ignore[operator]  # nn.Module does not declare Hugging Face methods
+            if lora:  # the adapters alone (peft's format); the base is read from `lora_base`
+                self.engine.model.save_pretrained(tmp)
+            else:
+                self.model.save_pretrained(tmp)  # type: ignore[operator]  # nn.Module does not declare Hugging Face methods
             self.tokenizer.save_pretrained(tmp)
             lineage = {"name": version.name, "parent": version.parent}
             (tmp / VERSION_FILE).write_text(json.dumps(lineage) + "\n")
-            if self.reference is not None:
+            if self.reference is not None and not lora:  # with LoRA the reference is the base
                 self.model.save_pretrained(tmp / "reference", state_dict=reference)  # type: ignore[operator]
             checkpoints.save_state(tmp, optimizer=optimizer_state, state=state)
 
@@ -261,13 +277,15 @@ class Trainer:
         if config is None:
             config = TrainerConfig.from_dict(state["config"], where=f"{directory}/trainer_state.json")
         start = PolicyVersion(**state["start_version"])
-        policy = TorchPolicy(directory, device=config.device, version=start)
+        base = state.get("lora_base")
+        policy = TorchPolicy(base or directory, device=config.device, version=start)
         reference = None
-        if config.kl_beta > 0:  # loaded before the engine shards it
+        if config.kl_beta > 0 and base is None:  # loaded before the engine shards it
             from transformers import AutoModelForCausalLM
 
             reference = AutoModelForCausalLM.from_pretrained(Path(directory) / "reference")
-        trainer = cls(policy, config, _seed=False, _reference=reference)
+        trainer = cls(policy, config, _seed=False, _reference=reference,
+                      _adapter=directory if base is not None else None)
         trainer.engine.load_optimizer_state(checkpoints.load_tensors(directory, "optimizer.pt"))
         trainer.step_count = int(state["step"])
         trainer.data_cursor = int(state["data_cursor"])

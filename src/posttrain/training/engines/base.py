@@ -21,6 +21,7 @@ backend's on the same batches (`benchmarks/engines.py`: `fsdp_loss_rel_diff`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -98,3 +99,31 @@ def split(lengths: Sequence[int], lo: int, hi: int, size: int, tokens: int = 0) 
 def sample_tokens(samples: Sequence[Any]) -> list[int]:
     """Each sample's tokens (prompt + completion): what a micro-batch's memory grows with."""
     return [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
+
+
+def precision(model: torch.nn.Module, name: str) -> contextlib.AbstractContextManager[Any]:
+    """The autocast context of `TrainerConfig.precision` on the model's device ('fp32': none)."""
+    if name == "fp32":
+        return contextlib.nullcontext()
+    device = next(model.parameters()).device.type
+    return torch.autocast(device, dtype=torch.bfloat16)
+
+
+def prepare(model: torch.nn.Module, config: Any) -> torch.nn.Module:
+    """What every backend does to the model before training it (gradient checkpointing)."""
+    if getattr(config, "gradient_checkpointing", False):
+        # transformers 5 renamed it (the old name is a deprecated alias); non-reentrant works
+        # with frozen inputs (LoRA) and with FSDP2's hooks
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(  # type: ignore[operator]  # a Hugging Face method
+                gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def checkpointing(config: Any) -> bool:
+    """Whether the training forward recomputes activations: it then runs every sequence whole,
+    since a checkpointed model keeps no KV cache to share a prompt pass through."""
+    return bool(getattr(config, "gradient_checkpointing", False))

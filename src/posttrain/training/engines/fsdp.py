@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from posttrain.training.batch import sequence_logprobs
-from posttrain.training.engines.base import sample_tokens, split
+from posttrain.training.engines.base import checkpointing, precision, prepare, sample_tokens, split
 
 
 def _blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -78,6 +78,9 @@ def shard(model: torch.nn.Module) -> torch.nn.Module:
 class FSDPEngine:
     def __init__(self, model: Any, config: Any, reference: torch.nn.Module | None = None) -> None:
         self.rank, self.world = init_distributed(config.device)
+        self.precision = getattr(config, "precision", "fp32")
+        self.share_prompts = not checkpointing(config)
+        prepare(model, config)
         self._embedding_name = _param_name(model, model.get_input_embeddings().weight)
         head = model.get_output_embeddings()
         self._tied = head is not None and head.weight is model.get_input_embeddings().weight
@@ -98,7 +101,9 @@ class FSDPEngine:
 
     def forward(self, samples: Sequence[Any], *, temperature: float,
                 with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return sequence_logprobs(self.model, samples, temperature=temperature, with_entropy=with_entropy)
+        with precision(self.model, self.precision):
+            return sequence_logprobs(self.model, samples, temperature=temperature, with_entropy=with_entropy,
+                                     share_prompts=self.share_prompts)
 
     def backward(self, loss: torch.Tensor) -> None:
         (loss * self.world).backward()  # FSDP averages gradients over processes: undo it
@@ -127,10 +132,11 @@ class FSDPEngine:
         model.eval()
         try:
             for lo, hi in self.micro_batches(sample_tokens(samples), size, tokens):
-                if lo == hi:  # the placeholder forward: this process has run out of samples
-                    sequence_logprobs(model, samples[:1], temperature=temperature)
-                    continue
-                lp = sequence_logprobs(model, samples[lo:hi], temperature=temperature)[0]
+                with precision(model, self.precision):
+                    if lo == hi:  # the placeholder forward: this process has run out of samples
+                        sequence_logprobs(model, samples[:1], temperature=temperature)
+                        continue
+                    lp = sequence_logprobs(model, samples[lo:hi], temperature=temperature)[0]
                 out[offsets[lo]:offsets[hi]] = lp.float().cpu()
         finally:
             model.train(was_training)
@@ -177,7 +183,7 @@ class FSDPEngine:
         out: dict[str, torch.Tensor] = {}
         seen: set[int] = set()
         for name, value in full.items():
-            t = cast(torch.Tensor, value).detach().to("cpu")
+            t = value.detach().to("cpu")
             if t.data_ptr() in seen:
                 t = t.clone()
             seen.add(t.data_ptr())

@@ -8,26 +8,36 @@ from typing import Any
 import torch
 
 from posttrain.training.batch import sequence_logprobs
-from posttrain.training.engines.base import sample_tokens, split
+from posttrain.training.engines.base import checkpointing, precision, prepare, sample_tokens, split
 
 
 class LocalEngine:
     rank, world = 0, 1
 
     def __init__(self, model: torch.nn.Module, config: Any, reference: torch.nn.Module | None = None) -> None:
-        self.model = model
+        self.precision = getattr(config, "precision", "fp32")
+        self.share_prompts = not checkpointing(config)
+        self.lora = getattr(config, "lora", None) is not None
         self.full_model = model
-        """the module whose full weights are in this process: here, the trained one itself"""
+        """the module whose full weights are in this process: the trained one itself, or with
+        LoRA a plain copy that `refresh` keeps at base + adapters"""
+        if self.lora:
+            from posttrain.training.engines import lora
+
+            model = lora.wrap(model, config.lora)
+        self.model = prepare(model, config)
         self.reference = reference
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
-                                           weight_decay=config.weight_decay)
+        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr,
+                                           betas=config.betas, weight_decay=config.weight_decay)
 
     def micro_batches(self, lengths: Sequence[int], size: int, tokens: int = 0) -> list[tuple[int, int]]:
         return split(lengths, 0, len(lengths), size, tokens)
 
     def forward(self, samples: Sequence[Any], *, temperature: float,
                 with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return sequence_logprobs(self.model, samples, temperature=temperature, with_entropy=with_entropy)
+        with precision(self.model, self.precision):
+            return sequence_logprobs(self.model, samples, temperature=temperature, with_entropy=with_entropy,
+                                     share_prompts=self.share_prompts)
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
@@ -47,8 +57,9 @@ class LocalEngine:
         was_training = model.training
         model.eval()
         try:
-            parts = [sequence_logprobs(model, samples[lo:hi], temperature=temperature)[0]
-                     for lo, hi in self.micro_batches(sample_tokens(samples), size, tokens)]
+            with precision(model, self.precision):
+                parts = [sequence_logprobs(model, samples[lo:hi], temperature=temperature)[0]
+                         for lo, hi in self.micro_batches(sample_tokens(samples), size, tokens)]
         finally:
             model.train(was_training)
         return torch.cat(parts)
@@ -56,10 +67,15 @@ class LocalEngine:
     def export_weights(self) -> dict[str, torch.Tensor]:
         from posttrain.policies.server.weights import untied_state_dict
 
-        return untied_state_dict(self.model)
+        return untied_state_dict(self.full_model)
 
     def refresh(self) -> None:
-        """Nothing to do: `full_model` is the trained module."""
+        """With LoRA, merge the adapters into `full_model`; otherwise it is the trained module."""
+        if self.lora:
+            from posttrain.training.engines import lora
+
+            with torch.no_grad():
+                self.full_model.load_state_dict(lora.merged_state(self.model))
 
     def reference_weights(self) -> dict[str, torch.Tensor]:
         return {} if self.reference is None else dict(self.reference.state_dict())
