@@ -18,7 +18,9 @@ def domain_names(n: int) -> list[str]:
     return [f"{FAMILIES[i % len(FAMILIES)]}.op{i // len(FAMILIES)}.l{i % 3}" for i in range(n)]
 
 
-def _eval(name: str, policy: str, pass_rate: dict[str, float], tasks: int, samples: int, created: float) -> EvalResult:
+def synthetic_eval(name: str, policy: str, pass_rate: dict[str, float], tasks: int, samples: int,
+                   created: float) -> EvalResult:
+    """Every domain's tasks passed at about `pass_rate[domain]`, paired across calls by task."""
     records = []
     for d, p in pass_rate.items():
         for t in range(tasks):
@@ -47,8 +49,8 @@ def build(run: Path, n_domains: int = 315, steps: int = 60, checkpoint_every: in
         after[d] = min(1.0, before[d] + 0.6)
     for d in drops:
         after[d] = max(0.0, before[d] - 0.5)
-    _eval("before", "base", before, tasks, samples, 1000.0).save_to_run(run)
-    _eval("after", "synthetic/step-60", after, tasks, samples, 2000.0).save_to_run(run)
+    synthetic_eval("before", "base", before, tasks, samples, 1000.0).save_to_run(run)
+    synthetic_eval("after", "synthetic/step-60", after, tasks, samples, 2000.0).save_to_run(run)
 
     tiers = {d: ("background" if d.startswith("rg.") else "train") for d in names}
     quarantined, retired, exhausted = names[-3:], names[-5:-3], names[-9:-5]
