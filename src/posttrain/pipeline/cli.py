@@ -72,7 +72,9 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     from posttrain.training.engines import ranks
 
     if ranks.is_follower():  # under torchrun: rank 0 runs the job, this rank trains its shard
-        ranks.follow()
+        from posttrain.training.follow import follow
+
+        follow()
         return
     from posttrain import runlock, runs
     from posttrain.errors import EXIT_BAD_INPUT, EXIT_UNTRUSTWORTHY, UserError

@@ -17,7 +17,8 @@ collective calls. Every order is one `broadcast_object_list` from rank 0:
 
 Why groups rather than tensors: every rank turns them into the same samples and advantages with
 the same deterministic code, so the batch needs no second encoding; they are a few kilobytes.
-A rank that fails ends its process and `torchrun` ends the others, so no rank waits forever.
+The followers' loop is `posttrain.training.follow`. A rank that fails ends its process and
+`torchrun` ends the others, so no rank waits forever.
 """
 
 from __future__ import annotations
@@ -51,40 +52,11 @@ def announce(*order: Any) -> None:
     dist.broadcast_object_list([order], src=0)
 
 
-def _receive() -> tuple[Any, ...]:
+def receive() -> tuple[Any, ...]:
+    """A follower: the next order from rank 0 (blocks until it comes)."""
     box: list[Any] = [None]
     dist.broadcast_object_list(box, src=0)
     return tuple(box[0])
-
-
-def follow() -> None:
-    """A non-zero rank's whole life: build the trainer rank 0 builds, then obey until "stop"."""
-    from transformers.utils import logging as hf_logging
-
-    from posttrain.training.engines.fsdp import init_distributed
-    from posttrain.training.trainer import Trainer
-
-    hf_logging.disable_progress_bar()  # rank 0 says what is happening; this rank only errors
-    hf_logging.set_verbosity_error()
-    init_distributed("cpu")
-    trainer: Trainer | None = None
-    while True:
-        order = _receive()
-        kind = order[0]
-        if kind == "stop":
-            break
-        if kind == "init":
-            _, source, config, resume = order
-            trainer = Trainer.resume(source, config) if resume else Trainer(source, config)
-        elif trainer is None:
-            raise RuntimeError(f"rank 0 sent {kind!r} before 'init'")
-        elif kind == "step":
-            trainer.step(order[1])
-        elif kind == "save":
-            trainer.save(order[1])
-        else:
-            raise RuntimeError(f"unknown order from rank 0: {kind!r}")
-    dist.destroy_process_group()
 
 
 def finish() -> None:
