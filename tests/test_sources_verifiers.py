@@ -11,8 +11,8 @@ import pytest
 
 vf = pytest.importorskip("verifiers", reason="the verifiers extra: pip install 'posttrain[verifiers]'")
 
+from posttrain.scheduling.domain_check import check_domains  # noqa: E402
 from posttrain.tasks import registry  # noqa: E402
-from posttrain.tasks.check import check_domains  # noqa: E402
 from posttrain.tasks.sources import SourceError, _loaded, use_sources  # noqa: E402
 from posttrain.verifiers.base import Outcome  # noqa: E402
 

@@ -217,7 +217,7 @@ _TEST = '''\
 from __future__ import annotations
 
 import pytest
-from posttrain.tasks.check import check_domains
+from posttrain.scheduling.domain_check import check_domains
 from posttrain.verifiers.base import Outcome
 
 from ${pkg}.domains import VERIFIER, domains
