@@ -146,15 +146,20 @@ class GenerationBatcher:
         """The next batch (None when closing); waits for requests and for the batch to fill."""
         cfg = self.config
         with self._cond:
-            while not self._pending and not self._closing:
-                self._cond.wait()
-            while not self._closing and len(self._pending) < cfg.max_batch:
-                remaining = self._oldest + cfg.max_wait_s - time.perf_counter()
-                if remaining <= 0 and not self._burst:
+            while True:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                while not self._closing and 0 < len(self._pending) < cfg.max_batch:
+                    remaining = self._oldest + cfg.max_wait_s - time.perf_counter()
+                    if remaining <= 0 and not self._burst:
+                        break
+                    self._cond.wait(remaining if remaining > 0 else None)
+                if self._closing:
+                    return None
+                if self._pending:
                     break
-                self._cond.wait(remaining if remaining > 0 else None)
-            if self._closing:
-                return None
+                # another generator thread took them while this one waited: wait anew (the
+                # oldest arrival is then no time at all, not a timeout to wait for)
             pending = self._pending
             batch = [heapq.heappop(pending) for _ in range(min(cfg.max_batch, len(pending)))]
             self._oldest = min((e[4] for e in pending), default=float("inf"))
