@@ -135,4 +135,6 @@ def test_domain_spec_validation_names_field_and_value():
     with pytest.raises(ValueError, match=r"SchedulerConfig.trainer_tier"):
         SchedulerConfig(tiers=("eval",), trainer_tier="train")
     with pytest.raises(ValueError, match=r"share_by"):
-        SchedulerConfig(share_by="tokens")  # type: ignore[arg-type]
+        SchedulerConfig(share_by="bananas")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"DomainSpec 'x'.max_tokens must be > 0 or None, got 0"):
+        DomainSpec("x", max_tokens=0)

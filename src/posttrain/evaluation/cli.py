@@ -230,9 +230,11 @@ def eval_(ctx: typer.Context,
     pol = _policy(policy, run_dir, mode)
     store = _store(run_dir)
     name = _eval_name(name, run_dir, store, pol.version.name, resume)
+    from posttrain.tasks.sources import absolute
+
     try:
         result = run_eval(pol, task_list, config, name=name, policy_spec=policy, task_source=tasks, store=store,
-                          resume=resume)
+                          resume=resume, sources=[absolute(s) for s in source or []])
     except ValueError as e:  # --resume of samples that are not this evaluation's
         _fail(f"--resume: {e}" if resume else str(e))
     if run_dir is not None:

@@ -47,7 +47,8 @@ from posttrain.values.trajectory import Trajectory
 
 def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalConfig = EvalConfig(), *,
              name: str = "", policy_spec: str = "", task_source: str = "", store=None,
-             sandbox_factory: SandboxFactory | None = None, resume: bool = False) -> EvalResult:
+             sandbox_factory: SandboxFactory | None = None, resume: bool = False,
+             sources: Sequence[str] = ()) -> EvalResult:
     """Evaluate `policy` on `tasks`; trajectories go to `store` (a `posttrain.storage.Store`) when
     given, under run id `eval:<name>`; `resume`: reuse the samples already stored there (see the
     module docstring). Raises ValueError on an empty task set, or on stored samples that are not
@@ -66,7 +67,8 @@ def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalC
     done = stored_samples(store, run_id, policy.version.name, config) if store is not None and resume else {}
     if store is not None:
         store.start_run(run_id, {"kind": "eval", "name": name, "policy": policy.version.name,
-                                 "policy_spec": policy_spec, "tasks": task_source, **config.to_dict()})
+                                 "policy_spec": policy_spec, "tasks": task_source, "sources": list(sources),
+                                 **config.to_dict()})
 
     def save(result: EpisodeResult) -> None:
         store.put_trajectory(result.trajectory, result.task, result.workspace_archive)

@@ -145,6 +145,12 @@ class DomainOverride:
     """cap on each matched domain's share of its tier's cost over the sliding window"""
     group_size: int | None = None
     """episodes per group of each matched domain (default `[rollout] group_size`)"""
+    max_samples: int | None = None
+    """absolute budget of each matched domain: samples, after which it is retired for the run"""
+    max_tokens: int | None = None
+    """absolute budget of each matched domain: generated tokens, after which it is retired"""
+    max_sandbox_s: float | None = None
+    """absolute budget of each matched domain: sandbox worker-seconds, after which it is retired"""
 
     def given(self) -> dict[str, Any]:
         return {f: v for f, v in to_data(self).items() if v is not None}

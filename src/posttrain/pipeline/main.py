@@ -335,7 +335,11 @@ class Job:
 
             self.tracker = open_tracker(cfg.logging, self.run_dir, cfg.name, cfg.model_dump(mode="json"))
             stack.callback(self.tracker.close)
-            store.start_run(cfg.name, cfg.model_dump(mode="json"))
+            from posttrain.tasks.sources import absolute
+
+            # the sources' paths made absolute: `posttrain replay` re-reads them from anywhere
+            store.start_run(cfg.name, {**cfg.model_dump(mode="json"),
+                                       "sources": [absolute(s) for s in cfg.domains.sources]})
             from posttrain.scheduling.engine import sandbox_pool
 
             sandbox_factory = stack.enter_context(sandbox_pool(self.train_domains + self.heldout_domains,

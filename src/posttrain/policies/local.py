@@ -8,7 +8,10 @@
 Requests are rendered by `posttrain.policies.render` (the tokenizer's chat template, else the
 plain template, under which one user message is exactly the prompt text), batched up to
 `max_batch_size` rows (each row keeps its own temperature, top-p, max tokens, stop strings and
-seed) and decoded by `posttrain.policies.decode` with the model's KV cache.
+seed) and fewer when their estimated memory (rows x padded length, from the model's size:
+`posttrain.policies.memory`) would pass `memory_mb` (default: half the GPU's free memory, a
+quarter of the machine's on the CPU), and decoded by `posttrain.policies.decode` with the
+model's KV cache.
 
 What comes back, per request:
 
@@ -52,6 +55,7 @@ import torch
 from posttrain.policies.base import PolicyError
 from posttrain.policies.decode import RowSpec, decode
 from posttrain.policies.drafters import DraftModel, PromptLookup
+from posttrain.policies.memory import MemoryModel, default_cap_bytes, plan_batches
 from posttrain.policies.prefix_cache import PrefixCache, weights_fingerprint
 from posttrain.policies.ragged import supports_ragged
 from posttrain.policies.render import continue_ids, render_ids
@@ -134,7 +138,8 @@ class TorchPolicy:
                  dtype: str | torch.dtype | None = None, max_batch_size: int = 256,
                  use_cache: bool = True, mode: str = "standard",
                  draft: str | os.PathLike | torch.nn.Module | None = None, max_draft: int = 16,
-                 verify_tokens: int = 256, prefix_cache_mb: float | None = None) -> None:
+                 verify_tokens: int = 256, prefix_cache_mb: float | None = None,
+                 memory_mb: float | None = None) -> None:
         if max_batch_size < 1:
             raise ValueError(f"TorchPolicy max_batch_size must be >= 1, got {max_batch_size}")
         if mode not in MODES:
@@ -147,6 +152,8 @@ class TorchPolicy:
             raise ValueError(f"TorchPolicy draft= is only used with mode='fast' (got mode={mode!r})")
         if prefix_cache_mb is not None and prefix_cache_mb < 0:
             raise ValueError(f"TorchPolicy prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
+        if memory_mb is not None and memory_mb <= 0:
+            raise ValueError(f"TorchPolicy memory_mb must be > 0, got {memory_mb}")
         self.path: Path | None = None
         if isinstance(model, torch.nn.Module):
             if tokenizer is None:
@@ -159,6 +166,8 @@ class TorchPolicy:
             tokenizer = tokenizer or loaded_tok
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
+        self.memory = MemoryModel.of(self.model)
+        self.memory_cap = int(memory_mb * 2**20) if memory_mb is not None else default_cap_bytes(self.device)
         self.use_cache = use_cache
         self._lock = threading.Lock()
         self._pieces: dict[int, str] = {}  # token id -> its text decoded alone (stop checks)
@@ -248,9 +257,11 @@ class TorchPolicy:
         if len(prompts) != len(sampling):
             raise ValueError(f"generate_ids: {len(prompts)} prompts but {len(sampling)} sampling params")
         out: list[Completion] = []
+        limit = self.max_positions
+        lengths = [(len(p), len(p) + s.max_tokens if limit is None else min(limit, len(p) + s.max_tokens))
+                   for p, s in zip(prompts, sampling)]
         with self._lock:
-            for lo in range(0, len(prompts), self.max_batch_size):
-                hi = min(lo + self.max_batch_size, len(prompts))
+            for lo, hi in plan_batches(lengths, self.memory, self.memory_cap, self.max_batch_size):
                 out.extend(self._generate_batch([list(p) for p in prompts[lo:hi]], list(sampling[lo:hi])))
         return out
 

@@ -39,6 +39,14 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
         trajs = list(store.trajectories()) if all_ else [store.get_trajectory(trajectory_id)]
     except (StoreError, KeyError) as e:
         _fail(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e))
+    # domains of run-time sources (data:, harbor:, verifiers:) exist only once their sources are
+    # read again: the ones the store's runs were made with
+    from posttrain.tasks.sources import SourceError, recorded_sources, use_sources
+
+    try:
+        use_sources(recorded_sources(r["config"] for r in store.runs()))
+    except SourceError as e:
+        _fail(f"{run_dir}: a task source this run was made with cannot be read again: {e}")
     results = []
     with store, ExitStack() as stack:
         pools: dict[int | None, SandboxPool] = {}

@@ -42,6 +42,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
     from posttrain.storage.store import Store, StoreError
     from posttrain.tasks.domain import NoTasksInSplit
     from posttrain.tasks.registry import RegistryError, match_domains
+    from posttrain.tasks.sources import absolute
     from posttrain.values.task import Split
 
     if split not in ("train", "eval"):
@@ -72,7 +73,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
     except StoreError as e:
         _fail(str(e))
     store.start_run(run_id, {"kind": "rollout", "policy": policy, "domains": domains, "n": n,
-                             "split": split, "sources": source or []})
+                             "split": split, "sources": [absolute(s) for s in source or []]})
     with store:
         run_workload(specs, scripted, workers=workers, run_id=run_id,
                      on_result=lambda r: store.put_trajectory(r.trajectory, r.task, r.workspace_archive))

@@ -14,7 +14,7 @@ from pydantic import model_validator
 
 from posttrain.settings import check, settings
 
-ShareBy = Literal["samples", "cost"]
+ShareBy = Literal["samples", "cost", "tokens"]
 
 
 @settings
@@ -39,6 +39,15 @@ class DomainSpec:
     sliding window; None: no cap. Soft in the same way."""
     group_size: int | None = None
     """episodes per group for this domain; None: `SchedulerConfig.group_size`"""
+    max_samples: int | None = None
+    """absolute budget: once this many of its samples are in completed groups, the domain is
+    retired for the rest of the run (reported as budget-exhausted); groups already admitted still
+    finish, so it ends at most the groups in flight over. None: no budget"""
+    max_tokens: int | None = None
+    """absolute budget of generated tokens (every episode of the domain, failed ones included),
+    retired in the same way; None: no budget"""
+    max_sandbox_s: float | None = None
+    """absolute budget of sandbox worker-seconds, retired in the same way; None: no budget"""
     continuous: bool = True
     """True: the scheduler keeps drawing new groups of this domain (training, background work);
     False: it runs only groups handed to `submit()` (an evaluation set)"""
@@ -63,6 +72,10 @@ class DomainSpec:
                 check(0 < value <= 1, owner, name, "must be in (0, 1] or None", value)
         if self.group_size is not None:
             check(self.group_size >= 1, owner, "group_size", "must be >= 1 or None", self.group_size)
+        for name in ("max_samples", "max_tokens", "max_sandbox_s"):
+            value = getattr(self, name)
+            if value is not None:
+                check(value > 0, owner, name, "must be > 0 or None", value)
         check(not (self.light and self.sandboxed), owner, "light", "cannot be set on a sandboxed domain", self.light)
         return self
 
@@ -194,8 +207,10 @@ class SchedulerConfig:
     max_groups: int | None = None
     """stop drawing new trainer-tier groups after this many (a fixed workload); None: no end"""
     share_by: ShareBy = "samples"
-    """what domain weights divide: 'samples' (episodes), or 'cost' (dominant-resource seconds:
-    the larger of sandbox worker-seconds per worker slot and generator-seconds per generator slot)"""
+    """what domain weights divide: 'samples' (episodes), 'cost' (dominant-resource seconds: the
+    larger of sandbox worker-seconds per worker slot and generator-seconds per generator slot), or
+    'tokens' (generated tokens). Cost and tokens are estimated at admission (the domain's running
+    average per group) and corrected by what the group really used when it completes"""
     window_s: float = 600.0
     """length of the sliding window behind share caps and the per-domain share metrics"""
     starvation_s: float | None = 120.0

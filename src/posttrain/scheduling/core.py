@@ -111,6 +111,7 @@ class SchedulerCore(CoreState):
         st.sandbox_s += usage.sandbox_s
         st.gen_s += usage.gen_s
         st.tokens += usage.tokens
+        self._check_budget(d)
         g = self.groups.get(spec.group_id)
         traj.group_id, traj.attempt, traj.member = spec.group_id, spec.attempt, spec.member
         if traj.status == "infra_error":
@@ -231,7 +232,7 @@ class SchedulerCore(CoreState):
                     "each training step")
         if self.fair[tier].pick() is None:
             return (f"no {tier!r} domain can run: quarantined {sorted(self.quarantine.quarantined)}, "
-                    f"retired {sorted(self.signal.retired)}")
+                    f"retired {sorted(self.signal.retired)}, budget spent {sorted(self.exhausted)}")
         return None
 
     def release_quarantine(self, domain: str) -> None:
@@ -270,12 +271,16 @@ class SchedulerCore(CoreState):
         index = ds.next_index
         ds.next_index = index + 1
         est = self._estimate(ds)
-        self.fair[tier].charge(domain, size if self.config.share_by == "samples" else est, size, est)
+        est_tokens = self._estimate_tokens(ds)
+        mode = self.config.share_by
+        amount = float(size) if mode == "samples" else est if mode == "cost" else est_tokens
+        self.fair[tier].charge(domain, amount, size, est)
         gid = named or f"{domain}#{index}"
         g = GroupState(gid=gid, domain=domain, tier=tier, index=index, size=size,
                        task_seed=derive_seed(self.config.seed, domain, index, "task"),
                        version=self.staleness.version, policy_version=self.version_name,
-                       admitted_at=self.clock(), est_cost=est, seq=next(self._seq))
+                       admitted_at=self.clock(), est_cost=est, est_tokens=est_tokens,
+                       seq=next(self._seq))
         self.counters["groups_admitted"] += 1
         if trainer:
             self.admitted_trainer += 1
@@ -325,6 +330,17 @@ class SchedulerCore(CoreState):
     def cost_of(self, usage: Usage) -> float:
         """Dominant-resource seconds (DRF): the larger share of the two resources it used."""
         return max(usage.sandbox_s / self.worker_slots, usage.gen_s / self.generator_slots)
+
+    def _check_budget(self, d: str) -> None:
+        """Retire `d` for the run once it has spent an absolute budget; its groups in flight
+        finish (their work is done or paid for), no new one is drawn."""
+        if d in self.exhausted:
+            return
+        why = self._over_budget(d)
+        if why is not None:
+            self.exhausted[d] = why
+            self.counters["domains_exhausted"] += 1
+            self._update_block(d)
 
     def _at_limit(self, d: str) -> bool:
         ds = self.dom[d]
@@ -383,9 +399,16 @@ class SchedulerCore(CoreState):
         st.est_cost = actual if prev is None else 0.7 * prev + 0.3 * actual
         self._est_sum += st.est_cost - (prev or 0.0)
         self._est_n += prev is None
+        tokens = float(g.usage.tokens)
+        prev_t = st.est_tokens
+        st.est_tokens = tokens if prev_t is None else 0.7 * prev_t + 0.3 * tokens
+        self._tok_sum += st.est_tokens - (prev_t or 0.0)
+        self._tok_n += prev_t is None
+        mode = self.config.share_by
         fair = self.fair[g.tier]
-        fair.adjust(g.domain, actual - g.est_cost if self.config.share_by == "cost" else 0.0,
-                    actual - g.est_cost)
+        fair.adjust(g.domain, actual - g.est_cost if mode == "cost"
+                    else tokens - g.est_tokens if mode == "tokens" else 0.0, actual - g.est_cost)
+        self._check_budget(g.domain)
         group = g.group = g.to_group([t for t in g.members if t is not None])
         if g.tier == self.config.trainer_tier:
             self.staleness.accept()

@@ -49,7 +49,7 @@ class DomainState:
     infra_errors: int
     retries: int
     signal_groups: int
-    __slots__ = ("spec", "next_index", "running", "queued", "est_cost", "waits") + STATS
+    __slots__ = ("spec", "next_index", "running", "queued", "est_cost", "est_tokens", "waits") + STATS
 
     def __init__(self, spec: DomainSpec) -> None:
         self.spec = spec
@@ -60,6 +60,8 @@ class DomainState:
         """members of open groups neither running nor kept: waiting to launch or in backoff"""
         self.est_cost: float | None = None
         """running average of a group's cost (None before one completes)"""
+        self.est_tokens: float | None = None
+        """running average of a group's generated tokens (None before one completes)"""
         self.waits: deque[float] = deque(maxlen=1024)
         """latest queue waits (ready to launch -> launched) of its episodes"""
         for k in self.STATS:
@@ -81,6 +83,8 @@ class GroupState:
     policy_version: str
     admitted_at: float
     est_cost: float
+    est_tokens: float = 0.0
+    """the tokens it was charged at admission (`share_by = 'tokens'`), corrected at completion"""
     seq: int = 0
     """admission order (restored groups get new numbers, ahead of new groups)"""
     status: str = "open"
@@ -170,6 +174,10 @@ class CoreState:
         """per-domain counters, one object each (one look-up per event)"""
         self._est_sum = 0.0
         self._est_n = 0
+        self._tok_sum = 0.0
+        self._tok_n = 0
+        self.exhausted: dict[str, str] = {}
+        """domains retired for the run by an absolute budget (`DomainSpec.max_samples`, ...): why"""
 
         # groups
         self.groups: dict[str, GroupState] = {}
@@ -192,15 +200,33 @@ class CoreState:
         self.counters: dict[str, int] = {k: 0 for k in (
             "groups_admitted", "groups_ready", "groups_taken", "groups_dropped", "groups_recovered",
             "episodes_launched", "episodes_kept", "episodes_infra_error", "episodes_discarded",
-            "episodes_abandoned", "retries", "submitted_dropped")}
+            "episodes_abandoned", "retries", "submitted_dropped", "domains_exhausted")}
         self.staleness_hist: dict[int, int] = {}
 
     def _charge0(self, spec: DomainSpec) -> float:
         """What a domain's first group is charged (before any cost is measured)."""
         return float(spec.group_size or self.config.group_size) if self.config.share_by == "samples" else 1.0
 
+    def _estimate_tokens(self, ds: DomainState) -> float:
+        """A group's expected generated tokens: the domain's running average, or, before its
+        first group completes, the mean over domains (1.0 before any)."""
+        if ds.est_tokens is not None:
+            return ds.est_tokens
+        return self._tok_sum / self._tok_n if self._tok_n else 1.0
+
+    def _over_budget(self, d: str) -> str | None:
+        """Why `d` has spent an absolute budget, or None."""
+        spec, ds = self.specs[d], self.dom[d]
+        for field_name, used in (("max_samples", ds.samples), ("max_tokens", ds.tokens),
+                                 ("max_sandbox_s", ds.sandbox_s)):
+            limit = getattr(spec, field_name)
+            if limit is not None and used >= limit:
+                return f"{field_name} = {limit} spent ({round(used, 3)})"
+        return None
+
     def _allowed(self, d: str) -> bool:
-        return d not in self.quarantine.quarantined and d not in self.signal.retired
+        return (d not in self.quarantine.quarantined and d not in self.signal.retired
+                and d not in self.exhausted)
 
     def _is_completed(self, gid: str) -> bool:
         c = self._completed
@@ -219,14 +245,17 @@ class CoreState:
                     "gid": g.gid, "domain": g.domain, "tier": g.tier, "index": g.index, "size": g.size,
                     "task_seed": g.task_seed, "version": g.version, "policy_version": g.policy_version,
                     "admitted_age": round(now - g.admitted_at, 6), "est_cost": g.est_cost,
+                    "est_tokens": g.est_tokens,
                     "status": g.status, "attempts": list(g.attempts), "retries": list(g.retries),
                     "launched": [g.launched(m) for m in range(g.size)]})
         return {
             "format": STATE_FORMAT, "seed": self.config.seed,
             "staleness": self.staleness.state_dict(), "version_name": self.version_name,
             "fair": {t: q.state_dict() for t, q in self.fair.items()},
-            "domains": {d: {"next_index": ds.next_index, "est_cost": ds.est_cost, "stats": ds.stats()}
+            "domains": {d: {"next_index": ds.next_index, "est_cost": ds.est_cost,
+                            "est_tokens": ds.est_tokens, "stats": ds.stats()}
                         for d, ds in self.dom.items()},
+            "exhausted": dict(self.exhausted),
             "quarantine": self.quarantine.state_dict(), "signal": self.signal.state_dict(),
             "counters": dict(self.counters),
             "staleness_hist": {str(k): v for k, v in self.staleness_hist.items()},
@@ -260,9 +289,14 @@ class CoreState:
                 ds.est_cost = float(s["est_cost"])
                 self._est_sum += ds.est_cost
                 self._est_n += 1
+            if s.get("est_tokens") is not None:  # absent in states saved before token quotas
+                ds.est_tokens = float(s["est_tokens"])
+                self._tok_sum += ds.est_tokens
+                self._tok_n += 1
             for k, v in s["stats"].items():
                 if k in DomainState.STATS:
                     setattr(ds, k, v)
+        self.exhausted = {d: str(why) for d, why in state.get("exhausted", {}).items() if d in known}
         self.quarantine.load_state_dict(state["quarantine"])
         self.signal.load_state_dict(state["signal"])
         self.counters.update({k: int(v) for k, v in state["counters"].items()})
@@ -282,7 +316,8 @@ class CoreState:
                            size=int(s["size"]), task_seed=int(s["task_seed"]), version=int(s["version"]),
                            policy_version=str(s["policy_version"]),
                            admitted_at=now - float(s["admitted_age"]),
-                           est_cost=float(s["est_cost"]), seq=next(self._seq))
+                           est_cost=float(s["est_cost"]), est_tokens=float(s.get("est_tokens", 0.0)),
+                           seq=next(self._seq))
             was_ready = s["status"] == "ready"
             if g.domain not in known or g.tier not in self.fair:
                 self.counters["groups_dropped"] += 1
@@ -348,6 +383,7 @@ class CoreState:
                 "infra_error_rate": round(self.quarantine.rate(name), 4),
                 "quarantined": name in self.quarantine.quarantined,
                 "retired": name in self.signal.retired,
+                "exhausted": self.exhausted.get(name),
                 **{k: (round(v, 6) if isinstance(v, float) else v) for k, v in st.items()}}
         hist = self.staleness_hist
         n_taken = sum(hist.values())
@@ -362,6 +398,7 @@ class CoreState:
             "max_wait_s": round(max_wait, 6),
             "quarantined": {d: dict(r) for d, r in self.quarantine.quarantined.items()},
             "retired": {d: dict(r) for d, r in self.signal.retired.items()},
+            "exhausted": dict(self.exhausted),
             "staleness": {"max_staleness": self.config.max_staleness, "accepted": st8.accepted,
                           "running": st8.running, "capacity": st8.capacity(),
                           "histogram": {str(k): v for k, v in sorted(hist.items())},

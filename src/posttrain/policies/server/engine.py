@@ -117,6 +117,11 @@ class BatchEngine:
             if not row.future.done():
                 row.future.set_exception(PolicyError("the server is shutting down"))
 
+    @property
+    def rows_in_flight(self) -> int:
+        """rows admitted and decoding now (requests still waiting for admission not counted)"""
+        return len(self._rows)
+
     def submit(self, prompt: Sequence[int], sampling: SamplingParams, ignore_eos: bool = False) -> Future:
         """Queue one completion; the future gives a `Completion` (finish_reason 'error' with
         `context_exceeded` when the prompt alone fills the model's context). `ignore_eos`

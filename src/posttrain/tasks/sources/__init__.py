@@ -97,6 +97,29 @@ def _verifiers(rest: str) -> Domain:
         raise SourceError(str(e)) from None
 
 
+def absolute(spec: str, base: Path | None = None) -> str:
+    """`spec` with its path made absolute (data: and harbor:), as a run records it: a later
+    process (`posttrain replay`, a Ray worker) reads the same files from any directory."""
+    kind, sep, rest = spec.partition(":")
+    if not sep or kind not in ("data", "harbor"):
+        return spec
+    path, q, query = rest.partition("?")
+    full = Path(path).expanduser()
+    if not full.is_absolute():
+        full = (base or Path.cwd()) / full
+    return f"{kind}:{full.resolve()}{q}{query}"
+
+
+def recorded_sources(run_configs: Iterable[dict]) -> list[str]:
+    """The task sources the runs of a store were made with, in order, once each: `sources` in a
+    rollout's or an evaluation's config, `domains.sources` in a training run's."""
+    out: list[str] = []
+    for config in run_configs:
+        specs = config.get("sources") or (config.get("domains") or {}).get("sources") or []
+        out += [s for s in specs if isinstance(s, str) and s not in out]
+    return out
+
+
 def use_sources(specs: Iterable[str] | None, base: Path | None = None) -> list[Domain]:
     """Read every source and register its domains; returns them. Relative paths resolve
     against `base` (default: the current directory)."""
