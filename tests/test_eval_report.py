@@ -95,13 +95,15 @@ def test_full_report_is_self_contained_and_every_figure_decodes(built):
     page = built.read_text()
     parsed = _Images()
     parsed.feed(page)
-    # learning curves, pass@1 per domain, cost vs pass, A/B forest, forgetting forest
-    assert len(parsed.images) == 5
+    # learning curves, trainer curves (loss), pass@1 per family, largest gains, largest drops,
+    # pass@1 per domain, cost vs pass, A/B forest, forgetting forest
+    assert len(parsed.images) == 9
     for src in parsed.images:
         w, h = png_size(src)
         assert w > 100 and h > 100
     assert parsed.links == []                      # nothing to fetch: no scripts, links or iframes
-    assert parsed.sections == ["run", "learning", "evals", "ab", "forgetting", "noise", "contamination"]
+    assert parsed.sections == ["run", "learning", "trainer", "scheduler", "evals", "ab", "forgetting", "noise",
+                               "contamination"]
     assert "1 unparseable line(s)" in page and "round-1 vs base" in page
     assert "significant drops: text.upper.l3" in page and "override recorded" in page
     assert "1 task(s) quarantined" in page and "math.sub.d2" in page
@@ -155,6 +157,6 @@ def test_report_loads_in_headless_chromium(built, tmp_path):
     found = re.search(r'<pre id="imgcheck">(.*?)</pre>', out.stdout)
     assert found, out.stdout[-2000:]
     images = json.loads(found.group(1))
-    assert len(images) == 5 and all(ok and w > 0 and h > 0 for ok, w, h in images), images
+    assert len(images) == 9 and all(ok and w > 0 and h > 0 for ok, w, h in images), images
     assert "posttrain report" in out.stdout
     shutil.rmtree(profile, ignore_errors=True)

@@ -86,3 +86,19 @@ def test_a_group_shares_its_first_prompt_and_matches_whole_sequences(model):
 def test_re_rendered_histories_fall_back_to_one_sample_per_turn(model):
     samples, _ = samples_from([episode([1, 2, 3], TURNS, extend=False)], [1.0])
     assert len(samples) == 3 and all(s.turn_lengths is None for s in samples)
+
+
+def test_a_long_prompt_beside_a_long_tail_stays_inside_the_context(model):
+    """Each sequence fits the model's 128 positions, but the longest prompt plus the longest
+    tail does not: a short tail's padding must not count past the model's last position."""
+    long_prompt = [1 + i % 30 for i in range(100)]
+    long_tail = [([5 + i % 20 for i in range(20)], [21, 22] * 10)] * 2 + [([6, 7], [])]
+    group = [episode(long_prompt, [([4, 5], [])]), episode(long_prompt, [([8], [])]),
+             episode([1, 2], long_tail), episode([1, 2], [([3], [])])]
+    samples, _ = samples_from(group, [1.0, -1.0, 1.0, -1.0])
+    assert max(len(s.prompt_ids) for s in samples) + max(len(s.tail()[0]) for s in samples) > 128
+    assert all(len(s.prompt_ids) + len(s.tail()[0]) <= 128 for s in samples)
+    with torch.no_grad():
+        shared, _ = sequence_logprobs(model, samples, temperature=1.0, share_prompts=True)
+        whole, _ = sequence_logprobs(model, samples, temperature=1.0, share_prompts=False)
+    torch.testing.assert_close(shared, whole, atol=1e-5, rtol=1e-5)

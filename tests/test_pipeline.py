@@ -82,6 +82,10 @@ def test_smoke_run_writes_the_run_directory(tmp_path):
     with Store.for_run_dir(tmp_path / "runs" / "round2", readonly=True) as store:
         versions = {v["name"]: v for v in store.policy_versions()}
         assert versions["round2/step-2"]["parent"] == "smoke/step-4"
+    # and reports forgetting since the base model, across both rounds
+    cumulative = json.loads(p.stdout.strip().splitlines()[-1])["cumulative_forgetting"]
+    assert cumulative["rounds"] == ["smoke", "round2"] and cumulative["before"] == "smoke/before"
+    assert (tmp_path / "runs" / "round2" / "forgetting" / "round2-from-base.json").is_file()
 
 
 def _random_llama(path: Path, context: int) -> Path:

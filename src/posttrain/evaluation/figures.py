@@ -33,20 +33,92 @@ def to_data_uri(fig: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def learning_curves(steps_by_metric: dict[str, dict[str, list[tuple[int, float]]]]) -> str:
-    """{metric: {family: [(step, value), ...]}} -> one panel per metric, one line per family."""
+def _smooth(ys: Sequence[float], window: int) -> list[float]:
+    """Trailing moving average (the first points average what there is so far)."""
+    out, acc = [], 0.0
+    for i, y in enumerate(ys):
+        acc += y
+        if i >= window:
+            acc -= ys[i - window]
+        out.append(acc / min(i + 1, window))
+    return out
+
+
+def _window(n: int) -> int:
+    return max(1, n // 25)
+
+
+def _line(ax: Any, points: Sequence[tuple[int, float]], label: str) -> None:
+    """Raw values faint, their moving average solid: a noisy per-step mean stays readable."""
+    xs, ys = zip(*sorted(points))
+    w = _window(len(xs))
+    if w == 1:
+        ax.plot(xs, ys, marker="." if len(xs) < 40 else None, label=label)
+        return
+    (raw,) = ax.plot(xs, ys, alpha=0.25, lw=0.8)
+    ax.plot(xs, _smooth(ys, w), color=raw.get_color(), label=label)
+
+
+def learning_curves(steps_by_metric: dict[str, dict[str, list[tuple[int, float]]]], group: str = "family") -> str:
+    """{metric: {group: [(step, value), ...]}} -> one panel per metric, one line per family (or
+    tier); past 50 steps, a moving average over 1/25 of the steps over the faint raw values."""
     plt = _plt()
     metrics = list(steps_by_metric)
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 3.6), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
-        for family, points in sorted(steps_by_metric[metric].items()):
-            xs, ys = zip(*sorted(points))
-            ax.plot(xs, ys, marker="." if len(xs) < 40 else None, label=family)
+        n = 0
+        for name, points in sorted(steps_by_metric[metric].items()):
+            _line(ax, points, name)
+            n = max(n, len(points))
         ax.set_xlabel("step")
         ax.set_ylabel(metric)
-        ax.set_title(f"{metric} per family")
+        smooth = f", mean of {_window(n)} steps" if _window(n) > 1 else ""
+        ax.set_title(f"{metric} per {group}{smooth}", fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, ncol=2 if len(steps_by_metric[metric]) > 6 else 1)
+    return to_data_uri(fig)
+
+
+def trainer_curves(series: dict[str, list[tuple[int, float]]]) -> str:
+    """{metric: [(step, value)]} (loss, KL, gradient norm, entropy, ...) -> a grid of panels,
+    two per row."""
+    plt = _plt()
+    names = list(series)
+    rows = (len(names) + 1) // 2
+    fig, axes = plt.subplots(rows, 2, figsize=(10, 3.0 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        _line(ax, series[name], name)
+        n = len(series[name])
+        ax.set_title(name + (f" (mean of {_window(n)} steps)" if _window(n) > 1 else ""), fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_visible(False)
+    return to_data_uri(fig)
+
+
+def shares_vs_quotas(families: dict[str, list[tuple[int, float, float]]],
+                     deviation: Sequence[tuple[int, float, float]], share: str) -> str:
+    """{family: [(step, share, quota)]} and [(step, mean |share - quota|, max)] over the domains
+    -> two panels: each family's share (solid) against its quota (dashed), and the deviation."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for fam, points in sorted(families.items()):
+        xs, shares, quotas = zip(*sorted(points))
+        (line,) = axes[0].plot(xs, shares, marker="." if len(xs) < 40 else None, label=fam)
+        axes[0].plot(xs, quotas, ls="--", lw=0.9, color=line.get_color())
+    axes[0].set_title(f"{share} share per family (solid) against its quota (dashed)", fontsize=10)
+    axes[0].set_ylabel("share of the tier")
+    axes[0].legend(fontsize=7, ncol=2 if len(families) > 6 else 1)
+    if deviation:
+        xs, means, maxes = zip(*sorted(deviation))
+        axes[1].plot(xs, means, marker=".", label="mean over domains")
+        axes[1].plot(xs, maxes, marker=".", label="worst domain")
+        axes[1].legend(fontsize=8)
+    axes[1].set_title("|share - quota| per domain", fontsize=10)
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
     return to_data_uri(fig)
 
 
@@ -57,8 +129,10 @@ def _cut(rows: list[Any], key) -> tuple[list[Any], str]:
     return kept, f" ({MAX_ROWS} of {len(rows)} domains: the largest changes)"
 
 
-def pass1_by_domain(series: Sequence[tuple[str, dict[str, tuple[float, float, float]]]]) -> str:
-    """[(eval name, {domain: (pass1, lo, hi)})] -> grouped horizontal bars with CI whiskers."""
+def pass1_by_domain(series: Sequence[tuple[str, dict[str, tuple[float, float, float]]]],
+                    what: str = "domain") -> str:
+    """[(eval name, {domain (or family): (pass1, lo, hi)})] -> grouped horizontal bars with CI
+    whiskers."""
     plt = _plt()
     domains = sorted({d for _, vals in series for d in vals})
     first, last = series[0][1], series[-1][1]
@@ -79,7 +153,7 @@ def pass1_by_domain(series: Sequence[tuple[str, dict[str, tuple[float, float, fl
     ax.set_yticks([j + 0.4 - width / 2 for j in range(len(domains))], domains, fontsize=7)
     ax.set_xlim(0, 1)
     ax.set_xlabel("pass@1 (95% CI)")
-    ax.set_title("pass@1 per domain" + note, fontsize=10)
+    ax.set_title(f"pass@1 per {what}" + note, fontsize=10)
     ax.invert_yaxis()
     ax.legend(fontsize=8, loc="lower right")
     return to_data_uri(fig)
@@ -107,21 +181,25 @@ def cost_vs_pass(points: Sequence[tuple[str, str, float, float, float]]) -> str:
     return to_data_uri(fig)
 
 
-def forest(rows: Sequence[tuple[str, float, float, float, bool]], title: str) -> str:
-    """[(label, diff, lo, hi, flagged)] -> forest plot; the last row is the overall estimate."""
+def forest(rows: Sequence[tuple[str, float, float, float, bool]], title: str, *, overall: bool = True) -> str:
+    """[(label, diff, lo, hi, flagged)] -> forest plot; with `overall`, the last row is the overall
+    estimate (drawn last, as a diamond). Without it, the rows are drawn as given (already ranked)."""
     plt = _plt()
-    body, overall = list(rows[:-1]), rows[-1]
-    body, note = _cut(body, lambda r: abs(r[1]))
-    body = sorted(body, key=lambda r: r[1])
-    rows = body + [overall]
+    if overall:
+        body, last = list(rows[:-1]), [rows[-1]]
+        body, note = _cut(body, lambda r: abs(r[1]))
+        body = sorted(body, key=lambda r: r[1])
+    else:
+        body, last, note = list(rows), [], ""
+    rows = body + last
     fig, ax = plt.subplots(figsize=(7.5, max(2.5, 0.22 * len(rows) + 1)))
     for i, (_label, diff, lo, hi, flagged) in enumerate(rows):
         color = "crimson" if flagged and diff < 0 else ("seagreen" if flagged else "0.3")
-        marker = "D" if i == len(rows) - 1 else "o"
+        marker = "D" if overall and i == len(rows) - 1 else "o"
         ax.errorbar([diff], [i], xerr=[[diff - lo], [hi - diff]], fmt=marker, color=color, ms=4, lw=1)
     ax.axvline(0, color="0.5", lw=0.8, ls="--")
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=7)
     ax.invert_yaxis()  # the overall estimate at the bottom, as in a meta-analysis forest plot
-    ax.set_xlabel("difference in pass@1 (95% CI); red: significant regression")
+    ax.set_xlabel("difference in pass@1 (95% CI); red: significant regression, green: significant gain")
     ax.set_title(title + note, fontsize=10)
     return to_data_uri(fig)

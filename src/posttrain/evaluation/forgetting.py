@@ -39,6 +39,36 @@ def _newcombe(p1: float, n1: int, p2: float, n2: int, confidence: float) -> tupl
     return (d - sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), d + sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2))
 
 
+def domain_deltas(before: EvalResult, after: EvalResult, *, alpha: float = 0.05) -> dict[str, dict[str, Any]]:
+    """Per-domain pass@1 change (after - before) with its confidence interval, for the domains
+    both evaluations scored: paired (bootstrap CI, Holm-corrected McNemar) where they share tasks,
+    Newcombe's unpaired interval otherwise. Each row: before, after, delta, ci, paired, p,
+    significant_drop, significant (either direction)."""
+    conf = after.config.confidence
+    sb, sa = before.summary["domains"], after.summary["domains"]
+    try:
+        paired = compare(before, after, alpha=alpha, confidence=conf,
+                         bootstrap_samples=after.config.bootstrap_samples, seed=after.config.seed).domains
+    except ValueError:
+        paired = {}
+    rows: dict[str, dict[str, Any]] = {}
+    for dom in sorted(set(sb) & set(sa)):
+        if dom in paired:
+            v = paired[dom]
+            rows[dom] = {"before": v["pass1_a"], "after": v["pass1_b"], "delta": v["diff"], "ci": v["ci"],
+                         "paired": True, "p": v["p_holm"], "significant_drop": v["regression"],
+                         "significant": v["significant"]}
+            continue
+        e1, e2 = sb[dom]["pass@1"], sa[dom]["pass@1"]
+        if e1["value"] is None or e2["value"] is None:
+            continue
+        lo, hi = _newcombe(e1["value"], e1["tasks"], e2["value"], e2["tasks"], conf)
+        rows[dom] = {"before": e1["value"], "after": e2["value"], "delta": round(e2["value"] - e1["value"], 6),
+                     "ci": [round(lo, 6), round(hi, 6)], "paired": False, "p": None,
+                     "significant_drop": hi < 0, "significant": hi < 0 or lo > 0}
+    return rows
+
+
 def forgetting_report(before: EvalResult, after: EvalResult, trained_domains: Iterable[str] | str, *,
                       alpha: float = 0.05) -> dict[str, Any]:
     """Per-domain pass@1 deltas (after - before), split into held-out and trained domains.
@@ -46,30 +76,10 @@ def forgetting_report(before: EvalResult, after: EvalResult, trained_domains: It
     `trained_domains`: names or glob patterns (a comma-separated string works too)."""
     patterns = ([p.strip() for p in trained_domains.split(",") if p.strip()]
                 if isinstance(trained_domains, str) else list(trained_domains))
-    conf = after.config.confidence
     sb, sa = before.summary["domains"], after.summary["domains"]
-    common = sorted(set(sb) & set(sa))
-    try:
-        paired = compare(before, after, alpha=alpha, confidence=conf,
-                         bootstrap_samples=after.config.bootstrap_samples, seed=after.config.seed).domains
-    except ValueError:
-        paired = {}
-    rows: dict[str, dict[str, Any]] = {}
-    for dom in common:
-        if dom in paired:
-            v = paired[dom]
-            row = {"before": v["pass1_a"], "after": v["pass1_b"], "delta": v["diff"], "ci": v["ci"],
-                   "paired": True, "p": v["p_holm"], "significant_drop": v["regression"]}
-        else:
-            e1, e2 = sb[dom]["pass@1"], sa[dom]["pass@1"]
-            if e1["value"] is None or e2["value"] is None:
-                continue
-            lo, hi = _newcombe(e1["value"], e1["tasks"], e2["value"], e2["tasks"], conf)
-            row = {"before": e1["value"], "after": e2["value"], "delta": round(e2["value"] - e1["value"], 6),
-                   "ci": [round(lo, 6), round(hi, 6)], "paired": False, "p": None,
-                   "significant_drop": hi < 0}
+    rows = domain_deltas(before, after, alpha=alpha)
+    for dom, row in rows.items():
         row["trained"] = any(fnmatch.fnmatchcase(dom, p) for p in patterns)
-        rows[dom] = row
     held = {d: r for d, r in rows.items() if not r["trained"]}
     trained = {d: r for d, r in rows.items() if r["trained"]}
     return {"format": FORGETTING_FORMAT, "before": before.name, "after": after.name,

@@ -2,13 +2,14 @@
 
 What it reads from the run directory (each section says so in the page when its data is missing):
 
-* `metrics.jsonl` -- training metrics, one JSON object per line. Keys read: `step` (int,
-  required: lines without it are skipped and counted), `family/<family>/reward` (mean reward of
-  that family's training samples at the step) and `family/<family>/pass_rate` (share passed), each
-  plotted as one learning curve per family; other keys are ignored. Unparseable lines are skipped
-  and counted in a visible note.
-* `evals/*.json` -- eval results (`posttrain.evaluation.result`): the per-domain pass@1 of every
-  saved evaluation (before/after = oldest/newest), the latest one's tables, cost against pass rate.
+* `metrics.jsonl`, `scheduler.json`, `config.json` -- training (`report_training`): learning
+  curves per family and per tier, loss/KL/gradient-norm/entropy curves, the scheduler's shares
+  against its quotas over time, the quarantined, retired and budget-exhausted domains. Lines
+  without an integer `step`, and unparseable lines, are skipped and counted in a visible note.
+* `evals/*.json` -- eval results (`posttrain.evaluation.result`): pass@1 per family (and per
+  domain, up to `SMALL` domains) of the oldest and newest evaluation, the domains that moved most
+  between them with confidence intervals (`movers`), the latest one's tables, cost against pass
+  rate.
 * `ab/*.json` -- A/B reports (`posttrain eval compare --run-dir`): forest plots.
 * `forgetting/*.json` -- forgetting reports (`posttrain.evaluation.forgetting`).
 * `noise.json`, `quarantine.json` -- verifier noise and quarantined tasks (`posttrain tasks noise`).
@@ -28,13 +29,16 @@ from posttrain.errors import write_text_atomic
 from posttrain.evaluation import figures
 from posttrain.evaluation.ab import AB_DIR, ABReport
 from posttrain.evaluation.contamination import CONTAMINATION_FILE
-from posttrain.evaluation.forgetting import FORGETTING_DIR
+from posttrain.evaluation.forgetting import FORGETTING_DIR, domain_deltas
+from posttrain.evaluation.movers import rank_moves
 from posttrain.evaluation.noise import NOISE_FILE, QUARANTINE_FILE
+from posttrain.evaluation.report_training import sections
 from posttrain.evaluation.result import EVALS_DIR, EvalResult
 
-METRICS_FILE = "metrics.jsonl"
-CURVE_METRICS = ("reward", "pass_rate")
-"""the `family/<f>/<metric>` metrics drawn as learning curves, in this order"""
+SMALL = figures.MAX_ROWS
+"""up to this many domains, pass@1 is also drawn per domain; past it, per family only"""
+MOVERS = 20
+"""gains and drops drawn in the "domains that moved most" charts (each)"""
 
 
 def _json_files(folder: Path) -> list[tuple[Path, Any]]:
@@ -45,37 +49,6 @@ def _json_files(folder: Path) -> list[tuple[Path, Any]]:
         except (OSError, json.JSONDecodeError) as e:
             out.append((p, e))
     return out
-
-
-def _learning(run: Path) -> dict[str, Any]:
-    path = run / METRICS_FILE
-    if not path.is_file():
-        return {"note": f"no {METRICS_FILE} in the run directory: no training metrics to plot"}
-    curves: dict[str, dict[str, list[tuple[int, float]]]] = {m: {} for m in CURVE_METRICS}
-    bad = no_step = 0
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            bad += 1
-            continue
-        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
-            no_step += 1
-            continue
-        for key, value in row.items():
-            parts = key.split("/")
-            if len(parts) == 3 and parts[0] == "family" and parts[2] in curves and isinstance(value, (int, float)):
-                curves[parts[2]].setdefault(parts[1], []).append((row["step"], float(value)))
-    curves = {m: v for m, v in curves.items() if v}
-    notes = []
-    if bad or no_step:
-        notes.append(f"{bad} unparseable line(s) and {no_step} line(s) without an integer 'step' were skipped")
-    if not curves:
-        return {"note": f"{METRICS_FILE} has no family/<family>/reward or pass_rate keys", "notes": notes}
-    return {"figure": figures.learning_curves(curves), "notes": notes,
-            "families": sorted({f for v in curves.values() for f in v})}
 
 
 def _evals(run: Path) -> tuple[dict[str, Any], list[str]]:
@@ -93,6 +66,10 @@ def _evals(run: Path) -> tuple[dict[str, Any], list[str]]:
                         if v["pass@1"]["value"] is not None}) for r in results]
     shown = [series[0], series[-1]] if len(series) > 2 else series
     latest = results[-1]
+    fams = [(r.name, {f: (v["micro_pass1"], *v["micro_pass1_ci"]) for f, v in r.summary["families"].items()
+                      if v.get("micro_pass1") is not None and v.get("micro_pass1_ci")})
+            for r in ([results[0], results[-1]] if len(results) > 1 else results)]
+    n_domains = len({d for _, vals in shown for d in vals})
     doms = latest.summary["domains"]
     points = [(d, v["family"], v["cost"]["per_episode"]["prompt_tokens"] + v["cost"]["per_episode"]["output_tokens"],
                v["cost"]["per_episode"]["gen_s"] + v["cost"]["per_episode"]["sandbox_s"], v["pass@1"]["value"])
@@ -102,10 +79,34 @@ def _evals(run: Path) -> tuple[dict[str, Any], list[str]]:
                 "episodes": r.summary["episodes"], "macro": r.summary["macro_pass1"],
                 "micro": r.summary["micro_pass1"], "infra": r.summary["infra_error_rate"],
                 "k": r.config.k, "wall_s": r.wall_s} for r in results],
-            "pass_figure": figures.pass1_by_domain(shown) if any(s[1] for s in shown) else None,
+            "pass_figure": (figures.pass1_by_domain(shown) if any(s[1] for s in shown) and n_domains <= SMALL
+                            else None),
+            "n_domains": n_domains,
+            "family_figure": figures.pass1_by_domain(fams, what="family (micro, all tasks)")
+            if any(f[1] for f in fams) else None,
+            "moves": _moves(results[0], results[-1]) if len(results) > 1 else None,
             "cost_figure": figures.cost_vs_pass(points) if points else None,
             "latest": latest.name, "families": latest.summary["families"], "domains": doms,
             "k": latest.config.k}, problems
+
+
+def _moves(first: EvalResult, last: EvalResult) -> dict[str, Any]:
+    """The domains that moved most from the first evaluation to the last, ranked by how large the
+    change is at least (`movers`), drawn with their intervals; the full list goes in a table."""
+    moves = rank_moves(domain_deltas(first, last))
+
+    def rows(items: list[dict[str, Any]]) -> list[tuple[str, float, float, float, bool]]:
+        return [(r["domain"], r["delta"], r["ci"][0], r["ci"][1], r["significant"]) for r in items[:MOVERS]]
+
+    n = len(moves.gains) + len(moves.drops)
+    return {"gains": moves.gains, "drops": moves.drops, "unmoved": moves.unmoved, "moved": n,
+            "significant": moves.significant, "first": first.name, "last": last.name,
+            "gain_figure": figures.forest(rows(moves.gains), f"largest gains, {last.name} minus {first.name} "
+                                          f"({min(MOVERS, len(moves.gains))} of {len(moves.gains)})",
+                                          overall=False) if moves.gains else None,
+            "drop_figure": figures.forest(rows(moves.drops), f"largest drops, {last.name} minus {first.name} "
+                                          f"({min(MOVERS, len(moves.drops))} of {len(moves.drops)})",
+                                          overall=False) if moves.drops else None}
 
 
 def _ab(run: Path) -> tuple[list[dict[str, Any]], list[str]]:
@@ -181,7 +182,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     env.filters["num"] = lambda x, nd=3: "–" if x is None else f"{x:.{nd}f}"
     page = env.get_template("report.html.j2").render(
         run=str(run.resolve()), generated=time.strftime("%Y-%m-%d %H:%M:%S"), store=_store(run),
-        learning=_learning(run), evals=evals, ab=ab, forgetting=forgetting,
+        **sections(run), evals=evals, ab=ab, forgetting=forgetting,
         noise=_read(run / NOISE_FILE),
         quarantine=(quarantine or {}).get("tasks") if isinstance(quarantine, dict) else None,
         contamination=_read(run / CONTAMINATION_FILE),

@@ -294,6 +294,30 @@ class Job:
         return {"generator_busy": m.get("generator_busy"),
                 "infra_errors_total": m.get("infra_errors", 0)}
 
+    def cumulative_forgetting(self, after: Any, trained: list[str]) -> dict[str, Any] | None:
+        """Round 2 and later: forgetting from the base model (the first round's before) to this
+        round's after, in `forgetting/<name>-from-base.json` (`pipeline.rounds`); its figures for
+        summary.json, or None for a first round."""
+        from posttrain.evaluation import write_forgetting
+        from posttrain.pipeline import rounds
+
+        try:
+            earlier = rounds.earlier_rounds(self.config.model.path)
+            report = rounds.cumulative_forgetting(earlier, self.config.name, after, trained)
+        except ValueError as e:  # an earlier round's files are unreadable: said, not fatal
+            self.warnings.append(f"cumulative forgetting not computed: {e}")
+            self.console.print(f"[yellow]warning: cumulative forgetting not computed: {e}")
+            return None
+        if report is None:
+            return None
+        write_forgetting(self.run_dir, report, self.config.name + rounds.CUMULATIVE_SUFFIX)
+        mean = report["held_out_mean_delta"]
+        self.console.print(f"forgetting since the base model ({' -> '.join(report['rounds'])}): held-out mean "
+                           f"{'-' if mean is None else f'{mean:+.3f}'}, significant drops: "
+                           f"{', '.join(report['forgotten']) or 'none'}")
+        return {k: report[k] for k in ("before", "after", "rounds", "held_out_mean_delta", "trained_mean_delta",
+                                       "forgotten")}
+
     # -- the whole job ----------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         import torch
@@ -361,6 +385,7 @@ class Job:
         trained = [d.name for d in self.train_domains]
         forgetting = forgetting_report(before, after, trained)
         write_forgetting(self.run_dir, forgetting, cfg.name)
+        cumulative = self.cumulative_forgetting(after, trained)
         k = cfg.eval.n_samples
         summary = report.summarize(cfg.name, cfg.steps, k, before, after, trained,
                                    [d.name for d in self.heldout_domains], train_s,
@@ -375,6 +400,8 @@ class Job:
             stopped_early=self.stopped_early)
         if gate is not None:
             summary["gate"] = gate
+        if cumulative is not None:
+            summary["cumulative_forgetting"] = cumulative
         _write_json(self.run_dir / "summary.json", summary)
         report.print_table(self.console, cfg.steps, k, before, after, trained, summary)
         try:

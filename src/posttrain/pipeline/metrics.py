@@ -18,7 +18,7 @@ from typing import Any
 
 from posttrain.errors import writing
 
-DOMAIN_SCHED_KEYS = ("quota", "sample_share", "cost_share", "effective_weight", "samples", "cost",
+DOMAIN_SCHED_KEYS = ("tier", "quota", "sample_share", "cost_share", "effective_weight", "samples", "cost",
                      "sandbox_s", "gen_s", "tokens", "queue_wait_p50_s", "queue_wait_p99_s",
                      "max_service_gap_s", "infra_errors", "retries", "groups_dropped", "signal_share")
 """the scheduler's per-domain figures written into metrics.jsonl every `checkpoint_every` steps"""
@@ -99,7 +99,7 @@ def step_row(step: int, metrics: Mapping[str, Any], groups: Sequence[Any], sched
                 "queue_wait_p50_s", "queue_wait_p99_s", "max_wait_s"):
         if key in sched:
             row[f"sched/{key}"] = sched[key]
-    for key in ("quarantined", "retired"):  # domain -> why; the per-domain table is in scheduler.json
+    for key in ("quarantined", "retired", "exhausted"):  # domain -> why is in scheduler.json
         row[f"sched/{key}"] = sorted(sched.get(key) or {})
     if "domains" in sched:  # every checkpoint_every steps: per domain, against its quota
         row["sched/domains"] = {d: {k: v[k] for k in DOMAIN_SCHED_KEYS if k in v}

@@ -7,6 +7,10 @@ row's logits. A batch of long prompts that fits the row limit can still ask for 
 `plan_batches` cuts a request list into consecutive batches whose estimate stays under a cap.
 The estimate is deliberately simple (dense attention, no allocator slack): it bounds batches
 of very different lengths, it does not predict a peak to the byte.
+
+Training has the same problem with a bigger bill (every layer's activations are kept for the
+backward pass): `MemoryModel.train_tokens` turns a cap into the padded tokens (rows x longest row)
+one training micro-batch may hold, the trainer's default `micro_batch_tokens`.
 """
 
 from __future__ import annotations
@@ -41,6 +45,10 @@ class MemoryModel:
     """one layer's attention scores, one (query, key) pair of the prefill"""
     logits_per_row: int
     """the last position's logits and the sampler's float32 copies of them"""
+    layers: int = 1
+    """transformer layers: training keeps every layer's activations for the backward pass"""
+    logits_per_position: int = 0
+    """training: one position's logits, their float32 log-softmax and its gradient"""
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> MemoryModel:
@@ -56,13 +64,33 @@ class MemoryModel:
         return cls(kv_per_token=2 * layers * kv_dim * elem,
                    act_per_token=(4 * hidden + 2 * inner) * elem,
                    attn_per_pair=heads * elem,
-                   logits_per_row=4 * vocab * 4)
+                   logits_per_row=4 * vocab * 4, layers=layers,
+                   logits_per_position=vocab * (elem + 3 * 4))
 
     def batch_bytes(self, rows: int, prompt_len: int, total_len: int) -> int:
         """`rows` rows padded to `prompt_len` prompt positions, growing to `total_len`."""
         per_row = (self.kv_per_token * total_len + self.act_per_token * prompt_len
                    + self.attn_per_pair * prompt_len * prompt_len + self.logits_per_row)
         return rows * per_row
+
+
+    def train_bytes_per_token(self, length: int) -> int:
+        """Training (forward kept for backward, then backward) bytes per padded token of a
+        micro-batch whose rows are `length` tokens long: every layer's saved activations (about
+        three times one layer's forward set: what the forward keeps, plus the backward's own),
+        its attention probabilities and their gradient (a row of `length` per token), and the
+        logits of the scored positions (counted at every position: an upper bound)."""
+        return (self.layers * (TRAIN_ACT_FACTOR * self.act_per_token + 2 * self.attn_per_pair * length)
+                + self.logits_per_position)
+
+    def train_tokens(self, cap_bytes: int, length: int) -> int:
+        """Padded tokens (rows x longest row) a training micro-batch of rows at most `length` long
+        may hold under `cap_bytes`: at least `length` (one row always runs)."""
+        return max(length, cap_bytes // max(1, self.train_bytes_per_token(length)))
+
+
+TRAIN_ACT_FACTOR = 3
+"""training activations per layer and token, in units of one layer's forward activations"""
 
 
 def default_cap_bytes(device: torch.device) -> int:

@@ -179,6 +179,9 @@ def _shared_prompt_logits(model: torch.nn.Module, samples: Sequence[Sample]
     c_ids, valid = c_ids.to(device), valid.to(device)
     mask = torch.cat([p_mask[rows], present.to(device)], dim=1)
     positions = p_mask[rows].sum(-1, keepdim=True) + torch.arange(keep, device=device)[None, :]
+    # padding after a short tail would count on past the row's end (a long prompt beside another
+    # sample's long tail can pass the model's last position): masked columns sit at position 0
+    positions = positions * present.to(device)
     logits = model(input_ids=c_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                    **{cache_kwarg(model): cache}).logits
     # The prompt's last logits predict the first generated token; each generated token's

@@ -37,10 +37,15 @@ class TrainerConfig:
     micro_batch_size: int = 64
     """sequences per forward/backward; the gradients of a step's micro-batches are accumulated
     into one update, so this changes memory use, not the result"""
-    micro_batch_tokens: int = 0
-    """when > 0, a micro-batch also holds at most this many tokens (prompt + completion; a
-    longer sample goes alone): memory bounded by tokens rather than sequences, which is what
-    long answers need. Like `micro_batch_size`, it changes memory use, not the result"""
+    micro_batch_tokens: int | Literal["auto"] = "auto"
+    """a micro-batch also holds at most this many padded tokens (rows x its longest row, prompt +
+    completion; a longer sample goes alone): memory bounded by tokens rather than sequences, which
+    is what long answers need. 'auto' derives it each step from the model's shape, the step's
+    longest sample and `micro_batch_memory_mb` (`posttrain.policies.memory`); 0 sets no token
+    bound. Like `micro_batch_size`, it changes memory use, not the result"""
+    micro_batch_memory_mb: float = 0.0
+    """the memory one training micro-batch may use when `micro_batch_tokens` is 'auto'; 0: half
+    the GPU's free memory, or a quarter of the machine's memory on the CPU"""
     ppo_epochs: int = 1
     """optimizer updates per `step()` over the same batch; 1 is strictly on-policy (the
     ratio is 1 up to sampler/trainer numerics), more reuse the samples and make clipping bite"""
@@ -94,8 +99,9 @@ class TrainerConfig:
         check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), self, "betas",
               "must be two numbers in [0, 1)")
         check(self.max_grad_norm >= 0, self, "max_grad_norm", "must be >= 0")
-        check(self.micro_batch_tokens >= 0, self, "micro_batch_tokens",
-              "must be an integer >= 0 (0: no token bound)")
+        check(self.micro_batch_tokens == "auto" or self.micro_batch_tokens >= 0, self, "micro_batch_tokens",
+              "must be 'auto' or an integer >= 0 (0: no token bound)")
+        check(self.micro_batch_memory_mb >= 0, self, "micro_batch_memory_mb", "must be >= 0 (0: from the device)")
         for name in ("micro_batch_size", "ppo_epochs"):
             check(getattr(self, name) >= 1, self, name, "must be an integer >= 1")
         check(0 <= self.clip_low < 1, self, "clip_low", "must be in [0, 1)")

@@ -14,7 +14,8 @@ One `step()`:
 2. one sample per generated turn (`batch.py`); old log-probs from the sampler or a no-grad pass,
    reference log-probs when `kl_beta > 0`;
 3. `ppo_epochs` optimizer updates, each accumulating the clipped loss (`losses.py`) over
-   micro-batches, then gradient clipping and AdamW.
+   micro-batches (bounded by sequences and by padded tokens: `token_bound`, from the memory
+   estimate by default), then gradient clipping and AdamW.
 
 Lineage: a trainer starts from some version (the base model, or a checkpoint of an earlier
 round); every version it produces is '<run_name>/step-<n>' with that starting version as its
@@ -36,6 +37,7 @@ import numpy as np
 import torch
 
 from posttrain.policies.local import VERSION_FILE, TorchPolicy, weights_hash
+from posttrain.policies.memory import MemoryModel, default_cap_bytes
 from posttrain.training import checkpoints
 from posttrain.training.advantages import select_groups
 from posttrain.training.batch import Sample, samples_from
@@ -69,6 +71,8 @@ class Trainer:
         self.engine = make_engine(self.model, config, self.reference)
         """where forward/backward and the optimizer run (`posttrain.training.engines`)"""
         self.model, self.reference = self.engine.model, self.engine.reference
+        self.memory = MemoryModel.of(policy.model)
+        """the model's shape, for the memory bound of a micro-batch (`token_bound`)"""
         self.optimizer = self.engine.optimizer
         self.step_count = 0
         self.data_cursor = 0
@@ -140,9 +144,20 @@ class Trainer:
                     f"but TrainerConfig.temperature is {self.config.temperature}: the log-probs "
                     "would not describe the policy that sampled it")
 
-    def _logprobs_no_grad(self, model: torch.nn.Module, samples: list[Sample]) -> torch.Tensor:
+    def _logprobs_no_grad(self, model: torch.nn.Module, samples: list[Sample], tokens: int) -> torch.Tensor:
         return self.engine.logprobs(model, samples, temperature=self.config.temperature,
-                                    size=self.config.micro_batch_size, tokens=self.config.micro_batch_tokens)
+                                    size=self.config.micro_batch_size, tokens=tokens)
+
+    def token_bound(self, samples: Sequence[Sample]) -> int:
+        """Padded tokens one micro-batch of `samples` may hold: `micro_batch_tokens`, or with
+        'auto' what the memory estimate allows for the step's longest sample under the cap
+        (`micro_batch_memory_mb`, else from the device), so long sequences split, never OOM."""
+        cfg = self.config
+        if cfg.micro_batch_tokens != "auto":
+            return int(cfg.micro_batch_tokens)
+        cap = (int(cfg.micro_batch_memory_mb * 2**20) if cfg.micro_batch_memory_mb > 0
+               else default_cap_bytes(next(self.model.parameters()).device))
+        return self.memory.train_tokens(cap, max(sample_tokens(samples), default=1))
 
     def _update(self, samples: list[Sample]) -> dict[str, float]:
         cfg = self.config
@@ -159,23 +174,24 @@ class Trainer:
                      if has_sampler else None)
         tis = cfg.tis_cap > 0 and behaviour is not None
         use_sampler = cfg.old_logprobs == "sampler" and has_sampler and not tis
-        old = behaviour if use_sampler else self._logprobs_no_grad(self.model, samples)
+        tokens = self.token_bound(samples)
+        old = behaviour if use_sampler else self._logprobs_no_grad(self.model, samples, tokens)
         assert old is not None
         is_weights, mismatch = None, dict[str, float]()
         if behaviour is not None and not use_sampler:  # trainer vs sampler, token by token
             is_weights, mismatch = off_policy(old, behaviour, weights, cfg.tis_cap if tis else 0.0)
-        ref = self._logprobs_no_grad(self.reference, samples) if self.reference is not None else None
+        ref = self._logprobs_no_grad(self.reference, samples, tokens) if self.reference is not None else None
 
         self.model.train()
         engine = self.engine
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0,
                 "grad_norm": 0.0, "sampler_logprob_diff": 0.0}
         ratio_max = 0.0
+        ranges = engine.micro_batches(sample_tokens(samples), cfg.micro_batch_size, tokens)
         for epoch in range(cfg.ppo_epochs):
             step_sums = dict.fromkeys(sums, 0.0)
             self.optimizer.zero_grad(set_to_none=True)
-            for lo, hi in engine.micro_batches(sample_tokens(samples), cfg.micro_batch_size,
-                                               cfg.micro_batch_tokens):
+            for lo, hi in ranges:
                 if lo == hi:  # a distributed engine's placeholder: same forwards on every rank
                     new, _ = engine.forward(samples[:1], temperature=cfg.temperature)
                     engine.backward(new.sum() * 0.0)
@@ -207,6 +223,9 @@ class Trainer:
         out["old_logprobs_from_sampler"] = float(use_sampler)
         out.update(mismatch)
         out["updated"] = 1
+        # how the memory bound cut the batch (this rank's forwards per update)
+        out["micro_batches"] = float(len(ranges))
+        out["micro_batch_tokens"] = float(tokens)
         return out
 
     # -- checkpoints -----------------------------------------------------------------

@@ -115,7 +115,8 @@ def recorded_sources(run_configs: Iterable[dict]) -> list[str]:
     rollout's or an evaluation's config, `domains.sources` in a training run's."""
     out: list[str] = []
     for config in run_configs:
-        specs = config.get("sources") or (config.get("domains") or {}).get("sources") or []
+        domains = config.get("domains")  # a training run's section; a rollout's patterns (a string)
+        specs = config.get("sources") or (domains.get("sources") if isinstance(domains, dict) else None) or []
         out += [s for s in specs if isinstance(s, str) and s not in out]
     return out
 

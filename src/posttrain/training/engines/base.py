@@ -60,15 +60,16 @@ class TrainEngine(Protocol):
 
 def split(lengths: Sequence[int], lo: int, hi: int, size: int, tokens: int = 0) -> list[tuple[int, int]]:
     """Consecutive ranges covering samples [lo, hi): at most `size` samples each and, when
-    `tokens` > 0, at most `tokens` tokens (a sample longer than that goes alone)."""
+    `tokens` > 0, at most `tokens` padded tokens -- rows x the longest row, the tensor a forward
+    pass over left-padded rows allocates (a sample longer than that goes alone)."""
     out: list[tuple[int, int]] = []
-    start, used = lo, 0
+    start, longest = lo, 0
     for i in range(lo, hi):
         n = lengths[i]
-        if i > start and (i - start >= size or (tokens > 0 and used + n > tokens)):
+        if i > start and (i - start >= size or (tokens > 0 and (i - start + 1) * max(longest, n) > tokens)):
             out.append((start, i))
-            start, used = i, 0
-        used += n
+            start, longest = i, 0
+        longest = max(longest, n)
     if hi > start:
         out.append((start, hi))
     return out
