@@ -36,6 +36,7 @@ def test_the_slip_nudges_the_last_edit_and_skips_the_checks():
     assert ac.slip(model)[0] == model[0].replace("'model.json'", "'model.jsoo'")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["terminal.count.words", "code.repair.list.kth"])
 def test_slipped_transcripts_fail_and_clean_ones_pass_in_the_real_sandbox(name):
     got = ac.tool_transcripts(get_domain(name), [1, 2, 3], 1.0, random.Random(0), workers=2)
@@ -46,6 +47,7 @@ def test_slipped_transcripts_fail_and_clean_ones_pass_in_the_real_sandbox(name):
     assert len(clean[0].actions) >= 2 and clean[0].observations[1].startswith("[bash] exit")
 
 
+@pytest.mark.slow
 def test_rows_are_the_token_in_token_out_history_with_loss_on_actions_only():
     from posttrain.policies.render import continue_ids, render_ids
     from posttrain.values.generation import Message
@@ -65,6 +67,7 @@ def test_rows_are_the_token_in_token_out_history_with_loss_on_actions_only():
     assert trained == act0 + tok("<submit>12</submit>", add_special_tokens=False)["input_ids"]
 
 
+@pytest.mark.slow
 def test_pretraining_resumes_from_its_snapshot_to_the_same_weights(tmp_path, monkeypatch):
     import pretrain_agent as pa
     import torch

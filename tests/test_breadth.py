@@ -40,6 +40,7 @@ def test_unfit_domains_are_refused_or_left_out_once(capsys):
     assert checks.check_context(CharPolicy(10_000), [short, long_], evals) == set()
 
 
+@pytest.mark.slow
 def test_eval_baseline_gates_the_run(tmp_path):
     """`[eval] baseline = FILE`: the trained policy is compared with the baseline's frozen verdicts
     and a significant regression makes the run exit 1 (an oracle's verdicts: the tiny model

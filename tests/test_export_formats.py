@@ -78,6 +78,7 @@ def test_trl_is_conversational_when_an_episode_has_several_turns(run_dir, tmp_pa
         assert [m["content"] for m in row["completion"] if m["role"] == "assistant"] == [u.action for u in t.turns]
 
 
+@pytest.mark.slow
 def test_trl_standard_and_sft_passed_only(run_dir, tmp_path):
     trajs, _ = _store_view(run_dir)
     out = tmp_path / "trl.parquet"

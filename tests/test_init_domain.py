@@ -21,6 +21,7 @@ def _env(*paths: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), *map(str, paths)])}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_generated_package_installs_and_passes_its_checks(tmp_path):
     pytest.importorskip("setuptools", reason="the package is built with setuptools")

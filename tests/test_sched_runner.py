@@ -140,6 +140,35 @@ def test_batcher_retries_a_failed_call_then_reports_errors_per_request():
     assert m["failed_requests"] == 5
 
 
+def test_batcher_does_not_cut_a_burst_of_requests_that_outlasts_max_wait():
+    """Episodes started in one pass of the event loop ask together, even when starting them
+    takes longer than `max_wait_s` (a model's cost is per call); a request that comes later,
+    after the burst, waits at most `max_wait_s` as before. Two generator threads lose nothing."""
+    from posttrain.scheduling.batcher import GenerationBatcher
+
+    req = GenerationRequest(messages=(Message("user", "q"),))
+
+    async def episode(b):
+        time.sleep(0.002)  # a slow start: the burst of 30 lasts ~60 ms, 30x max_wait_s
+        return await b.generate(req)
+
+    async def run(inflight):
+        b = GenerationBatcher(FlakyPolicy(0), BatchConfig(max_batch=64, max_wait_s=0.002,
+                                                          max_inflight=inflight))
+        b.start()
+        try:
+            out = await asyncio.gather(*(episode(b) for _ in range(30)))
+            late = await asyncio.gather(b.generate(req))
+            return out + late, b.metrics()
+        finally:
+            await b.close()
+
+    for inflight in (1, 2):
+        out, m = asyncio.run(run(inflight))
+        assert [c.finish_reason for c, _, _ in out] == ["stop"] * 31
+        assert m["calls"] == 2 and m["requests"] == 31, m
+
+
 class SlowEpisode:
     def __init__(self, spec):
         self.spec = spec

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +55,7 @@ def main(argv: list[str]) -> None:
     run(Trainer(MODEL, TrainerConfig(lr=2e-3, micro_batch_size=16, run_name="r")), Path(argv[1]), STEPS)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
     from posttrain.training.config import TrainerConfig
     from posttrain.training.trainer import Trainer

@@ -2,8 +2,11 @@
 
 Each running episode awaits `generate(request)`; requests wait in one queue, and the generator
 thread(s) pull batches from it: a thread that is free takes up to `max_batch` requests at once,
-waiting at most `max_wait_s` after the oldest one's arrival for more to join, and calls
-`Policy.generate` once for the batch. A thread that returns from a call takes the next batch
+waiting `max_wait_s` after the oldest one's arrival for more to join, and longer while the event
+loop is still running the episode steps that were ready when the first of them came (a burst:
+the episodes of a workload all start in one pass of the loop, which can outlast `max_wait_s`
+under load; cutting it would split one turn's requests into several calls of a model whose cost
+is per call), and calls `Policy.generate` once for the batch. A thread that returns from a call takes the next batch
 itself, straight away, without a round trip through the event loop, so a busy generator goes
 from one batch to the next without a gap (a loop busy with hundreds of episodes would otherwise
 add milliseconds per call). `generate` blocks (a local model computes, a server is waited on),
@@ -52,6 +55,9 @@ class GenerationBatcher:
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
+        self._burst = False
+        """requests are arriving from episode steps the loop is running now (a burst: e.g. a
+        thousand episodes started at once); a batch is not cut in the middle of one"""
         self._covered_until = 0.0
         self.intervals: deque[tuple[float, float]] = deque(maxlen=100_000)
         """(start, end) perf_counter times of the latest calls, for utilisation over a time range"""
@@ -100,10 +106,26 @@ class GenerationBatcher:
         fut: asyncio.Future = self._loop.create_future()
         now = time.perf_counter()
         with self._cond:
-            heapq.heappush(self._pending, (priority, next(self._count), request, fut, now))
+            pending = self._pending
+            heapq.heappush(pending, (priority, next(self._count), request, fut, now))
             self._oldest = min(self._oldest, now)
-            self._cond.notify()
+            if not self._burst:
+                self._burst = True
+                self._loop.call_soon(self._burst_ended)
+            # Wake a generator thread only when that changes what it does: the first request
+            # (it waits for one) or a full batch (it waits for the batch to fill). Waking it
+            # for every arrival cost a GIL hand-off per request, which doubled the engine's
+            # cost per episode of a cheap policy.
+            if len(pending) == 1 or len(pending) == self.config.max_batch:
+                self._cond.notify()
         return await fut
+
+    def _burst_ended(self) -> None:
+        """The loop has run every episode step that was ready when this burst's first request
+        came: what they had to ask is asked."""
+        with self._cond:
+            self._burst = False
+            self._cond.notify()
 
     def busy_seconds(self) -> float:
         """Seconds inside `generate` calls that have returned (a running call counts when done)."""
@@ -124,18 +146,25 @@ class GenerationBatcher:
         """The next batch (None when closing); waits for requests and for the batch to fill."""
         cfg = self.config
         with self._cond:
-            while not self._pending and not self._closing:
-                self._cond.wait()
-            while not self._closing and len(self._pending) < cfg.max_batch:
-                remaining = self._oldest + cfg.max_wait_s - time.perf_counter()
-                if remaining <= 0:
+            while True:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                while not self._closing and 0 < len(self._pending) < cfg.max_batch:
+                    remaining = self._oldest + cfg.max_wait_s - time.perf_counter()
+                    if remaining <= 0 and not self._burst:
+                        break
+                    self._cond.wait(remaining if remaining > 0 else None)
+                if self._closing:
+                    return None
+                if self._pending:
                     break
-                self._cond.wait(remaining)
-            if self._closing:
-                return None
+                # another generator thread took them while this one waited: wait anew (the
+                # oldest arrival is then no time at all, not a timeout to wait for)
             pending = self._pending
             batch = [heapq.heappop(pending) for _ in range(min(cfg.max_batch, len(pending)))]
             self._oldest = min((e[4] for e in pending), default=float("inf"))
+            if pending:
+                self._cond.notify()  # what is left is another thread's (arrivals do not wake it)
             return batch
 
     def _worker(self) -> None:

@@ -49,6 +49,9 @@ class SchedulerCore(CoreState):
         self.on_group, self.on_failure = on_group, on_failure
         self._load_group = load_group
         self._has_trainer_domains = any(s.tier == config.trainer_tier and s.continuous for s in domains)
+        self._endless_tiers = frozenset(s.tier for s in domains if s.continuous)
+        """tiers whose fair queue can name a domain (only continuous domains are in it unblocked):
+        another tier admits only submitted groups"""
         self._rng = random.Random(derive_seed(config.seed, "retry-jitter"))
         self.worker_slots, self.generator_slots = config.max_running, config.batch.max_inflight
         self.outage = PolicyOutage(config.retry.policy_outage_s)
@@ -238,10 +241,12 @@ class SchedulerCore(CoreState):
 
     # == internals: admission =========================================================
     def _admit(self, tier: str) -> GroupState | None:
+        submitted = self.submitted[tier]
+        if not submitted and tier not in self._endless_tiers:
+            return None  # the common miss of a fixed workload: asked after each episode ends
         trainer = tier == self.config.trainer_tier
         if trainer and not self.staleness.can_admit():
             return None
-        submitted = self.submitted[tier]
         domain = None
         named = None
         for _ in range(len(submitted)):

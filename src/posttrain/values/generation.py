@@ -31,7 +31,9 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens}")
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        # the fields as they are (all plain values; `asdict`'s deep copy cost more than the
+        # rest of a short episode's bookkeeping), with `stop` as a JSON list
+        d = dict(self.__dict__)
         d["stop"] = list(self.stop)
         return d
 
