@@ -2,6 +2,8 @@
 EventAccumulator), W&B offline and an MLflow file store (each when its library is installed)."""
 
 import importlib.util
+import json
+import os
 import time
 from pathlib import Path
 
@@ -144,3 +146,32 @@ def test_mlflow_file_store(tmp_path):
     assert run.info.run_name == "r" and run.info.status == "FINISHED"
     assert sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, "loss")) == [(1, 1.0), (2, 2.0)]
     assert run.data.metrics["eval/before/data.qa/pass_1"] == 0.25
+
+
+def test_trackio_local_store(tmp_path):
+    """trackio keeps a project's runs in a SQLite file under TRACKIO_DIR, read once at import:
+    the run is made and read back in a fresh process pointed at this test's directory."""
+    pytest.importorskip("trackio")
+    import subprocess
+    import sys
+
+    code = """
+import json, sys
+from pathlib import Path
+from posttrain.tracking import LoggingConfig, open_tracker
+tracker = open_tracker(LoggingConfig(backends=["trackio"], project="p"), Path(sys.argv[1]), "r", {"steps": 3})
+for step in (1, 2):
+    tracker.log(step, {"loss": float(step), "domain/data.qa/reward": 0.5})
+tracker.close()
+from trackio.sqlite_storage import SQLiteStorage
+print(json.dumps({"runs": SQLiteStorage.get_runs("p"), "logs": SQLiteStorage.get_logs("p", "r")}))
+"""
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio")}
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["runs"] == ["r"]
+    assert [(log["step"], log["loss"], log["domain/data.qa/reward"]) for log in out["logs"]] == [(1, 1.0, 0.5),
+                                                                                                 (2, 2.0, 0.5)]
+    assert (tmp_path / "trackio" / "p.db").exists()
