@@ -109,13 +109,20 @@ def is_disk_full(exc: BaseException, path: str | os.PathLike) -> bool:
             return True
         if "No space left on device" in str(e) or "os error 28" in str(e):
             return True
+    # a refusal that names another cause (no such file, permission, read-only) is that cause
+    if any(isinstance(e, OSError) and e.errno in _NOT_SPACE for e in _chain(exc)):
+        return False
     probe = Path(path)
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     try:
-        return shutil.disk_usage(probe).free < 64 * 1024
+        usage = shutil.disk_usage(probe)
     except OSError:
         return False
+    return usage.total > 0 and usage.free < 64 * 1024  # /proc, /sys: no blocks at all, not full
+
+
+_NOT_SPACE = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOTDIR}
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
