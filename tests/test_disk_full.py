@@ -96,6 +96,7 @@ def test_metrics_jsonl_names_itself_and_leaves_no_torn_line(disk):
 
 def test_summary_eval_forgetting_and_report_files_name_themselves(disk, tmp_path):
     from posttrain.evaluation import EvalConfig, run_eval
+    from posttrain.evaluation.contamination import check_contamination, guard_training
     from posttrain.evaluation.forgetting import write_forgetting
     from posttrain.evaluation.report import build_report
     from posttrain.evaluation.tasksets import resolve_tasks
@@ -103,6 +104,8 @@ def test_summary_eval_forgetting_and_report_files_name_themselves(disk, tmp_path
     from posttrain.policies.scripted import ScriptedPolicy
 
     result = run_eval(ScriptedPolicy.named("oracle"), resolve_tasks("math.add.d1", per_domain=40), EvalConfig(k=(1, 8)))
+    tasks = resolve_tasks("math.add.d1", per_domain=40)
+    contamination = check_contamination(tasks, tasks)  # a large report: every task collides
     (tmp_path / "run").mkdir()
     result.save_to_run(tmp_path / "run")  # a run to report on, off the full disk
     big = {"pad": "x" * 20000}
@@ -112,6 +115,7 @@ def test_summary_eval_forgetting_and_report_files_name_themselves(disk, tmp_path
         "evals/before.json": lambda p: result.save(p),
         "forgetting/f.json": lambda p: write_forgetting(p.parent.parent, {**big, "after": "f"}, "f"),
         "report.html": lambda p: build_report(tmp_path / "run", out=p),
+        "contamination.json": lambda p: guard_training(contamination, p.parent),
     }
     for name, write in expected.items():
         target = disk.path / name

@@ -60,8 +60,14 @@ def mark(run_dir: str | os.PathLike, status: str, error: str = "") -> None:
     path = Path(run_dir)
     if path.is_dir():
         tmp = path / (STATUS_FILE + ".tmp")
-        tmp.write_text(json.dumps({"status": status, "error": error[:2000], "time": time.time()}) + "\n")
-        os.replace(tmp, path / STATUS_FILE)
+        try:
+            tmp.write_text(json.dumps({"status": status, "error": error[:2000], "time": time.time()}) + "\n")
+            os.replace(tmp, path / STATUS_FILE)
+        except OSError:
+            # written while a run stops, often for the very reason (a full disk) being reported:
+            # the status is a convenience (`posttrain runs` reads an unmarked dead run as killed),
+            # and failing here would hide the error that stopped the run
+            tmp.unlink(missing_ok=True)
 
 
 def lock_held(run_dir: Path) -> bool:

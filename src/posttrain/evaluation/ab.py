@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from posttrain.errors import write_text_atomic
 from posttrain.evaluation.metrics import holm, mcnemar_exact
 from posttrain.evaluation.result import EvalResult, safe_name
 
@@ -96,7 +97,7 @@ class ABReport:
     def save_to_run(self, run_dir: str | Path, name: str = "") -> Path:
         path = Path(run_dir) / AB_DIR / f"{safe_name(name or f'{self.a}-vs-{self.b}')}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1))
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=1), "the A/B comparison")
         return path
 
 

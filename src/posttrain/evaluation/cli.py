@@ -441,8 +441,11 @@ def contamination(train: str = typer.Option(DEFAULT_TASKS, "--train", help="trai
     rep = check_contamination(load(train, train_n, "train"), load(eval_ or train, eval_n, "eval"), config=cfg)
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "contamination.json").write_text(json.dumps({"overridden": False, "refused": False,
-                                                               **rep.to_dict()}, indent=1))
+        from posttrain.errors import write_text_atomic
+
+        write_text_atomic(run_dir / "contamination.json",
+                          json.dumps({"overridden": False, "refused": False, **rep.to_dict()}, indent=1),
+                          "the contamination check")
     body = rep.to_dict()
     if as_json:
         typer.echo(json.dumps(body))

@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from posttrain.errors import write_text_atomic
 from posttrain.values.task import Task, canonical_json
 
 CONTAMINATION_FILE = "contamination.json"
@@ -298,7 +299,7 @@ def guard_training(report: ContaminationReport, run_dir: str | Path, *, allow: b
     path.parent.mkdir(parents=True, exist_ok=True)
     body = {"checked_at": time.time(), "overridden": bool(allow and not report.ok),
             "refused": not report.ok and not allow, **report.to_dict()}
-    path.write_text(json.dumps(body, indent=1))
+    write_text_atomic(path, json.dumps(body, indent=1), "the contamination check")
     if not report.ok and not allow:
         by = ", ".join(f"{d} ({n})" for d, n in list(report.by_domain().items())[:10])
         raise ContaminationError(f"{len(report.leaked_eval_hashes)} eval task(s) leak into the training set "

@@ -22,8 +22,6 @@ threads. Each re-verification is recorded in the store as a verdict of kind 'noi
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -152,11 +150,10 @@ def _lazy_pool(stack: ExitStack) -> Callable[[], Any]:
 
 
 def _write_json(path: Path, body: Any) -> Path:
+    from posttrain.errors import write_text_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(body, f, indent=1)
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(body, indent=1), "the verifier-noise check")
     return path
 
 
