@@ -27,7 +27,7 @@ class _Trainer:
     def __init__(self, policy: Policy) -> None:
         self._policy = policy
 
-    def policy(self) -> Policy:
+    def policy(self, **kwargs: object) -> Policy:  # the mode (kwargs) is a TorchPolicy's
         return self._policy
 
 

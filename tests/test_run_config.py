@@ -81,6 +81,9 @@ def test_the_group_shape_belongs_to_the_rollout_section():
     ({"scheduler.domains": {"code.*": {"weigth": 2}}}, "scheduler.domains.code.*.weigth: unknown field"),
     ({"eval.confidence": 2}, "eval.confidence: must be in (0, 1)"),
     ({"trainer.loss_agg": "mean"}, "trainer.loss_agg: Input should be 'token' or 'sequence'"),
+    ({"rollout.mode": "turbo"}, "rollout.mode: Input should be 'standard' or 'fast' (got 'turbo')"),
+    ({"rollout.mode": "fast", "rollout.engine": "openai:http://127.0.0.1:9/v1#m"},
+     "rollout.mode: applies to engine = 'local' only"),
 ])
 def test_errors_name_the_field(override, fragment):
     with pytest.raises(ConfigError) as e:
@@ -142,3 +145,10 @@ def test_train_star_selects_every_domain_with_a_train_split_except_the_held_out(
         {"math", "text", "code", "terminal", "geometry", "docs", "rg"}
     assert trained == {d.name for d in match_domains(["*"])
                        if d.name not in held and checks.has_split(d, "train")}
+
+
+def test_rollout_mode_defaults_to_standard_and_parses_fast(tmp_path):
+    assert load_config(None).rollout.mode == "standard"
+    path = tmp_path / "fast.toml"
+    path.write_text('[rollout]\nmode = "fast"\n')
+    assert load_config(path).rollout.mode == "fast"

@@ -92,6 +92,18 @@ class RolloutSection(_Section):
     sync: str = Field("reload", description="how a server gets each new version's weights: 'reload' "
                                             "(untied safetensors written atomically, then pause/reload/"
                                             "reset-prefix-cache/resume; posttrain.training.sync)")
+    mode: Literal["standard", "fast"] = Field(
+        "standard", description="how the local sampling policy decodes: 'standard', or 'fast' (speculative "
+                                "decoding verified by the model, same output distribution, and a prefix "
+                                "cache across an episode's turns; posttrain.policies.local)")
+
+    @model_validator(mode="after")
+    def _mode_is_local(self) -> RolloutSection:
+        # an inference server's speculative settings are the server's own (its launch flags)
+        check(self.mode == "standard" or self.engine == "local", self, "mode",
+              f"applies to engine = 'local' only; for {self.engine!r} set the server's speculative "
+              "decoding options")
+        return self
 
 
 @settings

@@ -222,7 +222,7 @@ class Job:
         # The sampler reads its own copy of the weights when samples may be stale (generation
         # then overlaps training); with staleness 0 it shares the trained module.
         served = self._served_policy(trainer) if cfg.rollout.engine != "local" else None
-        policy = served or PolicyPublisher(trainer, copy=scfg.max_staleness != 0)
+        policy = served or PolicyPublisher(trainer, copy=scfg.max_staleness != 0, mode=cfg.rollout.mode)
 
         def on_group(group: Any) -> None:  # results arrive intact: task and final workspace
             if served is not None:  # the version each episode was really served under

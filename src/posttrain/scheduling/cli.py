@@ -13,6 +13,7 @@ import typer
 from posttrain.tasks.sources.cli import apply_sources, source_option
 
 if TYPE_CHECKING:
+    from posttrain.policies.base import Policy
     from posttrain.tasks.check import CheckReport
 
 
@@ -22,7 +23,13 @@ def _fail(message: str) -> NoReturn:
 
 
 def rollout(policy: str = typer.Option("oracle", "--policy",
-                                       help="scripted policy: oracle, empty, or wrong"),
+                                       help="scripted policy (oracle, empty, or wrong), or a model "
+                                            "directory (config.json) run in-process"),
+            mode: str = typer.Option("standard", "--mode",
+                                     help="standard, or fast (speculative decoding and a prefix cache "
+                                          "across turns; model directories)"),
+            temperature: float = typer.Option(1.0, "--temperature", min=0.0, help="model sampling; 0 = greedy"),
+            max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="model tokens per turn"),
             domains: str = typer.Option(..., "--domains", help="glob(s), comma-separated, e.g. 'math.add.*'"),
             n: int = typer.Option(2, "--n", min=1, help="tasks per domain (seeds 0..N-1)"),
             run_dir: Path = typer.Option(..., "--run-dir", help="where the store is written"),
@@ -33,7 +40,7 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
                                                       "infrastructure errors"),
             as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
             source: list[str] | None = source_option()) -> None:
-    """Run episodes with a scripted policy over the matching domains and store them.
+    """Run episodes with a scripted policy or a model over the matching domains and store them.
     Domains with no tasks in --split (an imported task folder lives in one) are skipped."""
     from posttrain import runlock
     from posttrain.errors import EXIT_UNTRUSTWORTHY
@@ -43,14 +50,20 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
     from posttrain.tasks.domain import NoTasksInSplit
     from posttrain.tasks.registry import RegistryError, match_domains
     from posttrain.tasks.sources import absolute
+    from posttrain.values.generation import SamplingParams
     from posttrain.values.task import Split
 
     if split not in ("train", "eval"):
         _fail(f"--split must be 'train' or 'eval', got {split!r}")
+    if mode not in ("standard", "fast"):
+        _fail(f"--mode must be 'standard' or 'fast', got {mode!r}")
     apply_sources(source)
     try:
         matched = match_domains(domains)
-        scripted = ScriptedPolicy.named(policy)
+        agent = _model_policy(policy, mode) if Path(policy).is_dir() else None
+        if agent is None and mode != "standard":
+            _fail(f"--mode {mode} needs a model directory as --policy, not {policy!r}")
+        scripted = agent or ScriptedPolicy.named(policy)
     except (RegistryError, ValueError) as e:
         _fail(str(e))
     which: Split = "train" if split == "train" else "eval"
@@ -72,10 +85,11 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
         store = Store.for_run_dir(run_dir)
     except StoreError as e:
         _fail(str(e))
-    store.start_run(run_id, {"kind": "rollout", "policy": policy, "domains": domains, "n": n,
+    store.start_run(run_id, {"kind": "rollout", "policy": policy, "mode": mode, "domains": domains, "n": n,
                              "split": split, "sources": [absolute(s) for s in source or []]})
     with store:
-        run_workload(specs, scripted, workers=workers, run_id=run_id,
+        run_workload(specs, scripted, SamplingParams(temperature=temperature, max_tokens=max_tokens),
+                     workers=workers, run_id=run_id,
                      on_result=lambda r: store.put_trajectory(r.trajectory, r.task, r.workspace_archive))
         counts = store.counts(run_id)
     if as_json:
@@ -87,6 +101,18 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
         typer.echo(f"not trustworthy: {infra} of {episodes} episodes were infrastructure errors "
                    f"(threshold {100 * max_infra_rate:g}%, --max-infra-rate)", err=True)
         raise typer.Exit(EXIT_UNTRUSTWORTHY)
+
+
+def _model_policy(path: str, mode: str) -> Policy:
+    """A Hugging Face model directory as an in-process `TorchPolicy` in `mode`."""
+    if not (Path(path) / "config.json").is_file():
+        raise ValueError(f"--policy {path}: the directory has no config.json (not a Hugging Face model directory)")
+    from transformers.utils import logging as hf_logging
+
+    from posttrain.policies.local import TorchPolicy
+
+    hf_logging.disable_progress_bar()  # the summary line is the output
+    return TorchPolicy(path, mode=mode)
 
 
 def check(family: str | None = typer.Option(None, "--family", "-f", help="only this family"),

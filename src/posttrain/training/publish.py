@@ -34,18 +34,21 @@ class VersionMismatch(RuntimeError):
 
 
 class PolicyPublisher:
-    def __init__(self, trainer: Trainer, *, copy: bool) -> None:
+    def __init__(self, trainer: Trainer, *, copy: bool, mode: str = "standard") -> None:
         self.trainer = trainer
         self.copy = copy
+        self.mode = mode
+        """'standard' or 'fast' (`TorchPolicy` modes: speculative decoding and a prefix cache,
+        which empties itself when the weights change)"""
         self._lock = threading.Lock()
         self._listeners: list[VersionListener] = []
         self._policy = self._make()
 
     def _make(self) -> TorchPolicy:
         if not self.copy:
-            return self.trainer.policy()
+            return self.trainer.policy(mode=self.mode)
         model = copy.deepcopy(self.trainer.model).eval()
-        return TorchPolicy(model, self.trainer.tokenizer, version=self.trainer.version)
+        return TorchPolicy(model, self.trainer.tokenizer, version=self.trainer.version, mode=self.mode)
 
     def subscribe(self, listener: VersionListener) -> None:
         """`listener(name)` is called by every `publish()` (e.g. `Scheduler.set_policy_version`)."""
@@ -75,7 +78,7 @@ class PolicyPublisher:
                 self._policy.model.load_state_dict(self.trainer.model.state_dict())
                 self._policy.version = version
             else:
-                self._policy = self.trainer.policy()
+                self._policy = self.trainer.policy(mode=self.mode)
         for listener in self._listeners:
             number = listener(version.name)
             if number != self.trainer.step_count:
