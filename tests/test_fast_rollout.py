@@ -80,3 +80,41 @@ def test_the_jobs_sampler_runs_in_the_configured_mode_and_follows_the_weights(co
     after = ids(standard)
     assert after != before and ids(fast) == after
     assert fast._policy.mode == "fast"
+
+
+AGENT = MODEL.parent / "tiny-agent"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["standard", "fast"])
+def test_stored_turns_say_how_much_of_their_prompt_was_reused(tmp_path, mode):
+    from posttrain.storage.store import Store
+
+    run_dir = tmp_path / "run"
+    result = runner.invoke(app, ["rollout", "--policy", str(AGENT), "--mode", mode, "--temperature", "0",
+                                 "--max-tokens", "48", "--domains", "terminal.count.words", "--n", "1",
+                                 "--run-dir", str(run_dir), "--json", "--max-infra-rate", "0"])
+    assert result.exit_code == 0, result.output
+    with Store.for_run_dir(run_dir, readonly=True) as store:
+        [traj] = list(store.trajectories())
+    assert traj.status == "completed" and len(traj.turns) >= 2  # a tool call, then the answer
+    for t in traj.turns:
+        assert t.prefill_tokens + t.reused_tokens == len(t.prompt_token_ids or [])
+    first, second = traj.turns[:2]
+    assert first.reused_tokens == 0
+    if mode == "fast":  # turn 2 extends turn 1's prompt: the cache holds at least that much
+        assert second.reused_tokens >= len(first.prompt_token_ids or [])
+    else:
+        assert second.reused_tokens == 0
+
+
+def test_turns_stored_before_the_cache_figures_load_with_zeros():
+    from posttrain.values.trajectory import Trajectory
+
+    old = {"task_key": "k", "task_hash": "h", "domain": "d", "split": "train", "policy_version": "v",
+           "status": "completed", "reward": 1.0,
+           "turns": [{"index": 0, "observation": "o", "action": "a", "gen_s": 0.1}]}
+    [turn] = Trajectory.from_dict(old).turns
+    assert (turn.prefill_tokens, turn.reused_tokens) == (0, 0)
+    again = Trajectory.from_dict(Trajectory.from_dict(old).to_dict())
+    assert again.turns[0].prefill_tokens == 0 and "reused_tokens" in again.to_dict()["turns"][0]

@@ -97,6 +97,7 @@ class Episode:
                     prompt_token_ids=completion.prompt_token_ids, token_ids=completion.token_ids,
                     logprobs=completion.logprobs, finish_reason=completion.finish_reason,
                     observation_truncated_chars=self._observation_cut, gen_s=completion.gen_s,
+                    prefill_tokens=completion.prefill_tokens, reused_tokens=completion.reused_tokens,
                     observation_images=[img.ref() for img in self._observation_images])
         if completion.finish_reason == "error" and completion.context_exceeded and self.turns:
             # the conversation outgrew the model's context: the episode's budget is spent

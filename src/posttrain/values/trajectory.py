@@ -64,6 +64,11 @@ class Turn:
     snapshot_id: str | None = None
     gen_s: float = 0.0
     tool_s: float = 0.0
+    prefill_tokens: int = 0
+    """prompt tokens the policy computed for this turn (0 when its backend does not say)"""
+    reused_tokens: int = 0
+    """prompt tokens whose keys/values came from a prefix cache (the episode's earlier turns);
+    with `prefill_tokens`, the turn's prompt, when the backend reports them"""
     observation_images: list[dict[str, Any]] = field(default_factory=list)
     """the images shown with `observation`, in order, as `Image.ref()` ({sha256, mime, bytes});
     the bytes are in `Trajectory.images` and, once stored, in the store's image table"""
