@@ -167,8 +167,49 @@ def make_batch(rows: list[tuple[str, str]], tok, device: str) -> tuple[torch.Ten
     return ids.to(device), mask.to(device), lab.to(device)
 
 
-def main(cfg: PretrainConfig) -> dict:
+def new_model(tok, cfg):
+    """A fresh GPT-2 of `cfg`'s shape (`n_positions`, `n_embd`, `n_layer`, `n_head`) for `tok`.
+    Dropout off and exact GELU: GPT-2's defaults (dropout 0.1, gelu_new) made training ~2x
+    slower on CPU for nothing (measured at 2M parameters; models/README.md)."""
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=len(tok), n_positions=cfg.n_positions, n_embd=cfg.n_embd,
+                        n_layer=cfg.n_layer, n_head=cfg.n_head, activation_function="gelu",
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                        pad_token_id=tok.pad_token_id)
+    return GPT2LMHeadModel(config)
+
+
+def new_optimizer(model, cfg) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (`cfg.lr`, `cfg.weight_decay`)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def lr_at(cfg, step: int) -> float:
+    """Linear warm-up over `cfg.warmup_steps`, then cosine to 10% of `cfg.lr` at `cfg.steps`."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    t = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def train_step(model, opt, cfg, step: int, ids, mask, labels) -> torch.Tensor:
+    """One clipped AdamW update at step `step`'s learning rate; returns the loss."""
+    for group in opt.param_groups:
+        group["lr"] = lr_at(cfg, step)
+    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    return loss
+
+
+def main(cfg: PretrainConfig) -> dict:
 
     from posttrain.tasks.registry import get_domain
 
@@ -182,25 +223,9 @@ def main(cfg: PretrainConfig) -> dict:
         check_slips(domains)
     tok = build_tokenizer()
 
-    # GPT-2 blocks with dropout off and exact GELU: GPT-2's defaults (dropout 0.1, gelu_new)
-    # made training ~2x slower on CPU for nothing (measured at 2M parameters; models/README.md).
-    config = GPT2Config(vocab_size=len(tok), n_positions=cfg.n_positions, n_embd=cfg.n_embd,
-                        n_layer=cfg.n_layer, n_head=cfg.n_head, activation_function="gelu",
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                        pad_token_id=tok.pad_token_id)
-    model = GPT2LMHeadModel(config)
+    model = new_model(tok, cfg)
     n_params = sum(p.numel() for p in model.parameters())
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
-
-    def lr_at(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return cfg.lr * (step + 1) / cfg.warmup_steps
-        t = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+    opt = new_optimizer(model, cfg)
 
     print(f"model: GPT-2 {cfg.n_layer}x{cfg.n_embd}, {n_params / 1e6:.2f}M parameters; "
           f"corpus: {len(domains)} domains, slip rate {cfg.slip_rate}")
@@ -210,17 +235,11 @@ def main(cfg: PretrainConfig) -> dict:
         rows = [make_row(d, rng.randrange(2**31), rng.random() < cfg.slip_rate, cfg.slip)
                 for d in (rng.choice(domains) for _ in range(cfg.batch_size))]
         ids, mask, labels = make_batch(rows, tok, "cpu")
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
+        loss = train_step(model, opt, cfg, step, ids, mask, labels)
         seen += int(mask.sum())
         if step % 100 == 0 or step == cfg.steps - 1:
             el = time.perf_counter() - t0
-            print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(step):.2e}  "
+            print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(cfg, step):.2e}  "
                   f"{seen / el:,.0f} tok/s  {el:.0f}s", flush=True)
     train_s, train_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
 

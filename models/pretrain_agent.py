@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import random
 import shutil
 import statistics
@@ -46,7 +45,7 @@ from agentic_corpus import (  # noqa: E402 - the sibling script, not a package
     single_domains,
     single_transcript,
 )
-from pretrain import SPECIALS  # noqa: E402
+from pretrain import SPECIALS, lr_at, new_model, new_optimizer, train_step  # noqa: E402
 from pretrain import build_tokenizer as char_tokenizer
 
 TAG = r"</?[a-z_]+>"
@@ -179,7 +178,6 @@ def tokens_per_transcript(tok, corpus: list[Transcript]) -> float:
 
 
 def main(cfg: AgentPretrainConfig) -> dict:
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.set_num_threads(cfg.threads)
     random.seed(cfg.seed)
@@ -213,23 +211,9 @@ def main(cfg: AgentPretrainConfig) -> dict:
           f"({len(singles)} single-answer); tokens per transcript: {per_transcript['bpe']:.0f} "
           f"({len(tok)} ids) vs {per_transcript['char']:.0f} characters", flush=True)
 
-    config = GPT2Config(vocab_size=len(tok), n_positions=cfg.n_positions, n_embd=cfg.n_embd,
-                        n_layer=cfg.n_layer, n_head=cfg.n_head, activation_function="gelu",
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                        pad_token_id=tok.pad_token_id)
-    model = GPT2LMHeadModel(config)
+    model = new_model(tok, cfg)
     n_params = sum(p.numel() for p in model.parameters())
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
-
-    def lr_at(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return cfg.lr * (step + 1) / cfg.warmup_steps
-        t = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+    opt = new_optimizer(model, cfg)
 
     print(f"model: GPT-2 {cfg.n_layer}x{cfg.n_embd}, {n_params / 1e6:.2f}M parameters, "
           f"{cfg.n_positions} positions", flush=True)
@@ -248,17 +232,11 @@ def main(cfg: AgentPretrainConfig) -> dict:
         if not queue:
             queue = rows.batches(8)
         ids, mask, labels = pad_batch(queue.pop(), tok.pad_token_id)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
+        loss = train_step(model, opt, cfg, step, ids, mask, labels)
         seen += int(mask.sum())
         if step % 50 == 0 or step == cfg.steps - 1:
             el = time.perf_counter() - t0
-            print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(step):.2e}  "
+            print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(cfg, step):.2e}  "
                   f"{(step + 1 - first) / el:.3f} steps/s  {before_s + el:.0f}s  "
                   f"{before_cpu_s + time.process_time() - cpu0:.0f} CPU-s", flush=True)
         if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < cfg.steps:
