@@ -42,18 +42,21 @@ def test_mypy_is_clean():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+# paths of the development machine and of the team's notes beside the repository, built from parts
+# so that this file, which looks for them, does not contain them itself
+OUTSIDE_MARKERS = ("/" + "work" + "/", ".." + "/shared/", "shared" + "/notes")
+
+
 def test_no_file_points_outside_the_repository():
     """The project stands on its own: code, docs and comments name no path outside the tree."""
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
     bad = []
     for rel in files:
-        if rel == "tests/test_lint.py":
-            continue  # it names the markers it looks for
         path = ROOT / rel
         if path.suffix not in {".py", ".md", ".toml", ".txt", ".sh", ".cfg", ".json", ".j2"}:
             continue
         text = path.read_text(errors="replace")
-        for marker in ("/work/", "../shared/", "shared/notes"):
+        for marker in OUTSIDE_MARKERS:
             if marker in text:
                 bad.append(f"{rel}: {marker}")
     assert not bad, "paths outside the repository:\n" + "\n".join(bad)
