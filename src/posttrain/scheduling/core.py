@@ -24,7 +24,7 @@ from typing import Any
 
 from posttrain.scheduling.config import DomainSpec, SchedulerConfig
 from posttrain.scheduling.health import PolicyOutage
-from posttrain.scheduling.state import Completed, CoreState, DomainState, GroupState
+from posttrain.scheduling.state import Completed, CoreState, GroupState
 from posttrain.scheduling.work import EpisodeSpec, Group, Usage, derive_seed, mix_seed
 from posttrain.values.episode import EpisodeResult
 from posttrain.values.trajectory import Trajectory
@@ -320,13 +320,6 @@ class SchedulerCore(CoreState):
                                mix_seed(g.task_seed, m, attempt), g.policy_version, g.version, g.task)
         return None
 
-    def _estimate(self, ds: DomainState) -> float:
-        """A group's expected cost: the domain's running average, or, before its first group
-        completes, the mean over domains (1.0 before any)."""
-        if ds.est_cost is not None:
-            return ds.est_cost
-        return self._est_sum / self._est_n if self._est_n else 1.0
-
     def cost_of(self, usage: Usage) -> float:
         """Dominant-resource seconds (DRF): the larger share of the two resources it used."""
         return max(usage.sandbox_s / self.worker_slots, usage.gen_s / self.generator_slots)
@@ -341,11 +334,6 @@ class SchedulerCore(CoreState):
             self.exhausted[d] = why
             self.counters["domains_exhausted"] += 1
             self._update_block(d)
-
-    def _at_limit(self, d: str) -> bool:
-        ds = self.dom[d]
-        limit = ds.spec.max_concurrency
-        return limit is not None and ds.running + ds.queued >= limit
 
     def _update_block(self, d: str) -> None:
         spec = self.specs[d]

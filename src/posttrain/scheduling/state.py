@@ -207,6 +207,13 @@ class CoreState:
         """What a domain's first group is charged (before any cost is measured)."""
         return float(spec.group_size or self.config.group_size) if self.config.share_by == "samples" else 1.0
 
+    def _estimate(self, ds: DomainState) -> float:
+        """A group's expected cost: the domain's running average, or, before its first group
+        completes, the mean over domains (1.0 before any)."""
+        if ds.est_cost is not None:
+            return ds.est_cost
+        return self._est_sum / self._est_n if self._est_n else 1.0
+
     def _estimate_tokens(self, ds: DomainState) -> float:
         """A group's expected generated tokens: the domain's running average, or, before its
         first group completes, the mean over domains (1.0 before any)."""
@@ -223,6 +230,11 @@ class CoreState:
             if limit is not None and used >= limit:
                 return f"{field_name} = {limit} spent ({round(used, 3)})"
         return None
+
+    def _at_limit(self, d: str) -> bool:
+        ds = self.dom[d]
+        limit = ds.spec.max_concurrency
+        return limit is not None and ds.running + ds.queued >= limit
 
     def _allowed(self, d: str) -> bool:
         return (d not in self.quarantine.quarantined and d not in self.signal.retired
