@@ -67,10 +67,10 @@ left=$(ls -A . "$TMPDIR" | grep -v ':$' | grep -v '^$' || true)
 [ -z "$left" ] || found="$found entries:$left"
 if [ "$SHM" = 1 ]; then
   [ -z "$(ls -A /dev/shm)" ] || found="$found shm:$(ls -A /dev/shm)"
-  [ "$(stat -c %a /dev/shm)" = 755 ] || found="$found shm-mode:$(stat -c %a /dev/shm)"
+  [ "$(stat -c %a /dev/shm)" = "${TMP_MODE:-755}" ] || found="$found shm-mode:$(stat -c %a /dev/shm)"
   [ "$(wc -l < /proc/sysvipc/shm)" = 1 ] || found="$found sysv-shm"
   [ "$(stat -c %a .)" = 755 ] || found="$found ws-mode:$(stat -c %a .)"
-  [ "$(stat -c %a /tmp)" = 755 ] || found="$found tmp-mode:$(stat -c %a /tmp)"
+  [ "$(stat -c %a /tmp)" = "${TMP_MODE:-755}" ] || found="$found tmp-mode:$(stat -c %a /tmp)"
 fi
 grep -q "leak""mark" /proc/net/unix && found="$found abstract-socket"
 for sh in "sh -c" "bash -c" "bash -lc"; do

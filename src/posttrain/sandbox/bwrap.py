@@ -67,6 +67,11 @@ import sys
 import sysconfig
 
 INSIDE_UID = 1000
+CANDIDATE_UID = 1001
+"""in a two-uid (grading) sandbox, the uid of candidate programs a grader starts (see
+`bwrap_args.two_uid_args`); the grader is INSIDE_UID"""
+CANDIDATE_UID_ENV = "POSTTRAIN_CANDIDATE_UID"
+"""set in a two-uid sandbox's environment to CANDIDATE_UID: how a grading program knows"""
 WS = "/ws"
 RUN_DIR = "/run/posttrain"
 MOUNTPOINT = (f"{RUN_DIR}/sandbox-mnt" if os.access("/run", os.W_OK)
