@@ -181,3 +181,23 @@ def test_count_mounts_and_after_episode():
     assert after_episode(reuse=False, closed=False, episodes=1, max_episodes=10) == "close"
     assert after_episode(reuse=True, closed=True, episodes=1, max_episodes=10) == "close"
     assert after_episode(reuse=True, closed=False, episodes=10, max_episodes=10) == "close"
+
+
+MQUEUE = r'''
+import ctypes, os, sys
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+flags = os.O_CREAT | os.O_RDWR if sys.argv[1] == "make" else os.O_RDONLY
+print(rt.mq_open(b"/leakmark", flags, 0o600, None), ctypes.get_errno())
+'''
+
+
+@needs_bwrap
+def test_a_posix_message_queue_does_not_outlive_the_episode():
+    # POSIX mqueues live in the sandbox's IPC namespace, not in a file any reset restores:
+    # the reset unlinks them (ipc.py), so the next episode cannot open the last one's
+    with open_sandbox() as sb:
+        assert sb.run_python(MQUEUE, args=["make"]).stdout.split()[0] != "-1"
+        assert sb.run_python(MQUEUE, args=["look"]).stdout.split()[0] != "-1"  # the probe works
+        assert sb.reset().reusable
+        fd, errno = sb.run_python(MQUEUE, args=["look"]).stdout.split()
+        assert (fd, errno) == ("-1", "2")  # ENOENT
