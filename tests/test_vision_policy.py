@@ -1,9 +1,7 @@
-"""`VisionPolicy` on a tiny randomly initialised LLaVA built from a config here (nothing is
-downloaded): image episodes run end to end, the images reach the model, cache keys see them."""
+"""`VisionPolicy` on a tiny randomly initialised LLaVA built from a config (`tests/tiny_vlm.py`,
+nothing is downloaded): image episodes run end to end, the images reach the model, cache keys see them."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -12,38 +10,12 @@ from posttrain.scheduling.engine import run_episodes
 from posttrain.tasks.registry import get_domain
 from posttrain.values.generation import GenerationRequest, Message, SamplingParams
 from posttrain.values.image import parts
-
-MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-base"
+from tests.tiny_vlm import IMAGE_POSITIONS, tiny_vlm
 
 
 @pytest.fixture(scope="module")
 def vlm() -> VisionPolicy:
-    import torch
-    from transformers import (
-        AutoTokenizer,
-        CLIPImageProcessor,
-        CLIPVisionConfig,
-        LlamaConfig,
-        LlavaConfig,
-        LlavaForConditionalGeneration,
-        LlavaProcessor,
-    )
-
-    tok = AutoTokenizer.from_pretrained(MODEL)
-    tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
-    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                              image_size=32, patch_size=8)
-    text = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=1024)
-    config = LlavaConfig(vision_config=vision, text_config=text, vision_feature_layer=-1,
-                         image_token_index=tok.convert_tokens_to_ids("<image>"))
-    torch.manual_seed(0)
-    model = LlavaForConditionalGeneration(config)
-    processor = LlavaProcessor(image_processor=CLIPImageProcessor(size={"shortest_edge": 32},
-                                                                   crop_size={"height": 32, "width": 32}),
-                               tokenizer=tok, patch_size=8, vision_feature_select_strategy="full",
-                               num_additional_image_tokens=0)
-    return VisionPolicy(model, processor)
+    return tiny_vlm()
 
 
 def test_image_episodes_run_end_to_end_on_a_tiny_vlm(vlm):
@@ -55,7 +27,7 @@ def test_image_episodes_run_end_to_end_on_a_tiny_vlm(vlm):
         (turn,) = t.turns
         assert len(turn.observation_images) == 1
         image_id = vlm.processor.tokenizer.convert_tokens_to_ids("<image>")
-        assert turn.prompt_token_ids.count(image_id) == 16  # 32x32 pixels in 8x8 patches
+        assert turn.prompt_token_ids.count(image_id) == IMAGE_POSITIONS
         assert len(turn.token_ids) == len(turn.logprobs) >= 1
         assert all(lp <= 0 for lp in turn.logprobs)
 
