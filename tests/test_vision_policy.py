@@ -3,6 +3,8 @@ nothing is downloaded): image episodes run end to end, the images reach the mode
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from posttrain.policies.vision import VisionPolicy, prompt_key
@@ -46,3 +48,44 @@ def test_the_picture_changes_what_the_model_computes(vlm):
         la = vlm.model(**vlm._inputs(ra.messages)).logits[0, -1]
         lb = vlm.model(**vlm._inputs(rb.messages)).logits[0, -1]
     assert not torch.allclose(la, lb)
+
+
+def test_a_batch_completes_each_request_as_it_would_alone(vlm):
+    chart = get_domain("docs.chart.peak.bar")
+    a, b = chart.images(chart.task(0))[0], chart.images(chart.task(1))[0]
+    greedy = SamplingParams(temperature=0, max_tokens=8)
+    requests = [
+        GenerationRequest((Message("user", parts("which quarter?", [a])),), greedy),
+        GenerationRequest((Message("user", parts("a longer question: which quarter had the peak?", [b])),),
+                          replace(greedy, max_tokens=3)),
+        GenerationRequest((Message("user", "no picture at all"),), greedy),
+        GenerationRequest((Message("user", parts("two:", [b, a])),), greedy),
+        GenerationRequest((Message("user", parts("seeded", [a])),), SamplingParams(temperature=1.0, seed=7,
+                                                                                     max_tokens=8)),
+    ]
+    alone = [vlm.generate([r])[0] for r in requests]
+    # a stop string that the first request's greedy answer reaches: cut there, in the batch too
+    stop = vlm._text(alone[0].token_ids[2:4])
+    requests[0] = replace(requests[0], sampling=replace(greedy, stop=(stop,)))
+    alone[0] = vlm.generate([requests[0]])[0]
+    assert alone[0].finish_reason == "stop" and len(alone[0].token_ids) <= 4
+    assert len(alone[1].token_ids) == 3 and alone[1].finish_reason == "length"
+    batch = vlm.generate(requests)
+    for one, many in zip(alone, batch):
+        assert many.token_ids == one.token_ids and many.text == one.text
+        assert many.finish_reason == one.finish_reason and many.prompt_token_ids == one.prompt_token_ids
+        assert max(abs(x - y) for x, y in zip(one.logprobs, many.logprobs)) < 1e-4
+    image_id = vlm.model.config.image_token_index
+    assert batch[3].prompt_token_ids.count(image_id) == 2 * IMAGE_POSITIONS
+    assert not any(image_id in c.token_ids for c in batch)  # placeholders are never sampled
+
+
+def test_batches_are_cut_to_max_batch_size(vlm):
+    small = VisionPolicy(vlm.model, vlm.processor, max_batch_size=2)
+    chart = get_domain("docs.chart.peak.bar")
+    greedy = SamplingParams(temperature=0, max_tokens=3)
+    requests = [GenerationRequest((Message("user", parts(f"q{i}", [chart.images(chart.task(i))[0]])),), greedy)
+                for i in range(3)]
+    assert [c.token_ids for c in small.generate(requests)] == [c.token_ids for c in vlm.generate(requests)]
+    with pytest.raises(ValueError, match="max_batch_size"):
+        VisionPolicy(vlm.model, vlm.processor, max_batch_size=0)
