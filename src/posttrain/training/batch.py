@@ -90,6 +90,17 @@ def _shown(traj: Trajectory, turns: Sequence[Any]) -> list[Image]:
     return out
 
 
+def _memo(image_inputs: ImageInputs) -> ImageInputs:
+    seen: dict[tuple[str, ...], dict[str, Any]] = {}
+
+    def inputs(images: Sequence[Image]) -> dict[str, Any]:
+        key = tuple(img.sha256 for img in images)
+        if key not in seen:
+            seen[key] = dict(image_inputs(images))
+        return seen[key]
+    return inputs
+
+
 def _with_images(sample: Sample, traj: Trajectory, shown: list[Image], prompt_images: int,
                  image_inputs: ImageInputs | None) -> Sample:
     if not shown:
@@ -131,6 +142,8 @@ def samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float]
     prompt cannot be trained on; it is skipped and counted. A trajectory that showed images
     needs `image_inputs` (a text trainer refuses it, naming it)."""
     samples, skipped = [], 0
+    if image_inputs is not None:  # a GRPO group shows its pictures G times: process them once
+        image_inputs = _memo(image_inputs)
     for owner, (traj, adv) in enumerate(zip(trajectories, advantages)):
         whole = merged(traj, adv, owner) if merge_turns else None
         if whole is not None:
