@@ -8,7 +8,7 @@ import pytest
 
 from posttrain.policies.scripted import ScriptedPolicy
 from posttrain.scheduling.engine import run_episodes
-from posttrain.storage.export import export_store
+from posttrain.storage.export import export_parquet, export_store, read_images
 from posttrain.storage.store import Store
 from posttrain.tasks.registry import get_domain
 
@@ -24,7 +24,7 @@ def run_dir(tmp_path_factory):
     return run
 
 
-def test_parquet_rows_carry_their_images_and_hashes(run_dir, tmp_path):
+def test_parquet_rows_refer_to_their_images_written_once(run_dir, tmp_path):
     import pyarrow.parquet as pq
 
     with Store.for_run_dir(run_dir, readonly=True) as store:
@@ -32,13 +32,34 @@ def test_parquet_rows_carry_their_images_and_hashes(run_dir, tmp_path):
         export_store(store, tmp_path / "out.parquet", "parquet")
     rows = pq.read_table(tmp_path / "out.parquet").to_pylist()
     charts = [r for r in rows if r["domain"].startswith("docs.chart")]
-    assert len(charts) == 2
+    assert len(charts) == 2 and charts[0]["turn_images"] == charts[1]["turn_images"]
+    assert sum(len(r["images"]) for r in rows) == 1  # the chart both rows show, written once
+    images = read_images(tmp_path / "out.parquet")
     for r in charts:
-        (image,) = r["images"]
-        assert hashlib.sha256(image["data"]).hexdigest() == image["sha256"] == r["turn_images"][0][0]
-        assert image["data"].startswith(b"\x89PNG") and image["mime"] == "image/png"
+        image = images[r["turn_images"][0][0]]
+        assert hashlib.sha256(image.data).hexdigest() == image.sha256
+        assert image.data.startswith(b"\x89PNG") and image.mime == "image/png"
     (plain,) = [r for r in rows if r["domain"] == "math.add.d1"]
     assert plain["images"] == [] and plain["turn_images"] == [[]]
+
+
+def test_parquet_export_writes_each_image_once_however_often_it_recurs(tmp_path):
+    import pyarrow.parquet as pq
+
+    chart = get_domain("docs.chart.peak.bar")
+    items = [(chart, chart.task(0))] * 4 + [(chart, chart.task(1))] * 2  # two GRPO groups
+    trajs = run_episodes(items, ScriptedPolicy.oracle(), workers=1)
+    distinct = {img.sha256: img for t in trajs for img in t.images.values()}
+    assert len(distinct) == 2
+    assert export_parquet(trajs, tmp_path / "g.parquet") == 6
+    rows = pq.read_table(tmp_path / "g.parquet").to_pylist()
+    written = [img for r in rows for img in r["images"]]
+    assert len(written) == 2  # not 6: one entry per hash
+    assert sum(len(img["data"]) for img in written) == sum(len(i.data) for i in distinct.values())
+    assert [len(r["images"]) for r in rows] == [1, 0, 0, 0, 1, 0]  # on the first row that shows it
+    images = read_images(tmp_path / "g.parquet")
+    assert set(images) == set(distinct)
+    assert all(images[sha].data == distinct[sha].data for r in rows for turn in r["turn_images"] for sha in turn)
 
 
 def test_report_shows_images_beside_the_turns(run_dir):

@@ -119,21 +119,24 @@ def positions_of(mask: torch.Tensor) -> torch.Tensor:
 
 
 def _prefill(model: torch.nn.Module, prompts: list[list[int]], pad_id: int, use_cache: bool,
-             dedup: bool = True) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+             dedup: bool = True, extra: dict[str, Any] | None = None
+             ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run the prompts once; returns (last logits, cache, ids, mask, positions), one row each.
 
     GRPO samples a group of completions per prompt, so a batch repeats each prompt many times:
     each distinct prompt is computed once and its cache rows are then copied to every row that
-    asked for it (when the cache can select rows; otherwise every row is computed)."""
+    asked for it (when the cache can select rows; otherwise every row is computed). `extra`:
+    more forward() inputs for every row (a vision model's pixel values); ids alone do not tell
+    such prompts apart, so each row is then computed."""
     device = next(model.parameters()).device
     distinct: dict[tuple[int, ...], int] = {}
     row_of = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
-    dedup = dedup and use_cache and len(distinct) < len(prompts)
+    dedup = dedup and use_cache and len(distinct) < len(prompts) and not extra
     unique = [list(p) for p in distinct] if dedup else prompts
     ids, mask = (t.to(device) for t in left_pad(unique, pad_id))
     positions = positions_of(mask)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=use_cache,
-                **keep_last(model, 1))
+                **keep_last(model, 1), **{k: v.to(device) for k, v in (extra or {}).items()})
     cache = output_cache(out) if use_cache else None
     logits = out.logits[:, -1, :]
     if dedup:
@@ -162,10 +165,14 @@ def start_rows(rows: Sequence[Any], max_positions: int | None) -> tuple[list[Row
 
 def decode(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids: set[int],
            max_positions: int | None, stop_check: Callable[[int, list[int]], bool] | None = None,
-           use_cache: bool = True) -> list[RowResult]:
+           use_cache: bool = True, prefill_inputs: dict[str, Any] | None = None,
+           never: Sequence[int] = ()) -> list[RowResult]:
     """Complete every row. `stop_check(row_index, generated_ids)` returns True when a stop
     string has appeared (the caller trims the text); EOS ids end a row with the EOS kept in
-    `token_ids` (a trainer must see the stop decision) but never in the text."""
+    `token_ids` (a trainer must see the stop decision) but never in the text.
+    `prefill_inputs`: more inputs of the prompt pass, batched over the rows in order (a vision
+    model's image tensors; every row must fit the context then); `never`: token ids no row may
+    sample (image placeholders), out of the distribution the log-probs describe."""
     device = next(model.parameters()).device
     results, todo = start_rows(rows, max_positions)
     if not todo:
@@ -184,10 +191,16 @@ def decode(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids:
     # drop rows, else they ride along (their samples are ignored).
     slot = list(range(len(todo)))
     done = [False] * len(todo)
+    if prefill_inputs and (len(todo) < len(rows) or not use_cache):
+        # the inputs are batched over all rows, and only the prompt pass takes them
+        raise ValueError("decode: prefill_inputs need use_cache and every row fitting the context")
     logits, cache, ids, mask, positions = _prefill(model, [rows[i].prompt_ids for i in todo], pad_id,
-                                                   use_cache)
+                                                   use_cache, extra=prefill_inputs)
     kw, last = cache_kwarg(model), keep_last(model, 1)
+    banned = torch.tensor(list(never), dtype=torch.long, device=device) if never else None
     while True:
+        if banned is not None:
+            logits = logits.index_fill(-1, banned, float("-inf"))
         tokens, logps = sample_next(logits, temps, top_ps, [gens[s] for s in slot])
         tok_list, logp_list = tokens.tolist(), logps.tolist()
         for r, s in enumerate(slot):

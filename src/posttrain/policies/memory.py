@@ -53,6 +53,9 @@ class MemoryModel:
     @classmethod
     def of(cls, model: torch.nn.Module) -> MemoryModel:
         config = model.config
+        text_config = getattr(config, "get_text_config", None)
+        if callable(text_config):  # a vision-language model: its language model's shape
+            config = text_config()
         layers = _attr(config, "num_hidden_layers", "n_layer", "num_layers", default=1)
         hidden = _attr(config, "hidden_size", "n_embd", "d_model", default=1)
         heads = _attr(config, "num_attention_heads", "n_head", default=1)

@@ -12,6 +12,10 @@ after another. Endpoints and their fields are listed in `server/app.py`; the wei
 `posttrain.training.sync` calls on this server and on vLLM alike, so the embedded default and
 the tests run the exact server-in-the-loop path a GPU deployment runs.
 
+A `VisionPolicy` (an image-text-to-text model, chosen when the model directory's config has a
+`vision_config`) is served too: chat requests, with `image_url` parts or without, go to its own
+batched `generate`; it has no continuous batch, so no completions or weight-update routes.
+
 What it is *not*: a production server. No streaming, no authentication, no `best_of`/`echo`/
 penalties (refused with 400, not ignored). It binds 127.0.0.1 by default. Log-probs are those
 of `TorchPolicy`: temperature-scaled, before top-p.
@@ -21,12 +25,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import socket
 import threading
+from pathlib import Path
 
 from posttrain.policies.local import TorchPolicy
 from posttrain.policies.server.app import build_app
 from posttrain.policies.server.engine import BatchEngine
+from posttrain.policies.vision import VisionPolicy
 
 BACKLOG = 2048
 """listen backlog: a burst of concurrent clients must queue, not be reset (the old standard-
@@ -36,19 +43,21 @@ library server's backlog of 5 reset most of 64 simultaneous connections)"""
 class PolicyServer:
     """An HTTP server around one policy; `start()` runs it on background threads."""
 
-    def __init__(self, policy: TorchPolicy, host: str = "127.0.0.1", port: int = 0,
+    def __init__(self, policy: TorchPolicy | VisionPolicy, host: str = "127.0.0.1", port: int = 0,
                  model_name: str | None = None, *, max_batch: int = 256,
                  prefix_cache_mb: float = 64.0) -> None:
         import uvicorn
 
         self.policy = policy
         self.model_name = model_name or policy.version.name
-        self.engine = BatchEngine(policy, max_batch=max_batch, prefix_cache_mb=prefix_cache_mb)
+        vision = policy if isinstance(policy, VisionPolicy) else None
+        self.engine = (BatchEngine(policy, max_batch=max_batch, prefix_cache_mb=prefix_cache_mb)
+                       if isinstance(policy, TorchPolicy) else None)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.sock.listen(BACKLOG)
-        config = uvicorn.Config(build_app(self.engine, self.model_name), log_level="warning",
+        config = uvicorn.Config(build_app(self.engine, self.model_name, vision=vision), log_level="warning",
                                 access_log=False, backlog=BACKLOG, timeout_keep_alive=30,
                                 lifespan="off")
         self.uvicorn = uvicorn.Server(config)
@@ -60,14 +69,15 @@ class PolicyServer:
         return f"http://{host}:{port}/v1"
 
     def start(self) -> PolicyServer:
-        self.engine.start()
+        if self.engine is not None:
+            self.engine.start()
         self._thread = threading.Thread(target=self.serve_forever, name="posttrain-http", daemon=True)
         self._thread.start()
         return self
 
     def serve_forever(self) -> None:
         """Serve on the calling thread until `close()` (or Ctrl-C on the main thread)."""
-        if self.engine._thread is None:
+        if self.engine is not None and self.engine._thread is None:
             self.engine.start()
         asyncio.run(self.uvicorn.serve(sockets=[self.sock]))
 
@@ -77,7 +87,8 @@ class PolicyServer:
         self.uvicorn.force_exit = True
         if self._thread is not None:
             self._thread.join(timeout=30)
-        self.engine.close()
+        if self.engine is not None:
+            self.engine.close()
         try:
             self.sock.close()
         except OSError:
@@ -100,7 +111,15 @@ def main(argv: list[str] | None = None) -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-    server = PolicyServer(TorchPolicy(args.model, device=args.device), args.host, args.port, args.name,
+    policy: TorchPolicy | VisionPolicy
+    config = Path(args.model) / "config.json"
+    if config.is_file() and "vision_config" in json.loads(config.read_text()):
+        policy = VisionPolicy.load(args.model)
+        if args.device:
+            policy.model.to(args.device)
+    else:
+        policy = TorchPolicy(args.model, device=args.device)
+    server = PolicyServer(policy, args.host, args.port, args.name,
                           max_batch=args.max_batch, prefix_cache_mb=args.prefix_cache_mb)
     print(f"listening on {server.url}", flush=True)
     try:
@@ -108,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        server.engine.close()
+        server.close()
 
 
 if __name__ == "__main__":

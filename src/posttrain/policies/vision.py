@@ -5,28 +5,60 @@
 Rendering: the plain template of `posttrain.policies.render` (contents joined with "\\n"), with
 each image part written as the processor's image token where it stands; the processor expands
 each image token to the model's image positions and turns the images into pixel values.
-Completions carry the prompt ids as the model saw them (image positions included), the sampled
-ids and their log-probs under the sampling distribution (after temperature and top-p, as
-`generate` scores them).
+Generation: the batched decode loop of `TorchPolicy` (`posttrain.policies.decode`): up to
+`max_batch_size` requests left-padded into one prompt pass that takes every row's images, then one
+token per step over the KV cache, each row with its own temperature, top-p, seed, token budget
+and stop strings, so a request completes as it would alone (up to float rounding). What comes
+back is what `TorchPolicy` returns: the prompt ids as the model saw them (image positions
+included), the sampled ids up to and including EOS or the stop string's last token, and each
+one's log-prob under the temperature-scaled distribution before top-p -- what a trainer
+recomputes. Image placeholder tokens are never sampled (`placeholder_ids`).
 
-What it does not do (yet): batch requests (one `generate` per request), reuse a prefix cache,
-or feed token-in/token-out prefixes (`prefix_ids` is ignored: image positions would have to be
-spliced, so the history is re-rendered). The GRPO trainer trains `TorchPolicy` text models
-only; image positions sit in the prompt, which a trainer never trains on.
+Training: `Trainer(vision_policy)` trains the model; it re-runs each trajectory's stored images
+through `image_inputs` (the processor's image half, the same tensors generation fed) and
+recomputes log-probs with them. Image positions sit in the prompt, which a trainer never trains on.
+
+What it does not do (yet): share the prompt pass of a GRPO group's repeated prompt (ids alone do
+not tell pictures apart; every row is computed), reuse a prefix cache, speculative decoding, or
+feed token-in/token-out prefixes (`prefix_ids` is ignored: image positions would have to be
+spliced, so the history is re-rendered).
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import os
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any
 
+from posttrain.policies.decode import RowSpec, cut_at_stop, decode
 from posttrain.policies.render import PLAIN_SEPARATOR
 from posttrain.values.generation import Completion, GenerationRequest, Message, PolicyVersion
-from posttrain.values.image import content_images, content_text
+from posttrain.values.image import Image, content_images, content_text
+
+
+def _pil(img: Image) -> Any:
+    from PIL import Image as PILImage
+
+    return PILImage.open(io.BytesIO(img.data)).convert("RGB")
+
+
+PLACEHOLDER_FIELDS = ("image_token_id", "video_token_id")
+"""config fields of Hugging Face vision-language models naming their placeholder tokens"""
+
+
+def placeholder_ids(model: Any) -> list[int]:
+    """The token ids that stand for image (or video) positions in `model`'s input: context, never
+    an action. The sampler never draws them and the trainer scores without them, so both see one
+    distribution (a sampled placeholder would also ask the trainer's forward for a picture that
+    is not there). Empty for a text model."""
+    config = getattr(model, "config", None)
+    ids = {getattr(config, name, None) for name in PLACEHOLDER_FIELDS}
+    return sorted(i for i in ids if isinstance(i, int) and i >= 0)
 
 
 def prompt_key(prompt_ids: Sequence[int], messages: Sequence[Message]) -> str:
@@ -44,67 +76,88 @@ class VisionPolicy:
     accepts_images = True
 
     def __init__(self, model: Any, processor: Any, *, version: PolicyVersion | None = None,
-                 image_token: str | None = None) -> None:
+                 image_token: str | None = None, path: str | os.PathLike | None = None,
+                 max_batch_size: int = 16) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"VisionPolicy.max_batch_size must be >= 1, got {max_batch_size}")
         self.model = model.eval()
+        self.max_batch_size = max_batch_size
+        """requests decoded together (one prompt pass, images included, then one token per step)"""
+        self.path = Path(path) if path is not None else None
+        """the directory the weights were read from (None: built in memory)"""
         self.processor = processor
         self.tokenizer = processor.tokenizer
         self.image_token = image_token or getattr(processor, "image_token", None) or "<image>"
         self.version = version or PolicyVersion(name=type(model).__name__)
         text_config = getattr(model.config, "text_config", model.config)
         self.max_positions: int | None = getattr(text_config, "max_position_embeddings", None)
-        self._lock = threading.Lock()  # seeding is process-global in torch
+        self._lock = threading.Lock()  # one decode at a time: unseeded rows share torch's global RNG
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, version: PolicyVersion | None = None) -> VisionPolicy:
+        """A saved image-text-to-text model and its processor (e.g. a trainer's checkpoint)."""
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        return cls(AutoModelForImageTextToText.from_pretrained(path), AutoProcessor.from_pretrained(path),
+                   version=version, path=path)
 
     def _inputs(self, messages: Sequence[Message]) -> dict[str, Any]:
-        from PIL import Image as PILImage
-
         text = PLAIN_SEPARATOR.join(content_text(m.content, image_placeholder=self.image_token) for m in messages)
-        images = [PILImage.open(io.BytesIO(img.data)).convert("RGB")
-                  for m in messages for img in content_images(m.content)]
+        images = [_pil(img) for m in messages for img in content_images(m.content)]
         return dict(self.processor(images=images or None, text=[text], return_tensors="pt"))
+
+    def image_inputs(self, images: Sequence[Image]) -> dict[str, Any]:
+        """The model's image tensors for `images` (pixel values, and sizes or grids where the model
+        takes them), batched along dim 0: what `generate` fed with these images, for a trainer."""
+        return dict(self.processor.image_processor(images=[_pil(img) for img in images], return_tensors="pt"))
 
     def render(self, request: GenerationRequest) -> list[int]:
         return self._inputs(request.messages)["input_ids"][0].tolist()
 
+    def _text(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
-        return [self._one(r) for r in requests]
+        """Complete every request, in order, in batches of at most `max_batch_size` (see the
+        module docstring for what comes back)."""
+        out: list[Completion] = []
+        with self._lock:
+            for lo in range(0, len(requests), self.max_batch_size):
+                out += self._batch(requests[lo:lo + self.max_batch_size])
+        return out
 
-    def _one(self, request: GenerationRequest) -> Completion:
-        import torch
-
+    def _batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         t0 = time.perf_counter()
-        s = request.sampling
-        inputs = self._inputs(request.messages)
-        prompt_ids = inputs["input_ids"][0].tolist()
-        if self.max_positions is not None and len(prompt_ids) >= self.max_positions:
-            return Completion(text="", finish_reason="error", context_exceeded=True, prompt_token_ids=prompt_ids,
-                              error=f"prompt of {len(prompt_ids)} positions does not fit the model's "
-                                    f"{self.max_positions}")
-        room = None if self.max_positions is None else self.max_positions - len(prompt_ids)
-        max_new = s.max_tokens if room is None else min(s.max_tokens, room)
-        sample = s.temperature > 0
-        with self._lock, torch.no_grad():
-            if s.seed is not None:
-                torch.manual_seed(s.seed)
-            out = self.model.generate(**inputs, max_new_tokens=max_new, do_sample=sample,
-                                      temperature=s.temperature if sample else None,
-                                      top_p=s.top_p if sample else None, top_k=0 if sample else None,
-                                      output_scores=True, return_dict_in_generate=True,
-                                      pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id)
-            scores = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
-        ids = out.sequences[0, len(prompt_ids):].tolist()
-        logprobs = [float(x) for x in scores[0][:len(ids)]]
-        eos = self.tokenizer.eos_token_id
-        reason: Literal["stop", "length"] = "length"
-        if eos is not None and eos in ids:
-            cut = ids.index(eos)
-            ids, logprobs, reason = ids[:cut], logprobs[:cut], "stop"
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        for k in range(1, len(ids) + 1):  # the shortest prefix that reaches a stop string
-            piece = self.tokenizer.decode(ids[:k], skip_special_tokens=True)
-            hit = min((piece.find(x) for x in s.stop if x in piece), default=-1)
-            if hit >= 0:
-                ids, logprobs, text, reason = ids[:k], logprobs[:k], piece[:hit], "stop"
-                break
-        return Completion(text=text, finish_reason=reason, prompt_token_ids=prompt_ids, token_ids=ids,
-                          logprobs=logprobs, gen_s=time.perf_counter() - t0,
-                          prefill_tokens=len(prompt_ids))
+        prompts = [self.render(r) for r in requests]
+        out: list[Completion | None] = [None] * len(requests)
+        todo = []
+        for i, ids in enumerate(prompts):
+            if self.max_positions is not None and len(ids) >= self.max_positions:
+                out[i] = Completion(text="", finish_reason="error", context_exceeded=True, prompt_token_ids=ids,
+                                    error=f"prompt of {len(ids)} positions does not fit the model's "
+                                          f"{self.max_positions}")
+            else:
+                todo.append(i)
+        if todo:
+            sampling = [requests[i].sampling for i in todo]
+            rows = [RowSpec(prompt_ids=prompts[i], temperature=s.temperature, top_p=s.top_p,
+                            max_tokens=s.max_tokens, seed=s.seed) for i, s in zip(todo, sampling)]
+            stops = [tuple(x for x in s.stop if x) for s in sampling]
+            span = [max(map(len, st), default=0) + 16 for st in stops]
+
+            def stop_check(row: int, ids: list[int]) -> bool:
+                return bool(stops[row]) and any(x in self._text(ids[-span[row]:]) for x in stops[row])
+
+            images = [img for i in todo for m in requests[i].messages for img in content_images(m.content)]
+            eos = self.tokenizer.eos_token_id
+            results = decode(self.model, rows, pad_id=self.tokenizer.pad_token_id or eos or 0,
+                             eos_ids=set() if eos is None else {eos}, max_positions=self.max_positions,
+                             stop_check=stop_check, prefill_inputs=self.image_inputs(images) if images else None,
+                             never=placeholder_ids(self.model))
+            gen_s = (time.perf_counter() - t0) / len(todo)
+            for i, res, st in zip(todo, results, stops):
+                text, ids, logprobs = cut_at_stop(self._text, res.token_ids, res.logprobs, st)
+                out[i] = Completion(text=text, finish_reason=res.finish_reason,  # type: ignore[arg-type]
+                                    prompt_token_ids=prompts[i], token_ids=ids, logprobs=logprobs,
+                                    gen_s=gen_s, prefill_tokens=len(prompts[i]))
+        return [c for c in out if c is not None]

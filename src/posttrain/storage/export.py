@@ -3,10 +3,12 @@
 The Parquet file loads with `pyarrow.parquet.read_table` and with
 `datasets.load_dataset("parquet", data_files=PATH)`: flat columns for filtering, per-turn lists
 for training (`actions`, `token_ids`, `logprobs`), and the complete record as JSON in `record`.
-Image episodes carry their images: `turn_images` (per turn, the SHA-256 of each image shown with
-its observation) and `images` (each distinct image of the trajectory once: sha256, mime, the
-PNG/JPEG bytes), so a row is self-contained for a vision-language trainer. Across rows an image
-recurs (the store keeps it once; a Parquet file of G samples of one task holds it G times).
+Image episodes refer to their images by SHA-256: `turn_images` (per turn, the hash of each image
+shown with its observation). The bytes are in the file once per hash, however many rows show
+the image (a GRPO group of G samples shows one chart G times): `images` of a row holds the images
+*first* shown by that row (sha256, mime, the PNG/JPEG bytes), in file order, so a reader collects
+them over the whole file (`read_images`) and looks each reference up. A row alone is therefore not
+self-contained; a file is.
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from posttrain.storage.store import Store
+from posttrain.values.image import Image
 from posttrain.values.trajectory import Trajectory
 
 
-def _row(t: Trajectory) -> dict:
+def _row(t: Trajectory, written: set[str]) -> dict:
+    """`t` as a row; `written`: the image hashes earlier rows carry (updated with this row's)."""
+    new = sorted((img for img in t.images.values() if img.sha256 not in written), key=lambda i: i.sha256)
+    written.update(img.sha256 for img in new)
     return {
         "id": t.id, "run_id": t.run_id, "domain": t.domain, "task_key": t.task_key,
         "task_hash": t.task_hash, "split": t.split, "group_id": t.group_id, "attempt": t.attempt,
@@ -32,8 +38,7 @@ def _row(t: Trajectory) -> dict:
         "logprobs": [u.logprobs or [] for u in t.turns],
         "error": json.dumps(t.to_dict()["error"]) if t.error else None,
         "turn_images": [[r["sha256"] for r in u.observation_images] for u in t.turns],
-        "images": [{"sha256": img.sha256, "mime": img.mime, "data": img.data}
-                   for img in sorted(t.images.values(), key=lambda i: i.sha256)],
+        "images": [{"sha256": img.sha256, "mime": img.mime, "data": img.data} for img in new],
         "record": json.dumps(t.to_dict(), default=str),
     }
 
@@ -42,7 +47,8 @@ def export_parquet(trajectories: Iterable[Trajectory], out: str | Path) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [_row(t) for t in trajectories]
+    written: set[str] = set()
+    rows = [_row(t, written) for t in trajectories]
     schema = pa.schema([
         ("id", pa.string()), ("run_id", pa.string()), ("domain", pa.string()),
         ("task_key", pa.string()), ("task_hash", pa.string()), ("split", pa.string()),
@@ -59,6 +65,18 @@ def export_parquet(trajectories: Iterable[Trajectory], out: str | Path) -> int:
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, str(out))
     return len(rows)
+
+
+def read_images(path: str | Path) -> dict[str, Image]:
+    """Every image of a Parquet export by SHA-256 (what its rows' `turn_images` refer to); the
+    hash of each is checked against its bytes (`Image` refuses a mismatch)."""
+    import pyarrow.parquet as pq
+
+    out: dict[str, Image] = {}
+    for images in pq.read_table(str(path), columns=["images"]).column("images").to_pylist():
+        for img in images or ():
+            out[img["sha256"]] = Image(img["data"], img["mime"], img["sha256"])
+    return out
 
 
 def export_jsonl(trajectories: Iterable[Trajectory], out: str | Path) -> int:

@@ -14,17 +14,31 @@ re-tokenisation drift), the sampler's log-probs and the trajectory's advantage:
 
 Either way the loss mask is implicit: only generated tokens get a log-prob, prompt tokens
 (observations, tool output) never do, and `completion_ids` holds exactly the trained tokens.
+
+**Images** (episodes of a `VisionPolicy`): a sequence's prompt ids hold one image token per image
+position, all the same id; what fills them comes from the images themselves. A sample carries the
+images its sequence shows, in reading order (a turn's prompt shows every observation image of
+its episode so far), re-run through the policy's processor (`image_inputs`, given to
+`samples_from`): the trajectory keeps the bytes, not the pixel tensors. Image positions are
+observation tokens, so they are context, never trained. Prompts are shared across a group only
+when their images are the same too (ids alone cannot tell two pictures apart).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from posttrain.policies.decode import cache_kwarg, keep_last, left_pad, output_cache, positions_of
+from posttrain.policies.vision import placeholder_ids
+from posttrain.values.image import Image
 from posttrain.values.trajectory import Trajectory
+
+ImageInputs = Callable[[Sequence[Image]], dict[str, Any]]
+"""images -> the model's image tensors for them (pixel values, ...; `VisionPolicy.image_inputs`)"""
 
 
 @dataclass
@@ -39,6 +53,12 @@ class Sample:
     """a merged multi-turn sample: generated ids per turn (they sum to len(completion_ids))"""
     between: list[list[int]] | None = None
     """a merged multi-turn sample: the observation ids that follow each turn but the last"""
+    images: tuple[str, ...] = ()
+    """SHA-256 of every image the sequence shows, in reading order"""
+    prompt_images: int = 0
+    """how many of `images` sit in `prompt_ids` (the rest in `between`)"""
+    image_inputs: dict[str, Any] | None = None
+    """the model's image tensors for `images` (from the policy's processor), batched along dim 0"""
 
     def tail(self) -> tuple[list[int], list[bool]]:
         """Everything after the prompt, and which of it the model generated (the loss mask)."""
@@ -55,6 +75,43 @@ class Sample:
                 ids += self.between[i]  # type: ignore[index]
                 mask += [False] * len(self.between[i])  # type: ignore[index]
         return ids, mask
+
+
+def _shown(traj: Trajectory, turns: Sequence[Any]) -> list[Image]:
+    """The images `turns` showed, in order, from the trajectory's bytes."""
+    out = []
+    for turn in turns:
+        for ref in turn.observation_images:
+            img = traj.images.get(ref["sha256"])
+            if img is None:
+                raise ValueError(f"trajectory {traj.id} turn {turn.index} showed image {ref['sha256']}, whose "
+                                 "bytes it does not carry (load it with its images from the store)")
+            out.append(img)
+    return out
+
+
+def _memo(image_inputs: ImageInputs) -> ImageInputs:
+    seen: dict[tuple[str, ...], dict[str, Any]] = {}
+
+    def inputs(images: Sequence[Image]) -> dict[str, Any]:
+        key = tuple(img.sha256 for img in images)
+        if key not in seen:
+            seen[key] = dict(image_inputs(images))
+        return seen[key]
+    return inputs
+
+
+def _with_images(sample: Sample, traj: Trajectory, shown: list[Image], prompt_images: int,
+                 image_inputs: ImageInputs | None) -> Sample:
+    if not shown:
+        return sample
+    if image_inputs is None:
+        raise ValueError(f"trajectory {traj.id} ({traj.domain}) showed the policy {len(shown)} image(s): "
+                         "train it with the VisionPolicy that sampled it (a text model has no image inputs)")
+    sample.images = tuple(img.sha256 for img in shown)
+    sample.prompt_images = prompt_images
+    sample.image_inputs = dict(image_inputs(shown))
+    return sample
 
 
 def merged(traj: Trajectory, adv: float, owner: int) -> Sample | None:
@@ -77,18 +134,23 @@ def merged(traj: Trajectory, adv: float, owner: int) -> Sample | None:
 
 
 def samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float], *,
-                 merge_turns: bool = True) -> tuple[list[Sample], int]:
+                 merge_turns: bool = True, image_inputs: ImageInputs | None = None
+                 ) -> tuple[list[Sample], int]:
     """The samples of a step (see the module docstring); returns (samples, turns skipped).
 
     A turn without recorded token ids (a backend that does not expose them) or with an empty
-    prompt cannot be trained on; it is skipped and counted."""
+    prompt cannot be trained on; it is skipped and counted. A trajectory that showed images
+    needs `image_inputs` (a text trainer refuses it, naming it)."""
     samples, skipped = [], 0
+    if image_inputs is not None:  # a GRPO group shows its pictures G times: process them once
+        image_inputs = _memo(image_inputs)
     for owner, (traj, adv) in enumerate(zip(trajectories, advantages)):
         whole = merged(traj, adv, owner) if merge_turns else None
         if whole is not None:
-            samples.append(whole)
+            first = len(traj.turns[0].observation_images)
+            samples.append(_with_images(whole, traj, _shown(traj, traj.turns), first, image_inputs))
             continue
-        for turn in traj.turns:
+        for k, turn in enumerate(traj.turns):
             if not turn.token_ids:
                 skipped += turn.token_ids is None
                 continue
@@ -99,8 +161,10 @@ def samples_from(trajectories: Sequence[Trajectory], advantages: Sequence[float]
             if old is not None and len(old) != len(turn.token_ids):
                 raise ValueError(f"trajectory {traj.id} turn {turn.index}: {len(old)} log-probs for "
                                  f"{len(turn.token_ids)} token ids")
-            samples.append(Sample(list(turn.prompt_token_ids), list(turn.token_ids),
-                                  None if old is None else list(old), float(adv), owner))
+            sample = Sample(list(turn.prompt_token_ids), list(turn.token_ids),
+                            None if old is None else list(old), float(adv), owner)
+            shown = _shown(traj, traj.turns[:k + 1])  # the prompt re-shows every earlier image
+            samples.append(_with_images(sample, traj, shown, len(shown), image_inputs))
     return samples, skipped
 
 
@@ -116,23 +180,49 @@ def sequence_logprobs(model: torch.nn.Module, samples: Sequence[Sample], *, temp
     its samples, and only the completions are run on top: the gradient flows back through the
     shared cache into the one prompt pass. Same numbers as running every sequence whole (up to
     float rounding), a fraction of the compute when prompts are long and answers short."""
-    distinct = {tuple(s.prompt_ids) for s in samples}
-    if share_prompts and len(distinct) < len(samples):
+    distinct = {_prompt_key(s) for s in samples}
+    # images in a tail would need their pixels in the completion pass: such batches run whole
+    if share_prompts and len(distinct) < len(samples) and all(s.prompt_images == len(s.images) for s in samples):
         out = _shared_prompt_logits(model, samples)
         if out is not None:
-            return _gather(out[0], out[1], out[2], temperature, with_entropy)
-    return _gather(*_whole_sequence_logits(model, samples), temperature, with_entropy)
+            return _gather(out[0], out[1], out[2], temperature, with_entropy, placeholder_ids(model))
+    return _gather(*_whole_sequence_logits(model, samples), temperature, with_entropy, placeholder_ids(model))
+
+
+def _prompt_key(s: Sample) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Two prompts are the same when their ids *and* their pictures are (image positions all
+    hold one token id)."""
+    return tuple(s.prompt_ids), s.images[:s.prompt_images]
+
+
+def image_kwargs(samples: Sequence[Sample], device: torch.device) -> dict[str, torch.Tensor]:
+    """The forward() keywords with the image tensors of `samples`, concatenated in row order:
+    the model fills its image positions from them in reading order, row after row."""
+    shown = [s for s in samples if s.images]
+    if not shown:
+        return {}
+    for s in shown:
+        if s.image_inputs is None:
+            raise ValueError(f"a sample shows {len(s.images)} image(s) but carries no image inputs "
+                             "(build it with samples_from(..., image_inputs=...))")
+    keys = shown[0].image_inputs.keys()  # type: ignore[union-attr]
+    return {k: torch.cat([torch.as_tensor(s.image_inputs[k]) for s in shown]).to(device)  # type: ignore[index]
+            for k in keys}
 
 
 def _gather(logits: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor, temperature: float,
-            with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """logits [B, K, V] predicting targets [B, K]; valid [B, K] marks generated tokens."""
-    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+            with_entropy: bool, never: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """logits [B, K, V] predicting targets [B, K]; valid [B, K] marks generated tokens; `never`:
+    token ids the sampler never draws (image placeholders), out of the distribution here too."""
+    scaled = logits.float() / temperature
+    if never:
+        scaled = scaled.index_fill(-1, torch.tensor(list(never), device=scaled.device), float("-inf"))
+    logp_all = torch.log_softmax(scaled, dim=-1)
     logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
     entropy = None
     if with_entropy:
-        with torch.no_grad():
-            entropy = -(logp_all.exp() * logp_all).sum(-1)[valid]
+        with torch.no_grad():  # a token of probability 0 adds 0 (not 0 * -inf)
+            entropy = -(logp_all.exp() * logp_all.clamp_min(torch.finfo(logp_all.dtype).min)).sum(-1)[valid]
     return logp[valid], entropy
 
 
@@ -148,7 +238,7 @@ def _whole_sequence_logits(model: torch.nn.Module, samples: Sequence[Sample]
     for i, (_, gen) in enumerate(tails):
         valid[i, keep - len(gen):] = torch.tensor(gen, dtype=torch.bool)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions_of(mask), use_cache=False,
-                   **keep_last(model, keep + 1)).logits
+                   **keep_last(model, keep + 1), **image_kwargs(samples, device)).logits
     return logits[:, -(keep + 1):-1, :], ids[:, -keep:], valid.to(device)
 
 
@@ -157,11 +247,17 @@ def _shared_prompt_logits(model: torch.nn.Module, samples: Sequence[Sample]
     """Distinct prompts once (left-padded), completions on their copied cache (right-padded).
     None when the model's cache cannot select rows."""
     device = next(model.parameters()).device
-    index: dict[tuple[int, ...], int] = {}
-    row_of = [index.setdefault(tuple(s.prompt_ids), len(index)) for s in samples]
-    p_ids, p_mask = (t.to(device) for t in left_pad(list(index)))
+    index: dict[tuple[tuple[int, ...], tuple[str, ...]], int] = {}
+    firsts: list[Sample] = []  # one sample per distinct prompt, in `index` order
+    row_of = []
+    for s in samples:
+        row = index.setdefault(_prompt_key(s), len(index))
+        if row == len(firsts):
+            firsts.append(s)
+        row_of.append(row)
+    p_ids, p_mask = (t.to(device) for t in left_pad([ids for ids, _ in index]))
     out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=positions_of(p_mask), use_cache=True,
-                **keep_last(model, 1))
+                **keep_last(model, 1), **image_kwargs(firsts, device))
     cache = output_cache(out)
     if not hasattr(cache, "batch_select_indices"):
         return None

@@ -17,6 +17,10 @@ One `step()`:
    micro-batches (bounded by sequences and by padded tokens: `token_bound`, from the memory
    estimate by default), then gradient clipping and AdamW.
 
+Vision: built from a `VisionPolicy` (an image-text-to-text model and its processor), a trainer
+re-runs each trajectory's images through the processor and recomputes log-probs with them
+(`batch.py`); checkpoints keep the processor, and `policy()` is a `VisionPolicy` again.
+
 Lineage: a trainer starts from some version (the base model, or a checkpoint of an earlier
 round); every version it produces is '<run_name>/step-<n>' with that starting version as its
 parent, so base -> round-1/step-200 -> round-2/step-200 reads back through `parent`.
@@ -38,6 +42,7 @@ import torch
 
 from posttrain.policies.local import VERSION_FILE, TorchPolicy, weights_hash
 from posttrain.policies.memory import MemoryModel, default_cap_bytes
+from posttrain.policies.vision import VisionPolicy
 from posttrain.training import checkpoints
 from posttrain.training.advantages import select_groups
 from posttrain.training.batch import Sample, samples_from
@@ -53,7 +58,7 @@ _TOTALS = ("trajectories", "infra_errors", "groups", "groups_zero_variance", "gr
 
 
 class Trainer:
-    def __init__(self, policy: str | os.PathLike | TorchPolicy,
+    def __init__(self, policy: str | os.PathLike | TorchPolicy | VisionPolicy,
                  config: TrainerConfig = TrainerConfig(), *, _seed: bool = True,
                  _reference: torch.nn.Module | None = None, _adapter: str | os.PathLike | None = None) -> None:
         self.config = config
@@ -61,7 +66,9 @@ class Trainer:
             random.seed(config.seed)
             np.random.seed(config.seed)
             torch.manual_seed(config.seed)
-        if not isinstance(policy, TorchPolicy):
+        self.vision: VisionPolicy | None = policy if isinstance(policy, VisionPolicy) else None
+        """set when training an image-text-to-text model: its processor makes the image inputs"""
+        if not isinstance(policy, (TorchPolicy, VisionPolicy)):
             policy = TorchPolicy(policy, device=config.device)
         self.base_path = str(policy.path.resolve()) if policy.path is not None else None
         """where the starting weights were read (a LoRA checkpoint records it: it holds adapters only)"""
@@ -113,8 +120,19 @@ class Trainer:
 
     def policy(self, **kwargs: Any) -> TorchPolicy:
         """The current weights as a Policy. It shares the trained module (no copy): take a new
-        one after each step so that trajectories record the right version."""
+        one after each step so that trajectories record the right version. A vision trainer's
+        is `vision_policy()`."""
+        if self.vision is not None:
+            raise TypeError("this trainer trains an image-text-to-text model: take its policy with "
+                            "vision_policy()")
         return TorchPolicy(self.model, self.tokenizer, version=self.version, **kwargs)
+
+    def vision_policy(self) -> VisionPolicy:
+        """`policy()` for a trainer built from a `VisionPolicy` (same sharing, same processor)."""
+        if self.vision is None:
+            raise TypeError("this trainer trains a text model: take its policy with policy()")
+        return VisionPolicy(self.model, self.vision.processor, version=self.version,
+                            image_token=self.vision.image_token)
 
     # -- one step --------------------------------------------------------------------
     def step(self, groups: Sequence[Sequence[Trajectory]]) -> dict[str, float]:
@@ -127,7 +145,8 @@ class Trainer:
                             filter_zero_variance=cfg.filter_zero_variance,
                             min_group_size=cfg.min_group_size)
         self._check_temperature(sel.trajectories)
-        samples, skipped_turns = samples_from(sel.trajectories, sel.advantages)
+        samples, skipped_turns = samples_from(sel.trajectories, sel.advantages,
+                                              image_inputs=self.vision.image_inputs if self.vision else None)
         n_tokens = sum(len(s.completion_ids) for s in samples)
         metrics: dict[str, float] = {
             "groups": sel.groups, "groups_used": sel.groups_used,
@@ -265,7 +284,7 @@ class Trainer:
         state = {"step": self.step_count, "data_cursor": self.data_cursor,
                  "config": self.config.to_dict(), "version": version.to_dict(),
                  "start_version": self.start_version.to_dict(), "totals": dict(self.totals),
-                 "extra": self.extra}
+                 "extra": self.extra, "vision": self.vision is not None}
         lora = self.config.lora is not None
         if lora:
             if self.base_path is None:
@@ -278,7 +297,8 @@ class Trainer:
                 self.engine.model.save_pretrained(tmp)
             else:
                 self.model.save_pretrained(tmp)  # type: ignore[operator]  # nn.Module does not declare Hugging Face methods
-            self.tokenizer.save_pretrained(tmp)
+            # a vision model's processor holds its tokenizer and its image settings
+            (self.vision.processor if self.vision is not None else self.tokenizer).save_pretrained(tmp)
             lineage = {"name": version.name, "parent": version.parent}
             (tmp / VERSION_FILE).write_text(json.dumps(lineage) + "\n")
             if self.reference is not None and not lora:  # with LoRA the reference is the base
@@ -298,12 +318,20 @@ class Trainer:
             config = TrainerConfig.from_dict(state["config"], where=f"{directory}/trainer_state.json")
         start = PolicyVersion(**state["start_version"])
         base = state.get("lora_base")
-        policy = TorchPolicy(base or directory, device=config.device, version=start)
+        policy: TorchPolicy | VisionPolicy
+        if state.get("vision"):
+            if base is not None:
+                raise ValueError(f"{directory}: LoRA checkpoints of vision models are not supported")
+            policy = VisionPolicy.load(directory, version=start)
+            policy.model.to(config.device)
+        else:
+            policy = TorchPolicy(base or directory, device=config.device, version=start)
         reference = None
         if config.kl_beta > 0 and base is None:  # loaded before the engine shards it
-            from transformers import AutoModelForCausalLM
+            from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-            reference = AutoModelForCausalLM.from_pretrained(Path(directory) / "reference")
+            auto = AutoModelForImageTextToText if state.get("vision") else AutoModelForCausalLM
+            reference = auto.from_pretrained(Path(directory) / "reference")
         trainer = cls(policy, config, _seed=False, _reference=reference,
                       _adapter=directory if base is not None else None)
         trainer.engine.load_optimizer_state(checkpoints.load_tensors(directory, "optimizer.pt"))

@@ -131,7 +131,10 @@ def from_openai(content: Any) -> Content:
         if kind == "text" and isinstance(p.get("text"), str):
             out.append(TextPart(p["text"]))
         elif kind == "image_url" and isinstance(p.get("image_url"), dict):
-            out.append(ImagePart(Image.from_data_uri(str(p["image_url"].get("url", "")))))
+            try:
+                out.append(ImagePart(Image.from_data_uri(str(p["image_url"].get("url", "")))))
+            except ValueError as e:
+                raise ValueError(f"content part {i} (image_url): {e}") from e
         else:
             raise ValueError(f"content part {i}: expected {{'type': 'text', 'text': ...}} or "
                              f"{{'type': 'image_url', 'image_url': {{'url': 'data:...'}}}}, got {str(p)[:80]}")

@@ -17,6 +17,11 @@
 Every request is its own rows in the engine's running batch (continuous batching); `n` and a
 list of prompts are rows of one request. Fields this server cannot honour (`best_of`, `echo`,
 penalties, streaming, tools) are refused with 400, never ignored.
+
+Images: chat content may be a list of `text` and `image_url` parts (base64 data URIs). A server
+of a `VisionPolicy` (`build_app(None, name, vision=policy)`) answers chat requests with it,
+images or not (its own batches, not the continuous batch; no completions or weight routes); a
+text model's server refuses an image part with 400 naming the message and the part.
 """
 
 from __future__ import annotations
@@ -34,7 +39,11 @@ from starlette.routing import Route
 from posttrain.policies.base import PolicyError
 from posttrain.policies.render import render_ids
 from posttrain.policies.server.engine import BatchEngine
-from posttrain.values.generation import Completion, Message, SamplingParams
+from posttrain.policies.vision import VisionPolicy
+from posttrain.values.generation import Completion, GenerationRequest, Message, SamplingParams
+from posttrain.values.image import ImagePart, content_text, from_openai
+
+ROLES = ("system", "user", "assistant", "tool")
 
 _REFUSED: dict[str, tuple[Any, ...]] = {
     "best_of": (None, 1), "echo": (None, False), "suffix": (None,), "stream": (None, False),
@@ -83,11 +92,43 @@ def _prompts(engine: BatchEngine, prompt: Any) -> list[list[int]]:
     raise RequestError("field 'prompt' must be a string, a list of token ids, or a non-empty list of those")
 
 
-def build_app(engine: BatchEngine, model_name: str) -> Starlette:
-    vocab = cast(Any, engine.model).get_input_embeddings().weight.shape[0]
+def _messages(raw: Any) -> tuple[Message, ...]:
+    """The chat `messages`, their content parsed (text, or text and image parts)."""
+    if not isinstance(raw, list) or not raw:
+        raise RequestError("field 'messages' must be a non-empty list of {role, content} objects")
+    out = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict) or "content" not in m or m.get("role") not in ROLES:
+            raise RequestError(f"messages[{i}] must be a {{role, content}} object with role one of {ROLES}")
+        try:
+            out.append(Message(m["role"], from_openai(m["content"])))
+        except ValueError as e:
+            raise RequestError(f"messages[{i}].content: {e}") from e
+    return tuple(out)
+
+
+def _text_only(messages: tuple[Message, ...], model_name: str) -> tuple[Message, ...]:
+    """`messages` as plain text, or a 400 naming the first image part (a text model cannot read it)."""
+    for i, m in enumerate(messages):
+        if not isinstance(m.content, str):
+            for j, part in enumerate(m.content):
+                if isinstance(part, ImagePart):
+                    raise RequestError(f"messages[{i}].content part {j} is an image_url part, but the served "
+                                       f"model {model_name!r} reads text only (serve a vision model for images)")
+    return tuple(Message(m.role, content_text(m.content)) for m in messages)
+
+
+def build_app(engine: BatchEngine | None, model_name: str, vision: VisionPolicy | None = None) -> Starlette:
+    """The app of a text model's `engine`, or (engine None) of a `vision` policy."""
+    if (engine is None) == (vision is None):
+        raise ValueError("build_app: give a BatchEngine or a VisionPolicy (one of them)")
+    tokenizer = engine.tokenizer if engine is not None else cast(VisionPolicy, vision).tokenizer
+    live = cast(BatchEngine, engine)  # the routes that use it exist only when there is an engine
 
     async def run(prompts: list[list[int]], sampling: SamplingParams, n: int,
                   ignore_eos: bool = False) -> list[Completion]:
+        assert engine is not None
+        vocab = cast(Any, engine.model).get_input_embeddings().weight.shape[0]
         for p in prompts:
             bad = [i for i in p if not 0 <= i < vocab]
             if bad:
@@ -100,7 +141,7 @@ def build_app(engine: BatchEngine, model_name: str) -> Starlette:
         return out
 
     def token_text(ids: list[int]) -> list[str]:
-        return [engine.tokenizer.decode([i]) for i in ids]
+        return [tokenizer.decode([i]) for i in ids]
 
     def envelope(kind: str, choices: list[dict], prompts: list[list[int]], outs: list[Completion]) -> dict:
         completion_tokens = sum(len(c.token_ids or []) for c in outs)
@@ -111,6 +152,7 @@ def build_app(engine: BatchEngine, model_name: str) -> Starlette:
                           "total_tokens": prompt_tokens + completion_tokens}}
 
     async def completions(body: dict[str, Any]) -> dict[str, Any]:
+        assert engine is not None
         prompts = _prompts(engine, body.get("prompt"))
         sampling, n = _sampling(body, default_max=16), _n(body)
         outs = await run(prompts, sampling, n, bool(body.get("ignore_eos")))
@@ -127,17 +169,18 @@ def build_app(engine: BatchEngine, model_name: str) -> Starlette:
         return envelope("text_completion", choices, prompts, outs)
 
     async def chat(body: dict[str, Any]) -> dict[str, Any]:
-        raw = body.get("messages")
-        try:
-            messages = tuple(Message(m["role"], m["content"]) for m in raw)  # type: ignore[union-attr]
-        except (TypeError, KeyError) as e:
-            raise RequestError("field 'messages' must be a list of {role, content} objects") from e
-        if not messages or any(m.role not in ("system", "user", "assistant", "tool")
-                               or not isinstance(m.content, str) for m in messages):
-            raise RequestError("field 'messages' must be non-empty, with known roles and text content")
+        messages = _messages(body.get("messages"))
         sampling, n = _sampling(body, default_max=64), _n(body)
-        prompts = [render_ids(engine.tokenizer, messages)]
-        outs = await run(prompts, sampling, n)
+        if vision is not None:
+            outs = await asyncio.to_thread(vision.generate, [GenerationRequest(messages, sampling)] * n)
+            for c in outs:
+                if c.finish_reason == "error":
+                    raise RequestError(c.error or "generation failed")
+            prompts = [list(outs[0].prompt_token_ids or [])]
+        else:
+            assert engine is not None
+            prompts = [render_ids(engine.tokenizer, _text_only(messages, model_name))]
+            outs = await run(prompts, sampling, n)
         choices = []
         for i, c in enumerate(outs):
             choice: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": c.text},
@@ -173,7 +216,8 @@ def build_app(engine: BatchEngine, model_name: str) -> Starlette:
     async def models(request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [
             {"id": model_name, "object": "model", "owned_by": "posttrain",
-             "weights_path": engine.weights_path}]})
+             "weights_path": engine.weights_path if engine is not None else
+             (str(vision.path) if vision is not None and vision.path else None)}]})
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
@@ -182,18 +226,18 @@ def build_app(engine: BatchEngine, model_name: str) -> Starlette:
         mode = request.query_params.get("mode", "keep")
         if mode not in ("keep", "wait"):
             return error(400, f"query 'mode' must be 'keep' or 'wait', got {mode!r}", "invalid_request_error")
-        await asyncio.to_thread(engine.pause, mode)
+        await asyncio.to_thread(live.pause, mode)
         return JSONResponse({"status": "paused", "mode": mode})
 
     async def resume(request: Request) -> JSONResponse:
-        engine.resume()
+        live.resume()
         return JSONResponse({"status": "resumed"})
 
     async def is_paused(request: Request) -> JSONResponse:
-        return JSONResponse({"is_paused": engine.paused})
+        return JSONResponse({"is_paused": live.paused})
 
     async def reset_prefix_cache(request: Request) -> JSONResponse:
-        await asyncio.to_thread(engine.reset_prefix_cache)
+        await asyncio.to_thread(live.reset_prefix_cache)
         return JSONResponse({"status": "ok"})
 
     async def collective_rpc(request: Request) -> JSONResponse:
@@ -211,16 +255,23 @@ def build_app(engine: BatchEngine, model_name: str) -> Starlette:
             return error(400, "field 'kwargs.weights_path' must name a directory of safetensors",
                          "invalid_request_error")
         try:
-            n = await asyncio.to_thread(engine.reload_weights, path)
+            n = await asyncio.to_thread(live.reload_weights, path)
         except (OSError, ValueError) as e:
             return error(400, f"reload_weights: {e}", "invalid_request_error")
         return JSONResponse({"results": [{"tensors": n, "weights_path": path}]})
 
+    routes = [Route("/v1/models", models, methods=["GET"]), Route("/health", health, methods=["GET"]),
+              Route("/v1/chat/completions", generation(chat), methods=["POST"])]
+    if engine is None:  # a vision policy: chat only (no raw prompts, no continuous batch to pause)
+        async def chat_only(request: Request) -> JSONResponse:
+            return error(400, f"{request.url.path}: the served model {model_name!r} is a vision model, which "
+                              "this server answers through /v1/chat/completions only", "invalid_request_error")
+
+        return Starlette(routes=[*routes, *(Route(path, chat_only, methods=["POST"]) for path in (
+            "/v1/completions", "/pause", "/resume", "/reset_prefix_cache", "/collective_rpc"))])
     return Starlette(routes=[
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
+        *routes,
         Route("/v1/completions", generation(completions), methods=["POST"]),
-        Route("/v1/chat/completions", generation(chat), methods=["POST"]),
         Route("/pause", pause, methods=["POST"]),
         Route("/resume", resume, methods=["POST"]),
         Route("/is_paused", is_paused, methods=["GET"]),

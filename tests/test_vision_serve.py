@@ -1,0 +1,72 @@
+"""Images through posttrain's own server: the OpenAI chat policy sends `image_url` parts over
+loopback to a served `VisionPolicy` (the tiny random LLaVA of `tests/tiny_vlm.py`) and gets what
+the policy answers locally; a text model's server refuses an image part with a 400 naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from posttrain.policies.local import TorchPolicy
+from posttrain.policies.openai_compat import OpenAIConfig, OpenAIPolicy
+from posttrain.policies.serve import PolicyServer
+from posttrain.tasks.registry import get_domain
+from posttrain.values.generation import GenerationRequest, Message, SamplingParams
+from posttrain.values.image import parts, to_openai
+from tests.test_serve import post
+from tests.tiny_vlm import tiny_vlm
+
+MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-base"
+
+
+def _requests():
+    chart = get_domain("docs.chart.peak.bar")
+    a, b = (chart.images(chart.task(s))[0] for s in range(2))
+    greedy = SamplingParams(temperature=0, max_tokens=6)
+    return [GenerationRequest((Message("user", parts("which quarter?", [a])),), greedy),
+            GenerationRequest((Message("system", "answer briefly"), Message("user", parts("and here?", [b]))),
+                              greedy),
+            GenerationRequest((Message("user", "no picture"),), greedy)]
+
+
+def test_a_served_vision_policy_answers_image_chat_requests_as_it_does_locally():
+    vlm = tiny_vlm()
+    server = PolicyServer(vlm, model_name="tiny-vlm").start()
+    try:
+        remote = OpenAIPolicy(OpenAIConfig(base_url=server.url, model="tiny-vlm", api="chat", max_retries=0))
+        assert remote.accepts_images
+        requests = _requests()
+        got, want = remote.generate(requests), vlm.generate(requests)
+        for g, w in zip(got, want):
+            assert g.text == w.text and g.token_ids == w.token_ids and g.finish_reason == w.finish_reason
+            assert g.prompt_token_ids == w.prompt_token_ids  # the images were expanded server-side
+            assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
+        # a broken data URI is a 400 that names the message and the part
+        bad = {"model": "tiny-vlm", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,@@"}}]}]}
+        status, body = post(f"{server.url}/chat/completions", bad)
+        assert status == 400 and "messages[0].content: content part 1 (image_url)" in body["error"]["message"]
+        # no raw prompts on a vision server (its prompts need their images): a 400 that says so
+        status, body = post(f"{server.url}/completions", {"model": "tiny-vlm", "prompt": "x"})
+        assert status == 400 and "/v1/chat/completions only" in body["error"]["message"]
+    finally:
+        server.close()
+
+
+def test_a_text_models_server_refuses_an_image_part_by_name():
+    server = PolicyServer(TorchPolicy(MODEL, device="cpu"), model_name="tiny-base").start()
+    try:
+        request = _requests()[1]
+        body = {"model": "tiny-base", "max_tokens": 4,
+                "messages": [{"role": m.role, "content": to_openai(m.content)} for m in request.messages]}
+        status, out = post(f"{server.url}/chat/completions", body)
+        assert status == 400
+        assert "messages[1].content part 1 is an image_url part" in out["error"]["message"]
+        assert "'tiny-base' reads text only" in out["error"]["message"]
+        # text given as parts is still text
+        body["messages"] = [{"role": "user", "content": [{"type": "text", "text": "37+48="}]}]
+        status, out = post(f"{server.url}/chat/completions", body)
+        assert status == 200 and out["choices"][0]["finish_reason"] in ("stop", "length")
+    finally:
+        server.close()
