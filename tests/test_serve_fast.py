@@ -108,3 +108,15 @@ def test_mode_is_validated():
         BatchEngine(TorchPolicy(MODEL, device="cpu"), mode="turbo")
     with pytest.raises(SystemExit):
         main(["--model", str(MODEL), "--mode", "turbo"])
+
+
+def test_openai_policy_records_the_servers_prefix_reuse(fast):
+    remote = OpenAIPolicy(OpenAIConfig(base_url=fast.url, model="tiny-base", max_retries=0))
+    first = GenerationRequest((Message("user", "reverse abc="),), SamplingParams(temperature=0.0, max_tokens=6))
+    [one] = remote.generate([first])
+    assert one.prefill_tokens + one.reused_tokens == len(one.prompt_token_ids)
+    nxt = GenerationRequest(first.messages + (Message("assistant", one.text), Message("user", "again")),
+                            SamplingParams(temperature=0.0, max_tokens=4))
+    [two] = remote.generate([nxt])
+    assert two.reused_tokens >= len(one.prompt_token_ids)  # the first turn's keys/values, reused
+    assert two.prefill_tokens + two.reused_tokens == len(two.prompt_token_ids)
