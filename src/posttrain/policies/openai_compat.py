@@ -183,7 +183,7 @@ class OpenAIPolicy:
             # one choice per request: the server's prefix-cache reuse is this completion's
             # (posttrain's server and vLLM with --enable-prompt-tokens-details report it)
             completion.reused_tokens = details.cached_tokens
-            completion.prefill_tokens = usage.prompt_tokens - details.cached_tokens  # type: ignore[union-attr]
+            completion.prefill_tokens = usage.prompt_tokens - details.cached_tokens
         return completion
 
     def _completion(self, choice: Any, gen_s: float) -> Completion:
