@@ -4,11 +4,14 @@ observations and every action's sampled ids; the drops are recorded and replayed
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
+from typer.testing import CliRunner
 
+from posttrain.cli import app
 from posttrain.envs import EnvConfig
 from posttrain.envs.budget import KEEP_LAST_OBSERVATIONS, dropped_marker, plan_drops
 from posttrain.pipeline.config import RolloutSection
@@ -149,6 +152,12 @@ def test_an_overflowing_episode_continues_by_dropping_and_replays_identically(ti
     config = EnvConfig(chars_per_token=1.0)  # the context policy comes from the recording
     result = replay(store, stored, env_config=config, render=tiny.render)
     assert result.matched, result.divergence
+    store.close()
+    # the same check from the command line (`--model`: the policy's tokenizer renders the prompts)
+    out = CliRunner().invoke(app, ["replay", str(tmp_path), traj.id, "--model", str(tiny.path), "--json"])
+    assert out.exit_code == 0, out.output[-600:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["matched"] == 1
+    store = Store(tmp_path / "store.sqlite")
 
     # the check can fail: a recording that claims other drops, or other prompt ids, diverges
     other = replace(stored, turns=[replace(t) for t in stored.turns])

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from posttrain.envs import EnvConfig, Environment, EpisodeEnd, make_env, stop_strings
@@ -60,7 +61,9 @@ class Episode:
                  sampling: SamplingParams = SamplingParams(), env_config: EnvConfig = EnvConfig(),
                  sandbox_factory: SandboxFactory | None = None, group_id: str = "",
                  attempt: int = 0, run_id: str = "", policy_staleness: int = 0,
-                 tokenizer_hash: str = "") -> None:
+                 tokenizer_hash: str = "", recorded_drops: Mapping[int, Sequence[int]] | None = None) -> None:
+        """`recorded_drops`: a replay's turn -> the observations the recorded prompt had dropped
+        (`Turn.dropped_observations`); the episode then drops exactly those instead of deciding."""
         self.domain, self.task = domain, task
         self.policy_version = policy_version
         self.sampling = replace(sampling, stop=tuple(dict.fromkeys(sampling.stop + stop_strings(domain))))
@@ -83,6 +86,7 @@ class Episode:
         self._ids: list[tuple[int, ...] | None] = []  # each message's recorded ids (None: unknown)
         self._dropped: list[int] = []  # turns whose observation a marker replaced, in drop order
         self._sent: GenerationRequest | None = None  # the request the next completion answers
+        self._recorded_drops = recorded_drops
         self._env: Environment | None = None
         self._started = 0.0
         self._result: EpisodeResult | None = None
@@ -207,15 +211,17 @@ class Episode:
         self._ids[-1] = last
         self._ids += [None if new_ids is None else tuple(new_ids), None]
 
-    def _drop(self, remaining: int) -> tuple[int, tuple[tuple[int, ...] | None, ...] | None]:
+    def _drop(self, remaining: int, forced: list[int] | None = None
+              ) -> tuple[int, tuple[tuple[int, ...] | None, ...] | None]:
         """Apply the context policy 'drop_oldest_tool_output' when the prompt leaves less than a
-        full turn's tokens: returns the tokens saved and the rebuilt prompt's `message_ids`."""
+        full turn's tokens (or drop the `forced` observations: a replay's recorded ones): returns
+        the tokens saved and the rebuilt prompt's `message_ids`."""
         want = min(self.sampling.max_tokens, self.task.limits.max_tokens)
         texts = [t.observation for t in self.turns] + [self._observation]
         known = self._ids[::2]  # observation j is message 2j (the actions sit between them)
         sizes = [self._estimate(x) if ids is None else len(ids) for x, ids in zip(texts, known)]
         markers = [self._estimate(dropped_marker(x)) for x in texts]
-        plan = plan_drops(sizes, markers, self._dropped, want - remaining)
+        plan = forced if forced is not None else plan_drops(sizes, markers, self._dropped, want - remaining)
         if not plan:
             return 0, None
         for j in plan:
@@ -234,7 +240,15 @@ class Episode:
         prompt_tokens = self._context_used + pending if self.turns else pending
         remaining = limits.context_tokens - prompt_tokens
         message_ids = None
-        if (self.env_config.context_policy == "drop_oldest_tool_output" and self.turns
+        if self._recorded_drops is not None:
+            # an observation that does not exist (a corrupt record) is not dropped: the replay
+            # then reports the difference instead of failing
+            forced = sorted({j for j in self._recorded_drops.get(len(self.turns), ())
+                             if 0 < j < len(self.turns)} - set(self._dropped))
+            if forced:
+                saved, message_ids = self._drop(remaining, forced)
+                remaining += saved
+        elif (self.env_config.context_policy == "drop_oldest_tool_output" and self.turns
                 and remaining < min(self.sampling.max_tokens, limits.max_tokens)):
             saved, message_ids = self._drop(remaining)
             remaining += saved

@@ -10,9 +10,9 @@
   What cannot be pinned is said per trajectory (`timing_dependent`): an episode where a command
   hit its wall-clock or CPU limit depends on how loaded the machine was, and one that read the
   kernel's own clock (`date`, file times) sees today's. An episode whose context policy dropped
-  observations (`Turn.dropped_observations`) is replayed under that policy and must drop the same
-  ones; given the policy's tokenizer (`render`), every replayed prompt's ids are compared with the
-  recorded ones too.
+  observations (`Turn.dropped_observations`) drops the same ones at the same turns on replay;
+  given the policy's tokenizer (`render`), every replayed prompt's ids are compared with the
+  recorded ones too (the marker and the rebuilt prompt must come out the same).
 * **rescore**: re-verify the stored outcome with the current verifier: the submitted answer, and
   for workspace tasks the final workspace restored from its stored archive. The new verdict is
   appended to the store (kind `rescore`); the original stays.
@@ -140,8 +140,6 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
     sampling = SamplingParams(**{**traj.sampling, "stop": tuple(traj.sampling.get("stop", ()))})
     policy = _ReplayPolicy(traj.turns, traj.policy_version, out_of_context=traj.status == "truncated"
                            and bool(traj.counters.get("context_budget_exhausted")), render=render)
-    if any(t.dropped_observations for t in traj.turns):  # recorded under the dropping context policy
-        env_config = replace(env_config, context_policy="drop_oldest_tool_output")
     if domain.needs_vision and not any(t.observation_images for t in traj.turns):
         env_config = replace(env_config, text_only=True)  # recorded with a text-only policy
     if sandbox_factory is None:  # a fresh sandbox on the recorded clock
@@ -149,8 +147,10 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
 
         clock = recorded_clock(traj)
         sandbox_factory = lambda: open_sandbox(clock=clock)  # noqa: E731
+    # a context policy's drops are replayed as recorded: the same prompts, whatever the estimates
     ep = Episode(domain, task, policy_version=traj.policy_version, sampling=sampling,
-                 env_config=env_config, sandbox_factory=sandbox_factory)
+                 env_config=env_config, sandbox_factory=sandbox_factory,
+                 recorded_drops={t.index: t.dropped_observations for t in traj.turns})
     req = ep.start()
     while req is not None:
         req = ep.advance(policy.generate([req])[0])
@@ -183,9 +183,9 @@ def _compare(traj: Trajectory, new: Trajectory, rendered: dict[int, list[int] | 
                 a, b = old_t.observation, new_t.observation
             elif fld == "dropped_observations":
                 a, b = old_t.dropped_observations, new_t.dropped_observations
-            elif fld == "prompt_token_ids":
-                a = old_t.prompt_token_ids if i in rendered else None
-                b = rendered.get(i)
+            elif fld == "prompt_token_ids":  # when both the recording and the tokenizer have them
+                known = i in rendered and old_t.prompt_token_ids is not None and rendered[i] is not None
+                a, b = (old_t.prompt_token_ids, rendered[i]) if known else (None, None)
             elif fld == "observation_images":
                 old_h = [r["sha256"] for r in old_t.observation_images]
                 new_h = [r["sha256"] for r in new_t.observation_images]
