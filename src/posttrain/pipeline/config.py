@@ -98,6 +98,11 @@ class RolloutSection(_Section):
     sync: str = Field("reload", description="how a server gets each new version's weights: 'reload' "
                                             "(untied safetensors written atomically, then pause/reload/"
                                             "reset-prefix-cache/resume; posttrain.training.sync)")
+    context: Literal["end", "drop_oldest_tool_output"] = Field(
+        "end", description="when an episode's next prompt would not fit its context budget: 'end' it "
+                           "(truncated), or 'drop_oldest_tool_output' (the oldest tool observations become "
+                           "'[output dropped: N chars]', keeping the instruction and the last turns; "
+                           "EnvConfig.context_policy)")
     mode: Literal["standard", "fast"] = Field(
         "standard", description="how the local sampling policy decodes: 'standard', or 'fast' (speculative "
                                 "decoding verified by the model, same output distribution, and a prefix "

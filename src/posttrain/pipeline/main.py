@@ -196,6 +196,7 @@ class Job:
         return path
 
     async def train(self, trainer: Any, sched_state: dict, store: Any, sandbox_factory: Any) -> None:
+        from posttrain.envs import EnvConfig
         from posttrain.pipeline.progress import RoundProgress
         from posttrain.scheduling import Scheduler, SchedulerStalled
         from posttrain.scheduling.episodes import RolloutEpisodeFactory
@@ -218,6 +219,7 @@ class Job:
         # Ray actors are other processes: they open their own sandboxes (a pool's handles
         # cannot be pickled to them)
         factory = RolloutEpisodeFactory(lookup, sampling=sampling, run_id=cfg.name,
+                                        env_config=EnvConfig(context_policy=cfg.rollout.context),
                                         sandbox_factory=sandbox_factory if scfg.backend == "local" else None)
         specs = mix.domain_specs(cfg, self.train_domains, left_out=self.unfit)
         # The sampler reads its own copy of the weights when samples may be stale (generation

@@ -48,11 +48,16 @@ class PromptLookup:
 
     def start(self, seqs: Sequence[Sequence[int]], temps: Sequence[float], top_ps: Sequence[float],
               generators: Sequence[torch.Generator | None]) -> None:
-        self.seqs = [list(s) for s in seqs]
-        self.index = [{} for _ in seqs]
-        for r, seq in enumerate(self.seqs):
+        self.seqs, self.index = [], []
+        self.add(seqs)
+
+    def add(self, seqs: Sequence[Sequence[int]]) -> None:
+        """Rows that join after the ones there (a continuous-batching server's new requests)."""
+        for seq in seqs:
+            self.seqs.append(list(seq))
+            self.index.append({})
             for i in range(1, len(seq)):
-                self._register(r, i)
+                self._register(len(self.seqs) - 1, i)
 
     def draft(self, row: int, budget: int) -> list[int]:
         seq = self.seqs[row]

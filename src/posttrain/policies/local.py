@@ -59,7 +59,7 @@ from posttrain.policies.drafters import DraftModel, PromptLookup
 from posttrain.policies.memory import MemoryModel, default_cap_bytes, plan_batches
 from posttrain.policies.prefix_cache import PrefixCache, weights_fingerprint
 from posttrain.policies.ragged import supports_ragged
-from posttrain.policies.render import continue_ids, render_ids
+from posttrain.policies.render import continue_ids, render_ids, splice_ids
 from posttrain.policies.speculative import SpecStats
 from posttrain.policies.speculative import generate as generate_ragged
 from posttrain.values.generation import (
@@ -238,6 +238,10 @@ class TorchPolicy:
             ids = continue_ids(self.tokenizer, request.prefix_ids, request.messages[request.prefix_messages:])
             if ids is not None:
                 return ids
+        if request.message_ids is not None:  # a context policy dropped part of the history
+            ids = splice_ids(self.tokenizer, request.message_ids, request.messages)
+            if ids is not None:
+                return ids
         return render_ids(self.tokenizer, request.messages)
 
     def _text(self, ids: Sequence[int]) -> str:
@@ -247,7 +251,7 @@ class TorchPolicy:
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Complete every request, in order (see the module docstring for what comes back)."""
         rendered: dict[tuple, list[int]] = {}  # a GRPO group repeats its prompt: render it once
-        keys = [(r.messages, r.prefix_ids) for r in requests]
+        keys = [(r.messages, r.prefix_ids, r.message_ids) for r in requests]
         prompts = [rendered[k] if k in rendered else rendered.setdefault(k, self.render(r))
                    for k, r in zip(keys, requests)]
         return self.generate_ids(prompts, [r.sampling for r in requests])

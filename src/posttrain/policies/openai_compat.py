@@ -176,7 +176,15 @@ class OpenAIPolicy:
                               f"{cfg.max_retries} retries: {type(e).__name__}: {e}") from e
         if not response.choices:
             raise PolicyError(f"{cfg.base_url}: a response without choices")
-        return self._completion(response.choices[0], time.perf_counter() - t0)
+        completion = self._completion(response.choices[0], time.perf_counter() - t0)
+        usage = response.usage
+        details = usage.prompt_tokens_details if usage is not None else None
+        if details is not None and details.cached_tokens is not None and completion.finish_reason != "error":
+            # one choice per request: the server's prefix-cache reuse is this completion's
+            # (posttrain's server and vLLM with --enable-prompt-tokens-details report it)
+            completion.reused_tokens = details.cached_tokens
+            completion.prefill_tokens = usage.prompt_tokens - details.cached_tokens
+        return completion
 
     def _completion(self, choice: Any, gen_s: float) -> Completion:
         if self.config.api == "completions":

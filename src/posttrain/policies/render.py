@@ -16,8 +16,12 @@ prompt's ids, the completion's ids as sampled, and the ids of the new messages o
 history is never re-tokenized (re-tokenizing decoded text can give other ids than the ones
 sampled, and a trainer would then train on tokens the model never produced). Under the plain
 template the new messages are "\n" + their contents joined with "\n"; a completion follows its
-prompt directly. With a chat template the history is re-rendered (the template's turn
-delimiters would have to be spliced around sampled ids; not done here).
+prompt directly. When a context policy has replaced earlier observations by markers, the history
+is no longer a prefix of the last prompt: `splice_ids` rebuilds it from each message's recorded
+ids (the actions' as sampled) and renders only the messages without ids (markers, observations:
+"\n" + the text, tokenized on its own exactly as `continue_ids` did when they were new). With a
+chat template the history is re-rendered (the template's turn delimiters would have to be spliced
+around sampled ids; not done here).
 
 The plain template is *not* a chat format: it does not mark who said what. A multi-turn episode
 on a base model reads as one transcript (prompt, answer, next observation, ...), which is what
@@ -84,3 +88,24 @@ def continue_ids(tokenizer: Any, prefix_ids: Sequence[int], new_messages: Sequen
         return None
     tail = PLAIN_SEPARATOR + plain_text(new_messages)
     return list(prefix_ids) + list(tokenizer(tail, add_special_tokens=False)["input_ids"])
+
+
+def splice_ids(tokenizer: Any, message_ids: Sequence[Sequence[int] | None],
+               messages: Sequence[Message]) -> list[int] | None:
+    """The prompt rebuilt message by message: a message's recorded ids where given, else its
+    rendering under the plain template (the first message with the tokenizer's special tokens,
+    any other as "\n" + its text). None when the tokenizer has a chat template (the caller
+    renders the whole history then)."""
+    if len(message_ids) != len(messages):
+        raise ValueError(f"splice_ids: {len(message_ids)} id entries for {len(messages)} messages")
+    if has_chat_template(tokenizer):
+        return None
+    ids: list[int] = []
+    for i, (known, message) in enumerate(zip(message_ids, messages)):
+        if known is not None:
+            ids += known
+        elif i == 0:
+            ids += render_ids(tokenizer, [message])
+        else:
+            ids += tokenizer(PLAIN_SEPARATOR + plain_text([message]), add_special_tokens=False)["input_ids"]
+    return ids

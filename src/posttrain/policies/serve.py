@@ -16,6 +16,10 @@ A `VisionPolicy` (an image-text-to-text model, chosen when the model directory's
 `vision_config`) is served too: chat requests, with `image_url` parts or without, go to its own
 batched `generate`; it has no continuous batch, so no completions or weight-update routes.
 
+`--mode fast` decodes with prompt-lookup speculative decoding inside the batch (same output
+distribution; `server/engine.py`); the prefix cache is on in both modes (`--prefix-cache-mb`),
+and each response's `usage` says how many prompt tokens it reused.
+
 What it is *not*: a production server. No streaming, no authentication, no `best_of`/`echo`/
 penalties (refused with 400, not ignored). It binds 127.0.0.1 by default. Log-probs are those
 of `TorchPolicy`: temperature-scaled, before top-p.
@@ -45,13 +49,13 @@ class PolicyServer:
 
     def __init__(self, policy: TorchPolicy | VisionPolicy, host: str = "127.0.0.1", port: int = 0,
                  model_name: str | None = None, *, max_batch: int = 256,
-                 prefix_cache_mb: float = 64.0) -> None:
+                 prefix_cache_mb: float = 64.0, mode: str = "standard") -> None:
         import uvicorn
 
         self.policy = policy
         self.model_name = model_name or policy.version.name
         vision = policy if isinstance(policy, VisionPolicy) else None
-        self.engine = (BatchEngine(policy, max_batch=max_batch, prefix_cache_mb=prefix_cache_mb)
+        self.engine = (BatchEngine(policy, max_batch=max_batch, prefix_cache_mb=prefix_cache_mb, mode=mode)
                        if isinstance(policy, TorchPolicy) else None)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -106,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-batch", type=int, default=256, help="rows decoded together at most")
     parser.add_argument("--prefix-cache-mb", type=float, default=64.0,
                         help="prefix cache budget (0 = off): an episode's next turn reuses its keys/values")
+    parser.add_argument("--mode", choices=("standard", "fast"), default="standard",
+                        help="fast: prompt-lookup speculative decoding in the batch, same output distribution")
     args = parser.parse_args(argv)
     if args.threads:
         import torch
@@ -120,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         policy = TorchPolicy(args.model, device=args.device)
     server = PolicyServer(policy, args.host, args.port, args.name,
-                          max_batch=args.max_batch, prefix_cache_mb=args.prefix_cache_mb)
+                          max_batch=args.max_batch, prefix_cache_mb=args.prefix_cache_mb, mode=args.mode)
     print(f"listening on {server.url}", flush=True)
     try:
         server.serve_forever()

@@ -20,6 +20,8 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
            all_: bool = typer.Option(False, "--all", help="every trajectory of the store"),
            rescore: bool = typer.Option(False, "--rescore",
                                         help="re-verify the stored outcome with the current verifier"),
+           model: Path = typer.Option(None, "--model", help="the policy's model directory: every replayed "
+                                      "prompt's token ids must also equal the recorded ones (its tokenizer)"),
            as_json: bool = typer.Option(False, "--json", help="print a JSON summary")) -> None:
     """Re-run stored trajectories in fresh sandboxes (or re-score them) and compare."""
     from posttrain.rollout import replay as rp
@@ -47,6 +49,11 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
         use_sources(recorded_sources(r["config"] for r in store.runs()))
     except SourceError as e:
         _fail(f"{run_dir}: a task source this run was made with cannot be read again: {e}")
+    render = None
+    if model is not None:
+        from posttrain.policies.local import TorchPolicy
+
+        render = TorchPolicy(model, device="cpu").render
     results = []
     with store, ExitStack() as stack:
         pools: dict[int | None, SandboxPool] = {}
@@ -64,7 +71,7 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
             if rescore:
                 results.append(rp.rescore(store, t, sandbox_factory=factory))
             else:
-                results.append(rp.replay(store, t, sandbox_factory=factory))
+                results.append(rp.replay(store, t, sandbox_factory=factory, render=render))
     matched = sum(r.matched for r in results)
     images = sum(r.images for r in results)
     # an episode cut by a time limit need not reproduce: said per trajectory, not a failed check

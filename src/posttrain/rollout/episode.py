@@ -11,6 +11,15 @@ The engine (`posttrain.scheduling`) drives every episode this way. `advance` blo
 I/O; the engine runs it off its event loop. Requests carry routing ids only (episode, group,
 turn, domain, task key), never the task: a scripted policy is handed its script by the engine.
 
+Context: when the next prompt would not fit the task's context budget, `EnvConfig.context_policy`
+decides (`posttrain.envs.budget`): end the episode, or drop the oldest tool observations. A drop
+breaks the token-in/token-out prefix, so that one prompt is rebuilt message by message
+(`GenerationRequest.message_ids`): the model's actions as their sampled ids, the instruction and
+the observations as recorded (an observation first shown in a prompt that itself dropped something
+has no separately known ids and is rendered from its text, which gives the same ids under the plain
+template), the markers rendered. The next turns extend that prompt again. Each turn records which
+observations its prompt had dropped (`Turn.dropped_observations`), so a replay checks them.
+
 Failure handling: a failed generation (`Completion.finish_reason == "error"`), a `SandboxError`, a
 `VerifierError`, or any unexpected exception inside the environment ends the episode as
 `infra_error` with the error recorded (type, message, traceback, where). It never becomes a reward
@@ -22,9 +31,11 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from posttrain.envs import EnvConfig, Environment, EpisodeEnd, make_env, stop_strings
+from posttrain.envs.budget import dropped_marker, plan_drops
 from posttrain.envs.single import SandboxFactory
 from posttrain.sandbox.base import SandboxError
 from posttrain.tasks.domain import Domain
@@ -50,7 +61,9 @@ class Episode:
                  sampling: SamplingParams = SamplingParams(), env_config: EnvConfig = EnvConfig(),
                  sandbox_factory: SandboxFactory | None = None, group_id: str = "",
                  attempt: int = 0, run_id: str = "", policy_staleness: int = 0,
-                 tokenizer_hash: str = "") -> None:
+                 tokenizer_hash: str = "", recorded_drops: Mapping[int, Sequence[int]] | None = None) -> None:
+        """`recorded_drops`: a replay's turn -> the observations the recorded prompt had dropped
+        (`Turn.dropped_observations`); the episode then drops exactly those instead of deciding."""
         self.domain, self.task = domain, task
         self.policy_version = policy_version
         self.sampling = replace(sampling, stop=tuple(dict.fromkeys(sampling.stop + stop_strings(domain))))
@@ -70,6 +83,10 @@ class Episode:
         self.images: dict[str, Image] = {}  # every image shown, by sha256 (stored once each)
         self._context_used = 0  # tokens of the last request's prompt + its completion
         self._prefix: tuple[int, ...] | None = None  # token-in/token-out: the ids so far
+        self._ids: list[tuple[int, ...] | None] = []  # each message's recorded ids (None: unknown)
+        self._dropped: list[int] = []  # turns whose observation a marker replaced, in drop order
+        self._sent: GenerationRequest | None = None  # the request the next completion answers
+        self._recorded_drops = recorded_drops
         self._env: Environment | None = None
         self._started = 0.0
         self._result: EpisodeResult | None = None
@@ -98,6 +115,7 @@ class Episode:
                     logprobs=completion.logprobs, finish_reason=completion.finish_reason,
                     observation_truncated_chars=self._observation_cut, gen_s=completion.gen_s,
                     prefill_tokens=completion.prefill_tokens, reused_tokens=completion.reused_tokens,
+                    dropped_observations=sorted(self._dropped),
                     observation_images=[img.ref() for img in self._observation_images])
         if completion.finish_reason == "error" and completion.context_exceeded and self.turns:
             # the conversation outgrew the model's context: the episode's budget is spent
@@ -131,11 +149,12 @@ class Episode:
             self._finish(step.end)
             return None
         self._show(step.observation.images)
-        self.messages += [Message("assistant", completion.text),
-                          Message("user", parts(step.observation.text, step.observation.images))]
         # token-in/token-out: the next prompt extends the ids sampled so far (no re-tokenizing)
         prompt_ids, new_ids = completion.prompt_token_ids, completion.token_ids
         self._prefix = None if prompt_ids is None or new_ids is None else tuple(prompt_ids) + tuple(new_ids)
+        self._learn_ids(prompt_ids, new_ids)
+        self.messages += [Message("assistant", completion.text),
+                          Message("user", parts(step.observation.text, step.observation.images))]
         self._observation, self._observation_cut = step.observation.text, step.observation.truncated_chars
         return self._request()
 
@@ -176,11 +195,63 @@ class Episode:
         self._finish(end)
         return None
 
+    def _estimate(self, text: str) -> int:
+        return int(len(text) / self.env_config.chars_per_token) + 1
+
+    def _learn_ids(self, prompt_ids: list[int] | None, new_ids: list[int] | None) -> None:
+        """Record the ids of the observation just shown (the part of the prompt after the ids
+        sent) and of the action; then add a slot for the next observation's."""
+        sent, last = self._sent, None
+        if sent is not None and prompt_ids is not None:
+            if len(self.messages) == 1:
+                last = tuple(prompt_ids)
+            elif sent.prefix_ids is not None and tuple(prompt_ids[:len(sent.prefix_ids)]) == sent.prefix_ids:
+                last = tuple(prompt_ids[len(sent.prefix_ids):])
+        self._ids += [None] * (len(self.messages) - len(self._ids))
+        self._ids[-1] = last
+        self._ids += [None if new_ids is None else tuple(new_ids), None]
+
+    def _drop(self, remaining: int, forced: list[int] | None = None
+              ) -> tuple[int, tuple[tuple[int, ...] | None, ...] | None]:
+        """Apply the context policy 'drop_oldest_tool_output' when the prompt leaves less than a
+        full turn's tokens (or drop the `forced` observations: a replay's recorded ones): returns
+        the tokens saved and the rebuilt prompt's `message_ids`."""
+        want = min(self.sampling.max_tokens, self.task.limits.max_tokens)
+        texts = [t.observation for t in self.turns] + [self._observation]
+        known = self._ids[::2]  # observation j is message 2j (the actions sit between them)
+        sizes = [self._estimate(x) if ids is None else len(ids) for x, ids in zip(texts, known)]
+        markers = [self._estimate(dropped_marker(x)) for x in texts]
+        plan = forced if forced is not None else plan_drops(sizes, markers, self._dropped, want - remaining)
+        if not plan:
+            return 0, None
+        for j in plan:
+            self.messages[2 * j] = Message("user", dropped_marker(texts[j]))
+            self._ids[2 * j] = None  # the marker is rendered by the policy
+        self._dropped += plan
+        self._count("context_dropped_observations", len(plan))
+        saved = sum(sizes[j] - markers[j] for j in plan)
+        if self._prefix is None:  # the policy gives no ids: it renders the messages
+            return saved, None
+        return saved, tuple(self._ids)  # the new observation's slot is None: rendered
+
     def _request(self) -> GenerationRequest | None:
         limits = self.task.limits
-        pending = int(len(self._observation) / self.env_config.chars_per_token) + 1
+        pending = self._estimate(self._observation)
         prompt_tokens = self._context_used + pending if self.turns else pending
         remaining = limits.context_tokens - prompt_tokens
+        message_ids = None
+        if self._recorded_drops is not None:
+            # an observation that does not exist (a corrupt record) is not dropped: the replay
+            # then reports the difference instead of failing
+            forced = sorted({j for j in self._recorded_drops.get(len(self.turns), ())
+                             if 0 < j < len(self.turns)} - set(self._dropped))
+            if forced:
+                saved, message_ids = self._drop(remaining, forced)
+                remaining += saved
+        elif (self.env_config.context_policy == "drop_oldest_tool_output" and self.turns
+                and remaining < min(self.sampling.max_tokens, limits.max_tokens)):
+            saved, message_ids = self._drop(remaining)
+            remaining += saved
         if remaining < 1:
             self._out_of_context()
             return None
@@ -188,10 +259,12 @@ class Episode:
         sampling = replace(self.sampling, max_tokens=max_tokens)
         meta = {"episode": self.id, "domain": self.domain.name, "task_key": self.task.key,
                 "turn": len(self.turns), "group_id": self.group_id}
-        return GenerationRequest(messages=tuple(self.messages), sampling=sampling,
-                                 request_id=f"{self.id}:{len(self.turns)}", meta=meta,
-                                 prefix_ids=self._prefix,
-                                 prefix_messages=len(self.messages) - 1 if self._prefix is not None else 0)
+        prefix = self._prefix if message_ids is None else None
+        self._sent = GenerationRequest(messages=tuple(self.messages), sampling=sampling,
+                                       request_id=f"{self.id}:{len(self.turns)}", meta=meta,
+                                       prefix_ids=prefix, message_ids=message_ids,
+                                       prefix_messages=len(self.messages) - 1 if prefix is not None else 0)
+        return self._sent
 
     def _finish(self, end: EpisodeEnd) -> None:
         self._close_env()

@@ -9,7 +9,10 @@
   commit hash made then is made again; a sandbox on another clock is reported, never compared.
   What cannot be pinned is said per trajectory (`timing_dependent`): an episode where a command
   hit its wall-clock or CPU limit depends on how loaded the machine was, and one that read the
-  kernel's own clock (`date`, file times) sees today's.
+  kernel's own clock (`date`, file times) sees today's. An episode whose context policy dropped
+  observations (`Turn.dropped_observations`) drops the same ones at the same turns on replay;
+  given the policy's tokenizer (`render`), every replayed prompt's ids are compared with the
+  recorded ones too (the marker and the rebuilt prompt must come out the same).
 * **rescore**: re-verify the stored outcome with the current verifier: the submitted answer, and
   for workspace tasks the final workspace restored from its stored archive. The new verdict is
   appended to the store (kind `rescore`); the original stays.
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import io
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -82,8 +85,12 @@ def recorded_clock(traj: Trajectory) -> int | None:
 class _ReplayPolicy:
     """Returns the stored completions of one trajectory, turn by turn."""
 
-    def __init__(self, turns: Sequence[Turn], name: str, out_of_context: bool = False) -> None:
+    def __init__(self, turns: Sequence[Turn], name: str, out_of_context: bool = False,
+                 render: Callable[[GenerationRequest], list[int] | None] | None = None) -> None:
         self.turns = turns
+        self.rendered: dict[int, list[int] | None] = {}
+        """turn -> the replayed request's prompt ids, as `render` (the policy's tokenizer) makes them"""
+        self._render = render
         self.version = PolicyVersion(name=name)
         self.max_positions: int | None = None
         """the recorded completions already carry the context's verdict (`out_of_context`)"""
@@ -107,6 +114,8 @@ class _ReplayPolicy:
                 out.append(Completion(text="", finish_reason="stop"))
                 continue
             t = self.turns[i]
+            if self._render is not None:
+                self.rendered[i] = self._render(req)
             finish = cast(Literal["stop", "length", "error"], t.finish_reason or "stop")
             out.append(Completion(text=t.action, finish_reason=finish,
                                   prompt_token_ids=t.prompt_token_ids, token_ids=t.token_ids,
@@ -119,7 +128,10 @@ def _short(text: Any, n: int = 300) -> Any:
 
 
 def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(),
-           sandbox_factory: SandboxFactory | None = None) -> ReplayResult:
+           sandbox_factory: SandboxFactory | None = None,
+           render: Callable[[GenerationRequest], list[int] | None] | None = None) -> ReplayResult:
+    """`render`: a policy's `render` (its tokenizer); the replayed prompts' ids must then equal
+    the recorded `Turn.prompt_token_ids`."""
     if traj.status == "infra_error":
         return ReplayResult(traj.id, False, {"turn": None, "field": "status",
                                              "stored": "infra_error", "replayed": "not replayable"})
@@ -127,7 +139,7 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
     task = store.get_task(traj.task_hash)
     sampling = SamplingParams(**{**traj.sampling, "stop": tuple(traj.sampling.get("stop", ()))})
     policy = _ReplayPolicy(traj.turns, traj.policy_version, out_of_context=traj.status == "truncated"
-                           and bool(traj.counters.get("context_budget_exhausted")))
+                           and bool(traj.counters.get("context_budget_exhausted")), render=render)
     if domain.needs_vision and not any(t.observation_images for t in traj.turns):
         env_config = replace(env_config, text_only=True)  # recorded with a text-only policy
     if sandbox_factory is None:  # a fresh sandbox on the recorded clock
@@ -135,8 +147,10 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
 
         clock = recorded_clock(traj)
         sandbox_factory = lambda: open_sandbox(clock=clock)  # noqa: E731
+    # a context policy's drops are replayed as recorded: the same prompts, whatever the estimates
     ep = Episode(domain, task, policy_version=traj.policy_version, sampling=sampling,
-                 env_config=env_config, sandbox_factory=sandbox_factory)
+                 env_config=env_config, sandbox_factory=sandbox_factory,
+                 recorded_drops={t.index: t.dropped_observations for t in traj.turns})
     req = ep.start()
     while req is not None:
         req = ep.advance(policy.generate([req])[0])
@@ -149,21 +163,29 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
     if traj.sandbox and new.sandbox and recorded_clock(traj) != new.sandbox.get("clock"):
         return ReplayResult(traj.id, False, {"turn": None, "field": "clock", "stored": recorded_clock(traj),
                                              "replayed": new.sandbox.get("clock")}, timing=timing)
-    result = _compare(traj, new)
+    result = _compare(traj, new, policy.rendered)
     result.timing = timing
     return result
 
 
-def _compare(traj: Trajectory, new: Trajectory) -> ReplayResult:
+def _compare(traj: Trajectory, new: Trajectory, rendered: dict[int, list[int] | None] | None = None
+             ) -> ReplayResult:
     """The first difference between the recorded episode and its replay (observations, images,
-    tool outcomes, number of turns, verdict)."""
+    tool outcomes, dropped observations, prompt ids when `rendered`, number of turns, verdict)."""
     images = 0
     a: object
     b: object
+    rendered = rendered or {}
     for i, (old_t, new_t) in enumerate(zip(traj.turns, new.turns)):
-        for fld in ("observation", "observation_images", "tool_results_ok"):
+        for fld in ("observation", "observation_images", "tool_results_ok", "dropped_observations",
+                    "prompt_token_ids"):
             if fld == "observation":
                 a, b = old_t.observation, new_t.observation
+            elif fld == "dropped_observations":
+                a, b = old_t.dropped_observations, new_t.dropped_observations
+            elif fld == "prompt_token_ids":  # when both the recording and the tokenizer have them
+                known = i in rendered and old_t.prompt_token_ids is not None and rendered[i] is not None
+                a, b = (old_t.prompt_token_ids, rendered[i]) if known else (None, None)
             elif fld == "observation_images":
                 old_h = [r["sha256"] for r in old_t.observation_images]
                 new_h = [r["sha256"] for r in new_t.observation_images]

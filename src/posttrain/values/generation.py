@@ -70,11 +70,23 @@ class GenerationRequest:
     history (`posttrain.policies.render.continue_ids`); others render `messages` as usual"""
     prefix_messages: int = 0
     """how many leading messages `prefix_ids` covers"""
+    message_ids: tuple[tuple[int, ...] | None, ...] | None = None
+    """token-in/token-out for a history that is no longer a prefix of the last prompt (a context
+    policy replaced earlier observations by markers, `posttrain.envs.budget.ContextPolicy`): one
+    entry per message, its recorded ids (an action's as sampled) or None for a message the backend
+    renders from its text (a marker, an observation). Set instead of `prefix_ids`
+    (`posttrain.policies.render.splice_ids`); a backend that does not tokenize renders `messages`"""
 
     def __post_init__(self) -> None:
         if self.prefix_ids is not None and not 0 < self.prefix_messages < len(self.messages):
             raise ValueError(f"GenerationRequest.prefix_messages must be in [1, {len(self.messages) - 1}] "
                              f"when prefix_ids is set, got {self.prefix_messages}")
+        if self.message_ids is not None:
+            if self.prefix_ids is not None:
+                raise ValueError("GenerationRequest: set prefix_ids or message_ids, not both")
+            if len(self.message_ids) != len(self.messages):
+                raise ValueError(f"GenerationRequest.message_ids has {len(self.message_ids)} entries "
+                                 f"for {len(self.messages)} messages")
 
 
 @dataclass

@@ -69,6 +69,9 @@ class Turn:
     reused_tokens: int = 0
     """prompt tokens whose keys/values came from a prefix cache (the episode's earlier turns);
     with `prefill_tokens`, the turn's prompt, when the backend reports them"""
+    dropped_observations: list[int] = field(default_factory=list)
+    """turns whose observation this turn's prompt showed as a marker instead (the context policy
+    'drop_oldest_tool_output', `posttrain.envs.budget`); empty: the whole history was shown"""
     observation_images: list[dict[str, Any]] = field(default_factory=list)
     """the images shown with `observation`, in order, as `Image.ref()` ({sha256, mime, bytes});
     the bytes are in `Trajectory.images` and, once stored, in the store's image table"""

@@ -15,8 +15,11 @@
   same meaning, so one client (`posttrain.training.sync`) updates either server.
 
 Every request is its own rows in the engine's running batch (continuous batching); `n` and a
-list of prompts are rows of one request. Fields this server cannot honour (`best_of`, `echo`,
-penalties, streaming, tools) are refused with 400, never ignored.
+list of prompts are rows of one request. `usage` adds, per response, the prompt tokens whose
+keys/values came from the prefix cache (`prompt_tokens_details.cached_tokens`, as OpenAI and vLLM
+name them, and `reused_tokens`) and those computed (`prefill_tokens`), summed over its rows.
+Fields this server cannot honour (`best_of`, `echo`, penalties, streaming, tools) are refused
+with 400, never ignored.
 
 Images: chat content may be a list of `text` and `image_url` parts (base64 data URIs). A server
 of a `VisionPolicy` (`build_app(None, name, vision=policy)`) answers chat requests with it,
@@ -146,10 +149,15 @@ def build_app(engine: BatchEngine | None, model_name: str, vision: VisionPolicy 
     def envelope(kind: str, choices: list[dict], prompts: list[list[int]], outs: list[Completion]) -> dict:
         completion_tokens = sum(len(c.token_ids or []) for c in outs)
         prompt_tokens = sum(map(len, prompts))
+        reused = sum(c.reused_tokens for c in outs)
+        # per row computed: a prompt shared by n rows is prefilled once, yet counted per row here
+        prefill = sum(c.prefill_tokens for c in outs)
         return {"id": f"cmpl-{uuid.uuid4().hex}", "object": kind, "created": int(time.time()),
                 "model": model_name, "choices": choices,
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                          "total_tokens": prompt_tokens + completion_tokens}}
+                          "total_tokens": prompt_tokens + completion_tokens,
+                          "prompt_tokens_details": {"cached_tokens": reused},  # OpenAI's and vLLM's name
+                          "prefill_tokens": prefill, "reused_tokens": reused}}
 
     async def completions(body: dict[str, Any]) -> dict[str, Any]:
         assert engine is not None

@@ -14,6 +14,19 @@ engine thread runs the loop, one iteration at a time:
 Sampling is `decode.sample_next` (per-row temperature, top-p and seed), so log-probs are
 exactly `TorchPolicy`'s: `log_softmax(logits / T)` before top-p, and greedy output matches it.
 
+**Fast mode** (`mode='fast'`): step 2 feeds each row its new token plus a prompt-lookup draft
+(`drafters.PromptLookup`, which copies what followed the row's last n-gram earlier in its prompt
+and output) in the same one forward, and the target's distribution at each fed position decides,
+as in `TorchPolicy`'s fast mode (`speculative.py`): a position's token is picked (greedy) or
+sampled from `decode.sampling_dist` exactly as standard decoding would, and the draft is accepted
+while it agrees. The first disagreeing token is emitted and fed at the next step; rejected drafts
+are retracted from the row's KV cache. For a deterministic drafter this is the rejection test of
+speculative sampling (accept `d` with probability `p(d)`, else sample from `p` without `d`), so
+every token follows the target distribution, and greedy output is the standard output (up to
+the float rounding of a wider forward). A seed reproduces a fast-mode completion, not the
+standard mode's (the two draw their random numbers differently). No draft model here: only
+`TorchPolicy` runs one.
+
 **Weight updates** (vLLM's dev-mode semantics): `pause(mode='keep')` stops the loop between two
 iterations with every in-flight row kept as it is (its KV cache, its tokens); `reload_weights`
 copies a directory's weights into the model in place; `resume()` continues the kept rows under
@@ -35,7 +48,8 @@ from typing import Any
 import torch
 
 from posttrain.policies.base import PolicyError
-from posttrain.policies.decode import cut_at_stop, sample_next
+from posttrain.policies.decode import cut_at_stop, sample_next, sampling_dist
+from posttrain.policies.drafters import PromptLookup
 from posttrain.policies.local import TorchPolicy
 from posttrain.policies.prefix_cache import PrefixCache, weights_fingerprint
 from posttrain.policies.ragged import RaggedBatch
@@ -60,6 +74,11 @@ class _Row:
     epoch: int = 0
     """the cache epoch the row was admitted in: a row whose keys/values were computed before a
     reload (or a cache reset) never enters the prefix cache"""
+    pending: int | None = None
+    """fast mode: a token already emitted (the one that disagreed with a draft) and not yet fed;
+    the row has no next-token logits until it is"""
+    depth: int = 4
+    """fast mode: the row's next draft length (doubles while drafts are accepted in full)"""
 
 
 @dataclass
@@ -71,14 +90,27 @@ class EngineStats:
     row_steps: int = 0
     reloads: int = 0
     max_rows: int = 0
+    drafted: int = 0
+    """fast mode: draft tokens fed for verification, and those accepted"""
+    accepted: int = 0
 
 
 class BatchEngine:
     """The loop described in the module docstring, on its own thread (`start`/`close`)."""
 
-    def __init__(self, policy: TorchPolicy, *, max_batch: int = 256, prefix_cache_mb: float = 64.0) -> None:
+    MAX_DRAFT = 16
+    VERIFY_TOKENS = 256
+    """positions one verification forward computes at most (rows x width): a large batch gets
+    short drafts, and from this many rows on decodes one token per row, as standard does"""
+
+    def __init__(self, policy: TorchPolicy, *, max_batch: int = 256, prefix_cache_mb: float = 64.0,
+                 mode: str = "standard") -> None:
         if max_batch < 1:
             raise ValueError(f"BatchEngine max_batch must be >= 1, got {max_batch}")
+        if mode not in ("standard", "fast"):
+            raise ValueError(f"BatchEngine mode must be 'standard' or 'fast', got {mode!r}")
+        self.mode = mode
+        self.drafter = PromptLookup() if mode == "fast" else None
         self.policy = policy
         self.model = policy.model.eval()
         self.tokenizer = policy.tokenizer
@@ -100,6 +132,7 @@ class BatchEngine:
         self._logits: torch.Tensor | None = None  # next-token logits, one row per row in flight
         self._thread: threading.Thread | None = None
         self._pieces: dict[int, str] = {}
+        self._kept: list[int] = []  # `_retire`: the old index of each row still in flight
 
     # -- public, thread-safe ------------------------------------------------------------
     def start(self) -> BatchEngine:
@@ -241,6 +274,8 @@ class BatchEngine:
             except Exception as e:  # noqa: BLE001 - the model failed: every row in flight fails
                 failed = self._rows + admit
                 self._rows, self._batch, self._logits = [], None, None
+                if self.drafter is not None:
+                    self.drafter.select([])
                 for row in failed:
                     if not row.future.done():
                         row.future.set_exception(PolicyError(f"generation failed: {type(e).__name__}: {e}"))
@@ -268,6 +303,10 @@ class BatchEngine:
         index = torch.tensor(row_of, device=logits.device)
         last = logits[:, -1, :][index]
         batch.select(row_of)
+        if self.drafter is not None:
+            if not self._rows:
+                self.drafter.select([])
+            self.drafter.add([row.prompt for row in rows])
         if self._batch is None or not self._rows:
             self._batch, self._logits, self._rows = batch, last, list(rows)
         else:  # join the running batch: every row's keys/values, right-aligned in one cache
@@ -285,37 +324,111 @@ class BatchEngine:
         rows, batch = self._rows, self._batch
         assert batch is not None and self._logits is not None
         device = self._logits.device
-        temps = torch.tensor([r.sampling.temperature for r in rows], dtype=torch.float32, device=device)
-        top_ps = torch.tensor([r.sampling.top_p for r in rows], dtype=torch.float32, device=device)
-        tokens, logps = sample_next(self._logits, temps, top_ps, [r.generator for r in rows])
-        done = []
-        for i, (row, tok, lp) in enumerate(zip(rows, tokens.tolist(), logps.tolist())):
-            row.ids.append(tok)
-            row.logprobs.append(lp)
-            if (tok in self.policy.eos_ids and not row.ignore_eos) or self._stopped(row):
-                row.finish = "stop"
-            elif len(row.ids) >= row.limit:
-                row.finish = "length"
-            if row.finish:
-                done.append(i)
+        # 1. every row's next token: sampled from its logits, or already emitted (fast mode)
+        toks = [row.pending for row in rows]
+        need = [i for i, row in enumerate(rows) if row.pending is None]
+        if need:
+            temps = torch.tensor([rows[i].sampling.temperature for i in need], dtype=torch.float32, device=device)
+            top_ps = torch.tensor([rows[i].sampling.top_p for i in need], dtype=torch.float32, device=device)
+            logits = self._logits if len(need) == len(rows) else self._logits[torch.tensor(need, device=device)]
+            tokens, logps = sample_next(logits, temps, top_ps, [rows[i].generator for i in need])
+            for i, tok, lp in zip(need, tokens.tolist(), logps.tolist()):
+                toks[i] = tok
+                self._emit(rows[i], tok, lp)
+        for row in rows:
+            row.pending = None
         self.stats.steps += 1
         self.stats.row_steps += len(rows)
-        self.stats.tokens += len(rows)
-        if done:
-            for i in done:
-                if self.prefix_cache is not None and rows[i].epoch == self._epoch:
+        if not self._retire():
+            return
+        rows, batch = self._rows, self._batch
+        assert batch is not None
+        fed = [int(toks[i]) for i in self._kept]  # type: ignore[arg-type]  # every row has one now
+        # 2. feed them (fast mode: each with its row's draft) in one forward
+        drafts: list[list[int]] = [[] for _ in rows]
+        if self.drafter is not None:
+            for r in range(len(rows)):
+                self.drafter.commit(r, 0, [fed[r]])
+            cap = self.VERIFY_TOKENS // len(rows) - 1
+            budgets = [max(0, min(row.depth, cap, row.limit - len(row.ids) - 1)) for row in rows]
+            drafts = self.drafter.propose(budgets)[0]
+        logits, lengths = batch.forward([[t] + d for t, d in zip(fed, drafts)])
+        if not any(drafts):
+            self._logits = logits[:, -1, :]
+            return
+        self._logits = self._verify(rows, batch, drafts, logits, lengths)
+        self._retire()
+
+    def _verify(self, rows: list[_Row], batch: RaggedBatch, drafts: list[list[int]], logits: torch.Tensor,
+                lengths: list[int]) -> torch.Tensor:
+        """Fast mode: accept each row's draft while the token standard decoding picks (or
+        samples) at that position agrees; returns every row's next-token logits (stale for a
+        row whose disagreeing token is `pending`)."""
+        width = logits.shape[1]
+        nxt = []
+        for r, (row, d) in enumerate(zip(rows, drafts)):
+            off = width - lengths[r]
+            if not d:
+                nxt.append(logits[r, -1])
+                continue
+            temp = torch.full((len(d) + 1,), float(row.sampling.temperature), device=logits.device)
+            top_p = torch.full((len(d) + 1,), float(row.sampling.top_p), device=logits.device)
+            logp, probs = sampling_dist(logits[r, off:off + len(d) + 1], temp, top_p)
+            a = 0
+            while a < len(d) and not row.finish:
+                if row.sampling.temperature <= 0:
+                    x = int(probs[a].argmax())
+                else:
+                    x = int(torch.multinomial(probs[a:a + 1], 1, generator=row.generator)[0, 0])
+                self._emit(row, x, float(logp[a, x]))
+                if x != d[a]:
+                    row.pending = x  # emitted; fed with the next step's forward
+                    break
+                a += 1
+            self.stats.drafted += len(d)
+            self.stats.accepted += a
+            batch.retract(r, len(d) - a)
+            assert self.drafter is not None
+            self.drafter.commit(r, a, d[:a])
+            row.depth = min(self.MAX_DRAFT, 2 * row.depth) if a == len(d) else max(1, a)
+            nxt.append(logits[r, off + a])
+        batch.compact()
+        return torch.stack(nxt)
+
+    def _emit(self, row: _Row, tok: int, logprob: float) -> None:
+        if row.finish:
+            return
+        row.ids.append(tok)
+        row.logprobs.append(logprob)
+        self.stats.tokens += 1
+        if (tok in self.policy.eos_ids and not row.ignore_eos) or self._stopped(row):
+            row.finish = "stop"
+        elif len(row.ids) >= row.limit:
+            row.finish = "length"
+
+    def _retire(self) -> bool:
+        """Resolve the finished rows and take them out of the batch (their keys/values enter the
+        prefix cache); `_kept` is the old index of each row left. False when none is left."""
+        rows, batch = self._rows, self._batch
+        assert batch is not None and self._logits is not None
+        self._kept = [i for i, row in enumerate(rows) if not row.finish]
+        if len(self._kept) == len(rows):
+            return True
+        for i, row in enumerate(rows):
+            if row.finish:
+                if self.prefix_cache is not None and row.epoch == self._epoch:
                     self.prefix_cache.insert(batch.fed[i], batch.row_kv(i))
-                self._finish(rows[i])
-            keep = [i for i in range(len(rows)) if not rows[i].finish]
-            if not keep:
-                self._rows, self._batch, self._logits = [], None, None
-                return
-            batch.select(keep)
-            batch.compact()
-            rows = self._rows = [rows[i] for i in keep]
-            tokens = tokens[torch.tensor(keep, device=device)]
-        logits, _ = batch.forward([[t] for t in tokens.tolist()])
-        self._logits = logits[:, -1, :]
+                self._finish(row)
+        if self.drafter is not None:
+            self.drafter.select(self._kept)
+        if not self._kept:
+            self._rows, self._batch, self._logits = [], None, None
+            return False
+        batch.select(self._kept)
+        batch.compact()
+        self._rows = [rows[i] for i in self._kept]
+        self._logits = self._logits[torch.tensor(self._kept, device=self._logits.device)]
+        return True
 
     # -- text -----------------------------------------------------------------------------
     def _text(self, ids: Sequence[int]) -> str:
