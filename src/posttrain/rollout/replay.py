@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from posttrain.envs import EnvConfig
 from posttrain.envs.single import SandboxFactory
+from posttrain.envs.workspace import write_task_files
 from posttrain.rollout.episode import Episode
 from posttrain.storage.store import Store
 from posttrain.tasks.registry import get_domain
@@ -203,16 +204,24 @@ def submitted_answer(traj: Trajectory, env_kind: str) -> str | None:
 
 
 def restore_workspace(sandbox: Sandbox, archive: bytes) -> int:
-    """Write the regular files of a workspace archive into `sandbox`; returns how many."""
+    """Write a workspace archive into `sandbox` exactly: files with their bytes and modes
+    (setuid/setgid included), directories (empty ones too), symbolic links; returns how many
+    files. Entries come in the archive's order, parents first (`Workspace.archive`)."""
     n = 0
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         for member in tar.getmembers():
+            name = member.name[2:] if member.name.startswith("./") else member.name
+            if name in ("", "."):
+                continue
             if member.isfile():
                 data = tar.extractfile(member)
                 assert data is not None
-                name = member.name[2:] if member.name.startswith("./") else member.name
-                sandbox.write_file(name, data.read(), mode=member.mode & 0o777)
+                sandbox.write_file(name, data.read(), mode=member.mode & 0o7777)
                 n += 1
+            elif member.isdir():
+                sandbox.make_dir(name, member.mode & 0o7777)
+            elif member.issym():
+                sandbox.make_symlink(name, member.linkname)
     return n
 
 
@@ -234,8 +243,7 @@ def rescore(store: Store, traj: Trajectory, *, sandbox_factory: SandboxFactory |
             if traj.final_workspace_sha256:
                 restore_workspace(sandbox, store.get_blob(traj.final_workspace_sha256))
             else:
-                for path, content in task.files.items():
-                    sandbox.write_file(path, content)
+                write_task_files(sandbox, task)
         new_v = domain.verifier.verify(task, Outcome(answer=answer, sandbox=sandbox))
     if record:
         store.put_verdict(traj.id, new_v, "rescore")

@@ -244,7 +244,7 @@ class HarborVerifier:
         label = f"harbor verifier, task {task.key}"
         try:
             image, limits = self._image(task)
-            with grading_context(outcome, pristine=task.files, writable=task.verifier.get("artifacts") or (),
+            with grading_context(outcome, pristine=task.workspace(), writable=task.verifier.get("artifacts") or (),
                                  image=image, limits=limits, label=label) as sandbox:
                 found = run_grader(sandbox, GRADER, {"tests": tests, "timeout_s": timeout, "guard": GUARD},
                                    timeout=timeout + GRADER_MARGIN_S, label=label)
