@@ -23,6 +23,8 @@ from posttrain.sandbox.overlay import OverlayWorkspace, TmpfsStack
 from posttrain.sandbox.reset import WRITABLE, PlaceState, ResetFacts, count_mounts
 from posttrain.sandbox.rlimits import rlimit_table
 
+NET_FILES = ("/etc/resolv.conf", "/etc/hosts")
+"""what a build step with the host's network sees of the host's configuration (as Docker)"""
 DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ROOT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
              "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
@@ -260,9 +262,18 @@ class BwrapRunner:
         # it); another USER is taken by the job server through setpriv (`server_argv`), which
         # clears the capabilities with the switch
         a = ["--userns", str(self.extra_fds[0]), "--unshare-ipc", "--unshare-pid",
-             "--unshare-net", "--unshare-uts", "--unshare-cgroup",
+             "--unshare-uts", "--unshare-cgroup",
              "--uid", "0", "--gid", "0", "--hostname", "sandbox",
              "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
+        if img.get("network"):  # an image build's RUN step asked for it (`images/build.py`)
+            if img.get("workspace"):
+                raise ValueError("the host's network is for image build steps only, never for a "
+                                 "sandbox with a workspace (an episode)")
+            # the host's network namespace, and its resolver files read-only (not committed:
+            # `ImageRoot.commit` drops the mount points bubblewrap may have created for them)
+            a += [arg for f in NET_FILES for arg in ("--ro-bind-try", f, f)]
+        else:
+            a.append("--unshare-net")
         for cap in (ROOT_CAPS if uid == 0 and gid == 0 else ("CAP_SETUID", "CAP_SETGID")):
             a += ["--cap-add", cap]
         a += ["--dev-bind", f"{self.mnt}/root", "/", "--proc", "/proc",

@@ -375,7 +375,7 @@ def _config(root: Path) -> dict[str, Any]:
             "metadata": config.get("metadata", {}), "split": split}
 
 
-def _environment(root: Path) -> tuple[dict | None, str, str]:
+def _environment(root: Path, build_network: bool = False) -> tuple[dict | None, str, str]:
     """(the task's image spec, its working directory, a short view of the workspace) from
     environment/Dockerfile: every instruction is honoured or refused here with its line (see
     `posttrain.images.dockerfile`); the image itself is built on first use. No Dockerfile:
@@ -403,7 +403,7 @@ def _environment(root: Path) -> tuple[dict | None, str, str]:
                           for e in copy_entries(step, dockerfile.parent, "")]
     except (DockerfileError, BuildError, UnicodeDecodeError) as e:
         raise HarborTaskError(str(e).replace(str(dockerfile), where)) from None
-    register(digest, dockerfile)
+    register(digest, dockerfile, network=build_network)
     return {"recipe": digest, "dockerfile": where}, p.workdir, _view(shown, p.workdir)
 
 
@@ -427,8 +427,10 @@ def _app_relative(text: str) -> str:
     return re.sub(r"(?<![\w.~/-])/app(?![\w.-])/?", lambda m: "./" if m.group().endswith("/") else ".", text)
 
 
-def load_harbor_task(path: str | Path, name: str | None = None) -> Domain:
-    """A domain for one task folder (see the module docstring)."""
+def load_harbor_task(path: str | Path, name: str | None = None, *,
+                     build_network: bool = False) -> Domain:
+    """A domain for one task folder (see the module docstring). `build_network`: its image's
+    RUN steps may use the host's network while building (never its episodes)."""
     root = Path(path)
     if not root.is_dir():
         raise HarborTaskError(f"{root}: not a directory")
@@ -447,7 +449,7 @@ def load_harbor_task(path: str | Path, name: str | None = None) -> Domain:
     for rel, content in solution.items():
         if "</python>" in content:
             raise HarborTaskError(f"{root.name}/solution/{rel}: contains '</python>', which the oracle cannot carry")
-    image, workdir, view = _environment(root)
+    image, workdir, view = _environment(root, build_network)
     files: dict[str, str] = {}
     slug = re.sub(r"[^a-z0-9-]+", "-", (name or root.name).lower()).strip("-")
     if not slug:
