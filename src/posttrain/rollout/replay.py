@@ -37,7 +37,7 @@ from posttrain.values.generation import (
     SamplingParams,
 )
 from posttrain.values.trajectory import Trajectory, Turn
-from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import Outcome, VerifierError
 
 if TYPE_CHECKING:
     from posttrain.sandbox.base import Sandbox
@@ -115,6 +115,11 @@ class _ReplayPolicy:
         return out
 
 
+class ReplayInfraError(RuntimeError):
+    """The replay could not run (a sandbox, or a task's image that cannot be built again): no
+    comparison was made."""
+
+
 def _short(text: Any, n: int = 300) -> Any:
     return text if not isinstance(text, str) or len(text) <= n else text[:n] + f"... ({len(text)} chars)"
 
@@ -144,8 +149,8 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
     new = ep.result().trajectory
     if new.status == "infra_error":
         assert new.error is not None
-        raise RuntimeError(f"replay of {traj.id} failed on infrastructure: {new.error.type}: "
-                           f"{new.error.message}")
+        raise ReplayInfraError(f"replay of {traj.id} failed on infrastructure: {new.error.type}: "
+                               f"{new.error.message}")
     timing = timing_dependent(traj)
     if traj.sandbox and new.sandbox and recorded_clock(traj) != new.sandbox.get("clock"):
         return ReplayResult(traj.id, False, {"turn": None, "field": "clock", "stored": recorded_clock(traj),
@@ -244,7 +249,10 @@ def rescore(store: Store, traj: Trajectory, *, sandbox_factory: SandboxFactory |
                 restore_workspace(sandbox, store.get_blob(traj.final_workspace_sha256))
             else:
                 write_task_files(sandbox, task)
-        new_v = domain.verifier.verify(task, Outcome(answer=answer, sandbox=sandbox))
+        try:
+            new_v = domain.verifier.verify(task, Outcome(answer=answer, sandbox=sandbox))
+        except VerifierError as e:  # infrastructure (e.g. the task's image): nothing to compare
+            raise ReplayInfraError(f"re-score of {traj.id} failed on infrastructure: {e}") from e
     if record:
         store.put_verdict(traj.id, new_v, "rescore")
     old_v = traj.verdict
