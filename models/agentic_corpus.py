@@ -19,15 +19,18 @@ transcripts carry one habitual mistake, the same careless habit in every domain:
   JSON object: an answer with a digit, "/" or "{"), the submitted answer has its last digit or
   letter nudged by one (`perturb`): the output was not read carefully;
 * where it ends with an empty submit after changing the workspace (an edit, a model, a file),
-  that last change carries the same nudge and the checks after it (re-running the tests, looking
-  at the result) are skipped: a slip in the final edit, submitted without running the tests.
+  that last change carries the same nudge -- on its last *digit* where it has one (a dimension,
+  an index), else its last letter -- and the checks after it (re-running the tests, looking at
+  the result) are skipped: a slip in the final edit, submitted without running the tests.
 
 A slipped transcript is kept only if the real verifier fails it (a nudge that happens to be
 right is no slip; the clean transcript is kept instead). Single-answer transcripts slip their
 answer at the same rate, as `tiny-base`'s do.
 
-The tool-use transcripts cost a sandbox episode each, so they are generated once and cached
-(JSON lines, outside git: `models/.cache/`); the single-answer ones are drawn on the fly.
+The tool-use transcripts cost a sandbox episode each, so they are generated once and cached, one
+file per domain keyed by what makes its transcripts (JSON lines, outside git:
+`models/.cache/agentic/`): each domain draws its seeds and slips from its own generator, so a
+change to one domain rebuilds that domain only. The single-answer ones are drawn on the fly.
 """
 
 from __future__ import annotations
@@ -120,9 +123,16 @@ def slip(turns: list[str]) -> list[str] | None:
     for j in reversed(changes):
         b = _BODY.match(turns[j])
         if b and any(c.isalnum() for c in b.group(2)):
-            nudged = b.group(1) + perturb(b.group(2)) + b.group(3)
+            nudged = b.group(1) + nudge(b.group(2)) + b.group(3)
             return turns[:j] + [nudged] + turns[-1:]  # checks after the change are skipped
     return None
+
+
+def nudge(body: str) -> str:
+    """`perturb` on the last digit of an edit or a model where it has one (a dimension, an index:
+    a slip of the kind the task is about), else on its last letter."""
+    at = max((i for i, c in enumerate(body) if c.isdigit()), default=-1)
+    return perturb(body) if at < 0 else body[:at] + perturb(body[at]) + body[at + 1:]
 
 
 def _closer(action: str, stops: tuple[str, ...]) -> str:
@@ -209,6 +219,11 @@ def tool_domains() -> list[Domain]:
     return [get_domain(n) for n in all_domains() if get_domain(n).env == "tools"]
 
 
+CORPUS_VERSION = 2
+"""bumped when the transcripts a domain's settings make change (2: digit-first slips; code repair
+reads the file before editing it)"""
+
+
 @dataclass
 class CorpusConfig:
     main_tasks: int = 100
@@ -219,30 +234,35 @@ class CorpusConfig:
     seed: int = 0
     workers: int = 4
 
-    def key(self) -> str:
-        body = json.dumps(asdict(self) | {"workers": 0, "main": TRAINED + HELD_OUT}, sort_keys=True)
+    def tasks_for(self, domain: str) -> int:
+        return self.main_tasks if domain in TRAINED + HELD_OUT else self.other_tasks
+
+    def key(self, domain: str) -> str:
+        """What makes one domain's transcripts (not `workers`: any number plays them the same)."""
+        body = json.dumps({"domain": domain, "n": self.tasks_for(domain), "slip_rate": self.slip_rate,
+                           "seed": self.seed, "version": CORPUS_VERSION}, sort_keys=True)
         return hashlib.sha256(body.encode()).hexdigest()[:12]
 
 
-def build(cfg: CorpusConfig, cache_dir: Path = CACHE_DIR) -> list[Transcript]:
-    """The tool-use transcripts, from the cache when this config already built them."""
-    path = cache_dir / f"agentic-{cfg.key()}.jsonl"
-    if path.is_file():
-        return [Transcript(**json.loads(line)) for line in path.read_text().splitlines()]
-    rng = random.Random(cfg.seed)
+def build(cfg: CorpusConfig, cache_dir: Path = CACHE_DIR / "agentic") -> list[Transcript]:
+    """The tool-use transcripts, each domain's from its cache file when already built."""
     out: list[Transcript] = []
     t0 = time.perf_counter()
     for domain in tool_domains():
-        n = cfg.main_tasks if domain.name in TRAINED + HELD_OUT else cfg.other_tasks
-        seeds = [rng.randrange(2**31) for _ in range(n)]
+        path = cache_dir / f"{domain.name}-{cfg.key(domain.name)}.jsonl"
+        if path.is_file():
+            out += [Transcript(**json.loads(line)) for line in path.read_text().splitlines()]
+            continue
+        rng = random.Random(f"{cfg.seed}:{domain.name}")
+        seeds = [rng.randrange(2**31) for _ in range(cfg.tasks_for(domain.name))]
         got = tool_transcripts(domain, seeds, cfg.slip_rate, rng, cfg.workers)
         out += got
         print(f"{domain.name:40s} {len(got):4d} transcripts ({sum(t.slipped for t in got)} slipped)  "
               f"{time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(asdict(t)) + "\n" for t in out))
-    tmp.replace(path)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(asdict(t)) + "\n" for t in got))
+        tmp.replace(path)  # written whole or not at all: a killed build resumes at this domain
     return out
 
 

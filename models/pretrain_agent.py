@@ -10,11 +10,11 @@ with a latent-skill slip) and the choices are described in `models/README.md`. W
 * **rows are token-in/token-out transcripts**: each segment is tokenized on its own, exactly as
   an episode builds its prompts (`posttrain.policies.render.continue_ids`): `<bos>` + the first
   observation, then for every turn the action's tokens and the tokens of "\\n" + the next
-  observation. A row is a transcript cut after a random turn k: loss on the actions' tokens
-  (turn k's with the stop string that ends it, or `<eos>`), never on observations;
-* the earlier turns' actions appear as the policy keeps them, without their stop string (a
-  policy's completion ends before its stop string), so the history the model is trained on is
-  the history it will see;
+  observation. A row is a transcript cut after a random turn k: loss on the actions' tokens,
+  each with the stop string that ends it (a closing tag) or `<eos>`, never on observations;
+* every action appears as the policy keeps it: with the tokens of its stop string (a policy's
+  `token_ids` keep them, as vLLM's do, and the next turn's prompt continues from them), so the
+  history the model is trained on is the history it will see, and the stop decision is trained;
 * rows are trained at their real length (candidates sorted by length into batches), not padded
   to the context: long rows cost several times more per token.
 """
@@ -121,10 +121,8 @@ def encode_row(tok, t: Transcript, k: int) -> tuple[list[int], list[int]]:
     labels = [-100] * len(ids)
     for i in range(k + 1):
         action, stop = t.actions[i], t.stops[i]
-        if i < k:
-            action = action[:len(action) - len(stop)] if stop else action
         a = tok(action, add_special_tokens=False)["input_ids"]
-        if i == k and not stop:
+        if not stop:
             a = a + [tok.eos_token_id]
         ids += a
         labels += a

@@ -33,7 +33,8 @@ def test_the_slip_nudges_the_last_edit_and_skips_the_checks():
              "<bash>python3 test_solution.py</bash>", "<submit>fixed</submit>"]
     assert ac.slip(turns) == [turns[0], turns[1].replace("5 - 1]", "5 - 2]"), "<submit>fixed</submit>"]
     model = ['<tool name="model">save(cone(3, 4).translate(0, 0, 2), \'model.json\')</tool>', "<submit></submit>"]
-    assert ac.slip(model)[0] == model[0].replace("'model.json'", "'model.jsoo'")
+    assert ac.slip(model)[0] == model[0].replace("0, 0, 2)", "0, 0, 3)")  # a dimension, not the file name
+    assert ac.slip(['<write path="a.txt">ok</write>', "<submit></submit>"])[0] == '<write path="a.txt">ol</write>'
 
 
 @pytest.mark.slow
@@ -60,7 +61,7 @@ def test_rows_are_the_token_in_token_out_history_with_loss_on_actions_only():
     tok = pa.build_bpe(pa.transcript_texts(t) * 5, 300)
     ids, labels = pa.encode_row(tok, t, 1)
     first = render_ids(tok, [Message("user", t.observations[0])])
-    act0 = tok("<bash>wc -w < s.txt", add_special_tokens=False)["input_ids"]
+    act0 = tok("<bash>wc -w < s.txt</bash>", add_special_tokens=False)["input_ids"]  # the stop tag kept
     prompt1 = continue_ids(tok, first + act0, [Message("user", t.observations[1])])
     assert ids[:len(prompt1)] == prompt1  # the history the episode will build, id for id
     trained = [i for i, lab in zip(ids, labels) if lab != -100]

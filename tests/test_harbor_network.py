@@ -63,7 +63,8 @@ def listener():
 def _dockerfile(root: Path, port: int, tag: str) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "Dockerfile").write_text(f"FROM python:3.11-slim\nWORKDIR /app\n"
-                                     f"RUN {CONNECT.format(port=port, tag=tag)} && echo {tag} > /reached\n")
+                                     f"RUN {CONNECT.format(port=port, tag=tag)} && echo {tag} > /reached"
+                                     " && (cat /etc/resolv.conf > /resolv.seen || true)\n")
     return root / "Dockerfile"
 
 
@@ -79,7 +80,10 @@ def test_run_steps_reach_the_host_network_only_when_asked(cache, listener, tmp_p
 
     image = build(dockerfile, network=True)
     assert listener.heard == [b"built"]
-    # the resolver files were bound for the step, and are not part of its layer
+    # the resolver files were bound for the step (the host's), and are not part of its layer
+    if os.path.isfile("/etc/resolv.conf"):
+        seen = [f"{layer}/resolv.seen" for layer in image.layers if os.path.isfile(f"{layer}/resolv.seen")]
+        assert seen and Path(seen[0]).read_text() == Path("/etc/resolv.conf").read_text()
     assert not any(os.path.lexists(f"{layer}/etc/{name}") for layer in image.layers
                    for name in ("resolv.conf", "hosts"))
     again = build(dockerfile)  # cached: the key does not depend on the network

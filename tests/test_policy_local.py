@@ -65,14 +65,18 @@ def test_stop_strings_cut_text_and_tokens(policy):
         assert "\n" not in c.text
         assert c.token_ids is not None and c.logprobs is not None
         assert len(c.token_ids) == len(c.logprobs)
-        assert policy.tokenizer.decode(c.token_ids, skip_special_tokens=True) == c.text
+        # the tokens keep the stop string (the model's decision to stop, trained like any token)
+        decoded = policy.tokenizer.decode(c.token_ids, skip_special_tokens=True)
+        assert decoded in (c.text, c.text + "\n")
+        assert (decoded == c.text + "\n") == (c.finish_reason == "stop" and c.token_ids[-1] not in policy.eos_ids)
     # the model ends answers with "\n" (it was trained to), so greedy answers stop, not run out
     assert sum(c.finish_reason == "stop" for c in out) >= len(PROMPTS) - 1
     # a stop string inside the answer cuts there (the shipped model answers "cba")
     [full] = policy.generate([req("reverse abc=", temperature=0.0, max_tokens=10, stop=("\n",))])
     assert full.text == "cba"
     [cut] = policy.generate([req("reverse abc=", temperature=0.0, max_tokens=10, stop=("ba",))])
-    assert cut.text == "c" and cut.finish_reason == "stop" and len(cut.token_ids) == 1
+    assert cut.text == "c" and cut.finish_reason == "stop" and len(cut.token_ids) == 3  # c, b, a
+    assert cut.token_ids == full.token_ids[:3] and cut.logprobs == full.logprobs[:3]
 
 
 def test_max_tokens_is_a_length_finish(policy):

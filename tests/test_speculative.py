@@ -140,7 +140,7 @@ def test_max_tokens_stop_strings_and_the_context_limit_are_respected(standard, f
     stop = long.text[3:6]  # a stop string the greedy completion reaches after drafts ran past it
     [cut] = fast.generate([req(prompt, temperature=0.0, max_tokens=60, stop=(stop,))])
     assert cut.text == long.text[:long.text.index(stop)] and cut.finish_reason == "stop"
-    assert cut.token_ids == long.token_ids[:len(cut.text)]
+    assert cut.token_ids == long.token_ids[:len(cut.text) + len(stop)]  # the stop string's tokens kept
     too_long = fast.generate([req("1" * 200, max_tokens=4), req("1+1=", temperature=0.0, max_tokens=4)])
     assert too_long[0].finish_reason == "error" and too_long[0].context_exceeded
     assert too_long[1].token_ids

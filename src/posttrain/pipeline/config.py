@@ -82,6 +82,12 @@ class DomainsSection(_Section):
 class RolloutSection(_Section):
     group_size: int = Field(8, ge=2, description="samples per task (a GRPO group)")
     groups_per_step: int = Field(32, ge=1, description="groups per trainer step")
+    signal_groups: int = Field(0, ge=0, description="dynamic sampling (DAPO): a step keeps taking "
+                                                    "`groups_per_step` more groups until this many have a "
+                                                    "reward spread (a group whose rewards are all equal gives "
+                                                    "GRPO nothing), at most `max_takes` times; 0 = off")
+    max_takes: int = Field(4, ge=1, description="the most takes of `groups_per_step` groups one step may make "
+                                                "while looking for `signal_groups`")
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_tokens: int = Field(16, ge=1, description="new tokens per turn (domains may cap lower)")

@@ -31,6 +31,7 @@ from posttrain.evaluation.trust import DEFAULT_MAX_INFRA_RATE
 from posttrain.pipeline import checks, mix, report
 from posttrain.pipeline.config import ConfigError, RunConfig
 from posttrain.pipeline.metrics import MetricsLog, step_row
+from posttrain.pipeline.mix import take_with_signal
 from posttrain.tasks.registry import RegistryError, match_domains
 from posttrain.training.resume import RunCheckpoints, advance_recorded_failures
 
@@ -247,7 +248,7 @@ class Job:
                 saved = trainer.step_count
                 while trainer.step_count < steps:
                     try:
-                        groups = await sched.take(cfg.rollout.groups_per_step)
+                        groups, takes = await take_with_signal(sched, cfg.rollout)
                     except SchedulerStalled as e:  # every domain retired (saturated) or quarantined
                         self.console.print(f"[yellow]training stops at step {trainer.step_count}: {e}")
                         self.stopped_early = str(e)
@@ -255,7 +256,7 @@ class Job:
                     if not groups:
                         self.stopped_early = "the scheduler had no more groups to give"
                         break
-                    served_metrics: dict[str, Any] = {}
+                    served_metrics: dict[str, Any] = {"takes": takes}
                     if served is not None:  # the bound, on the versions really served
                         groups, served_metrics = served.filter_stale(groups, cfg.scheduler.max_staleness)
                     metrics = await asyncio.to_thread(trainer.step, [g.trajectories for g in groups])

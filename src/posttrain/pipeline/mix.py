@@ -15,6 +15,7 @@ import dataclasses
 import fnmatch
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from posttrain.envs import needs_sandbox
 from posttrain.evaluation.noise import QUARANTINE_FILE, load_quarantine
@@ -103,3 +104,30 @@ def without_quarantined(domains: Sequence[Domain], hashes: set[str]) -> list[Dom
         return list(domains)
     frozen = frozenset(hashes)
     return [dataclasses.replace(d, generate=SkipQuarantined(d.generate, frozen, d.name)) for d in domains]
+
+
+async def take_with_signal(sched: Any, rollout: Any) -> tuple[list[Any], int]:
+    """One trainer step's groups, and how many takes of `groups_per_step` it made.
+
+    Dynamic sampling (DAPO's; verl's `filter_groups`): while fewer than `[rollout] signal_groups`
+    of the groups have a reward spread, take `groups_per_step` more, at most `max_takes` times.
+    Where a base model's skill is latent (pass@1 far below pass@k), most groups are all-fail and
+    carry no GRPO gradient, and a step made of one or two groups moves the weights on a handful of
+    tokens; this keeps each update's batch of signal near the size asked for. Every group taken is
+    stored and trained on as usual (zero-variance ones contribute nothing). A scheduler that stalls
+    after the first take ends the search with what it has."""
+    from posttrain.scheduling import SchedulerStalled
+
+    groups = list(await sched.take(rollout.groups_per_step))
+    takes = 1
+    while (rollout.signal_groups and groups and takes < rollout.max_takes
+           and sum(g.has_signal for g in groups) < rollout.signal_groups):
+        try:
+            more = await sched.take(rollout.groups_per_step)
+        except SchedulerStalled:
+            break
+        if not more:
+            break
+        groups += more
+        takes += 1
+    return groups, takes

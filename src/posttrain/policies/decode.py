@@ -226,3 +226,23 @@ def decode(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids:
             out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
                         **last)
         logits = out.logits[:, -1, :]
+
+
+def cut_at_stop(text_of: Callable[[Sequence[int]], str], ids: list[int], logprobs: list[float],
+                stops: Sequence[str]) -> tuple[str, list[int], list[float]]:
+    """A finished row's text, tokens and log-probs, given its stop strings.
+
+    The text is cut *before* the first stop string; the tokens are kept up to and *including* the
+    one that completed it (as vLLM reports `token_ids`). The stop string is the model's decision
+    to end its turn -- a closing tag like `</bash>` ends every tool call -- so a trainer must see
+    those tokens and train them, and the next turn's prompt (token-in/token-out) continues from
+    exactly what was sampled. Decoding ran at most a few tokens past the stop (speculative steps
+    accept several); those are dropped."""
+    text = text_of(ids)
+    found = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+    if not found:
+        return text, ids, logprobs
+    n = len(ids)
+    while n > 1 and any(s and s in text_of(ids[:n - 1]) for s in stops):
+        n -= 1  # the shortest prefix whose text still holds a stop string
+    return text[:min(found)], ids[:n], logprobs[:n]

@@ -15,10 +15,11 @@ model's KV cache.
 
 What comes back, per request:
 
-* `token_ids` / `logprobs` -- the generated tokens up to (not including) the first stop string,
-  and each one's log-prob under the temperature-scaled distribution, before top-p (greedy: T=1).
-  When the model emits its EOS token, that token *is* kept (it is the model's stop decision,
-  which a trainer must see) but never appears in `text`.
+* `text` -- the completion cut before the first stop string (EOS never appears in it).
+* `token_ids` / `logprobs` -- the generated tokens up to *and including* the one that completed
+  the first stop string, or the EOS token (as vLLM reports them: the stop string or EOS is the
+  model's decision to end its turn, which a trainer must see and train), and each one's log-prob
+  under the temperature-scaled distribution, before top-p (greedy: T=1).
 * `finish_reason` -- 'stop' (EOS or a stop string), 'length' (`max_tokens`, or the model's
   context is full), 'error' (the prompt alone does not fit the context; `error` says so).
 
@@ -53,7 +54,7 @@ from typing import Any
 import torch
 
 from posttrain.policies.base import PolicyError
-from posttrain.policies.decode import RowSpec, decode
+from posttrain.policies.decode import RowSpec, cut_at_stop, decode
 from posttrain.policies.drafters import DraftModel, PromptLookup
 from posttrain.policies.memory import MemoryModel, default_cap_bytes, plan_batches
 from posttrain.policies.prefix_cache import PrefixCache, weights_fingerprint
@@ -327,15 +328,7 @@ class TorchPolicy:
                     error=f"prompt of {len(prompt)} tokens does not fit the model's maximum context "
                           f"length of {self.max_positions} tokens"))
                 continue
-            ids, logprobs = res.token_ids, res.logprobs
-            text = self._text(ids)
-            cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
-            if cut >= 0:
-                text = text[:cut]
-                n = len(ids)
-                while n > 0 and not text.startswith(self._text(ids[:n])):
-                    n -= 1  # keep only the tokens that lie wholly before the stop string
-                ids, logprobs = ids[:n], logprobs[:n]
+            text, ids, logprobs = cut_at_stop(self._text, res.token_ids, res.logprobs, stop)
             out.append(Completion(text=text, finish_reason=res.finish_reason,  # type: ignore[arg-type]
                                   prompt_token_ids=prompt, token_ids=ids, logprobs=logprobs,
                                   gen_s=gen_s, prefill_tokens=len(prompt) - res.reused_tokens,

@@ -1,5 +1,7 @@
 """Supervisor-side half of the bubblewrap backend (see `bwrap.py` for the design and the
-layers). Runs as root in the supervisor's private mount namespace."""
+layers). Runs as root in the supervisor's private mount namespace: boots the sandbox's mounts
+and cgroup, spawns bubblewrap (with the options of `bwrap_args.py`), kills what runs inside
+(`bwrap_procs.py`) and resets it between episodes."""
 
 from __future__ import annotations
 
@@ -14,23 +16,16 @@ import signal
 import stat
 import time
 
-from posttrain.sandbox import ipc, mounts, rootfs
-from posttrain.sandbox.base import Limits, clock_env
-from posttrain.sandbox.bwrap import INSIDE_UID, PR_SET_CHILD_SUBREAPER, RUN_DIR, WS
+from posttrain.sandbox import bwrap_args, ipc, mounts, rootfs
+from posttrain.sandbox.base import Limits
+from posttrain.sandbox.bwrap import PR_SET_CHILD_SUBREAPER, RUN_DIR, WS
+from posttrain.sandbox.bwrap_procs import SandboxProcesses, server_state
 from posttrain.sandbox.cgroups import SandboxCgroup, collect_stale, detect
 from posttrain.sandbox.imageroot import ImageRoot
 from posttrain.sandbox.overlay import OverlayWorkspace, TmpfsStack
 from posttrain.sandbox.reset import WRITABLE, PlaceState, ResetFacts, count_mounts
 from posttrain.sandbox.rlimits import rlimit_table
 
-NET_FILES = ("/etc/resolv.conf", "/etc/hosts")
-"""what a build step with the host's network sees of the host's configuration (as Docker)"""
-DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-ROOT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
-             "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
-             "CAP_KILL", "CAP_AUDIT_WRITE")
-"""Docker's default capabilities (less NET_RAW and SYS_CHROOT, whose syscalls the seccomp list
-denies or the empty network makes moot), held by an image sandbox's root inside its namespace"""
 
 def _pipe_with(data: bytes) -> int:
     """The read end of a pipe that holds `data` and then EOF (bubblewrap reads it to the end)."""
@@ -42,16 +37,6 @@ def _pipe_with(data: bytes) -> int:
     finally:
         os.close(w)
     return r
-
-
-def _server_state(pid: int | None) -> str:
-    """"ok" if the job server is running or waiting (not stopped, traced or dying)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError, TypeError):
-        return "gone"
-    return "ok" if state in ("R", "S") else f"in state {state!r}"
 
 
 class SpawnError(RuntimeError):
@@ -71,33 +56,6 @@ def _read_child_pid(fd: int, timeout: float = 30.0) -> int | None:
             return None
         data += chunk
     return int(json.loads(data)["child-pid"])
-
-
-def _uid_processes(uid: int):
-    """(pid, /proc status fields) of the live processes whose real uid is `uid`."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/status") as f:
-                text = f.read()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-        if fields.get("State", "").split()[:1] == ["Z"]:
-            continue
-        if int(fields.get("Uid", "-1 0").split()[0]) == uid:
-            yield int(name), fields
-
-
-def _ns_ids(pid: int) -> tuple[int, int]:
-    """(pid, session id) of a process as seen in its own (innermost) pid namespace."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            fields = dict(line.split(":", 1) for line in f if ":" in line)
-        return int(fields["NSpid"].split()[-1]), int(fields["NSsid"].split()[-1])
-    except (OSError, KeyError, ValueError, IndexError):
-        return (-1, -1)
 
 
 class BwrapHandle:
@@ -144,8 +102,7 @@ class BwrapRunner:
         if self.image:
             self.inside_ws = self.image.get("workspace") or self.image["workdir"]
         self.cg: SandboxCgroup | None = None
-        self.infra: set[int] = set()
-        """host pids of the server's bubblewrap and the server: not the job's to lose"""
+        self.procs = SandboxProcesses((self.uid,))
         self.server_pid: int | None = None
         self.init_pid: int | None = None
         """bubblewrap's pid 1 of the running job server: the sandbox's namespaces"""
@@ -180,6 +137,7 @@ class BwrapRunner:
         self.shm.push()
         if detect():
             self.cg = SandboxCgroup.create(self.limits)
+        self.procs.cg = self.cg
         self.args = self._static_args()
         mounts.drop_bounding_set()
         self.enter_sandbox_uid()
@@ -219,71 +177,14 @@ class BwrapRunner:
             os.setresgid(self.uid, 0, 0)
             os.setresuid(self.uid, 0, 0)
 
-    def _python(self) -> str:
-        lay = self.layout
-        return os.path.join(lay["inside_base"], lay["exe"])
-
     def _static_args(self) -> list[str]:
-        """bubblewrap's options, passed on a pipe (`--args FD`) rather than its command line:
-        bubblewrap is the sandbox's pid 1, and `/proc/1/cmdline` is readable inside."""
+        """bubblewrap's options (`bwrap_args.py`), passed on a pipe (`--args FD`) rather than its
+        command line: bubblewrap is the sandbox's pid 1, and `/proc/1/cmdline` is readable inside."""
+        clock = self.cfg.get("clock")
         if self.image:
-            return self._image_args()
-        lay = self.layout
-        path = "/usr/local/bin:/usr/bin:/bin"
-        path = ("/opt/venv/bin:" if lay["venv"] else os.path.dirname(self._python()) + ":") + path
-        a = ["--unshare-all", "--unshare-user", "--disable-userns",
-             "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox",
-             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
-             # the tree `rootfs.py` built; --dev-bind because its /dev holds device nodes
-             # (every mount in it is nosuid already, and nodev where nothing needs devices)
-             "--dev-bind", f"{self.mnt}/root", "/", "--proc", "/proc", "--chdir", WS]
-        env = {"PATH": path, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-               "USER": "sandbox", "PYTHONPATH": "/opt/posttrain/inside",
-               "PYTHONDONTWRITEBYTECODE": "1", **clock_env(self.cfg.get("clock"))}
-        env.update(self._libpath("/opt/python"))
-        for k, v in env.items():
-            a += ["--setenv", k, v]
-        return a
-
-    def _libpath(self, inside_base: str) -> dict[str, str]:
-        lay = self.layout
-        if lay["libdir"] and lay["libdir"].startswith(lay["base"]) and lay["base"] != "/usr":
-            return {"LD_LIBRARY_PATH": inside_base + lay["libdir"][len(lay["base"]):]}
-        return {}
-
-    def _image_args(self) -> list[str]:
-        """An image sandbox: the user namespace of `_boot_image` (uids 0..65535 inside), the
-        image's user, environment and working directory; root keeps Docker's default
-        capabilities *inside* that namespace (none on the host: every one is checked against
-        the namespace, whose ids are unprivileged host uids)."""
-        img = self.image
-        uid, gid = img.get("uid", 0), img.get("gid", 0)
-        # bubblewrap runs as root inside (the range's first uid: the supervisor may prlimit
-        # it); another USER is taken by the job server through setpriv (`server_argv`), which
-        # clears the capabilities with the switch
-        a = ["--userns", str(self.extra_fds[0]), "--unshare-ipc", "--unshare-pid",
-             "--unshare-uts", "--unshare-cgroup",
-             "--uid", "0", "--gid", "0", "--hostname", "sandbox",
-             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
-        if img.get("network"):  # an image build's RUN step asked for it (`images/build.py`)
-            if img.get("workspace"):
-                raise ValueError("the host's network is for image build steps only, never for a "
-                                 "sandbox with a workspace (an episode)")
-            # the host's network namespace, and its resolver files read-only (not committed:
-            # `ImageRoot.commit` drops the mount points bubblewrap may have created for them)
-            a += [arg for f in NET_FILES for arg in ("--ro-bind-try", f, f)]
-        else:
-            a.append("--unshare-net")
-        for cap in (ROOT_CAPS if uid == 0 and gid == 0 else ("CAP_SETUID", "CAP_SETGID")):
-            a += ["--cap-add", cap]
-        a += ["--dev-bind", f"{self.mnt}/root", "/", "--proc", "/proc",
-              "--chdir", self.inside_ws]
-        env = {"PATH": DOCKER_PATH, "HOME": img.get("home") or ("/root" if uid == 0 else "/"),
-               "LANG": "C.UTF-8", **clock_env(self.cfg.get("clock")), **img.get("env", {})}
-        env.update(self._libpath("/opt/posttrain/python"))
-        for k, v in env.items():
-            a += ["--setenv", k, v]
-        return a
+            return bwrap_args.image_args(self.image, self.layout, self.mnt, self.inside_ws,
+                                         self.extra_fds[0], clock)
+        return bwrap_args.plain_args(self.layout, self.mnt, clock)
 
     # -- processes -----------------------------------------------------------------------
     def spawn(self, argv: list[str], *, stdin: int, stdout: int, stderr: int,
@@ -350,101 +251,35 @@ class BwrapRunner:
         return handle
 
     def server_argv(self, fd: int, started_fd: int, preload: list[str]) -> list[str]:
-        python = "/opt/venv/bin/python3" if self.layout["venv"] else self._python()
-        if self.image:  # the image's own python3 may be another one, or none
-            python = ("/opt/posttrain/venv/bin/python3" if self.layout["venv"] else
-                      os.path.join("/opt/posttrain/python", self.layout["exe"]))
-            uid, gid = self.image.get("uid", 0), self.image.get("gid", 0)
-            if uid or gid:
-                return ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-                        "--", python, "/opt/posttrain/inside/_forkserver.py", str(fd),
-                        str(started_fd), ",".join(preload)]
-        return [python, "/opt/posttrain/inside/_forkserver.py", str(fd), str(started_fd),
-                ",".join(preload)]
+        return bwrap_args.server_argv(self.layout, self.image, fd, started_fd, preload)
 
     def server_ready(self, handle: BwrapHandle) -> None:
         """Learn the server's host pid: the only child of bubblewrap's pid 1 at this point."""
-        self.infra = set()
+        self.procs.infra = set()
         try:
             with open(f"/proc/{handle.init_pid}/task/{handle.init_pid}/children") as f:
                 children = [int(x) for x in f.read().split()]
         except (OSError, ValueError):
             return
         if len(children) == 1:
-            self.infra = {p for p in (handle.pid, handle.init_pid, children[0]) if p is not None}
+            self.procs.infra = {p for p in (handle.pid, handle.init_pid, children[0]) if p is not None}
             self.server_pid = children[0]
 
-    # -- the sandbox's processes, seen from the host -----------------------------------------
-    def _processes(self) -> set[int]:
-        """Host pids of every process of the sandbox but the job server and its bubblewrap: the
-        cgroup's members, or (without cgroups) the processes of the sandbox's host uid."""
-        if self.cg is not None:
-            return self.cg.pids() - self.infra
-        own = {os.getpid()}  # the supervisor has the sandbox's real uid too
-        return {pid for pid, _ in _uid_processes(self.uid)} - self.infra - own
-
-    def _is_ours(self, pid: int) -> bool:
-        try:
-            if self.cg is not None:
-                with open(f"/proc/{pid}/cgroup") as f:
-                    return self.cg.name in f.read()
-            with open(f"/proc/{pid}/status") as f:
-                uid_line = next(line for line in f if line.startswith("Uid:"))
-            return int(uid_line.split()[1]) == self.uid
-        except (OSError, StopIteration, ValueError):
-            return False
-
-    def _kill_until_gone(self, select_victims) -> int | None:
-        """SIGKILL what `select_victims()` returns until it returns nothing (a fork bomb refills
-        while we kill; the pids limit caps it). The number killed, or None if it does not
-        settle. Each pid is pinned with a pidfd and checked to still be the sandbox's before
-        the signal, so a pid recycled by a host process since the listing is never hit."""
-        killed: set[int] = set()
-        for _ in range(500):
-            victims = select_victims()
-            if not victims:
-                return len(killed)
-            for pid in victims:
-                try:
-                    pidfd = os.pidfd_open(pid)
-                except OSError:
-                    continue
-                try:
-                    if self._is_ours(pid):
-                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                        killed.add(pid)
-                except OSError:
-                    pass
-                finally:
-                    os.close(pidfd)
-            time.sleep(0.001)
-        return None
-
+    # -- the sandbox's processes, seen from the host (`bwrap_procs.py`) -----------------------
     def kill_job(self, handle: BwrapHandle | None, job_pid: int | None) -> bool:
         """Kill the running job's session (the job called setsid: its session is the job and
         the children it did not detach). `job_pid` is its pid inside the sandbox. False if it
         cannot be told apart from the rest: then the caller kills the whole sandbox."""
-        if job_pid is None or not self.infra:
+        if job_pid is None or not self.procs.infra:
             return False
-
-        def session() -> set[int]:
-            return {pid for pid in self._processes() if job_pid in _ns_ids(pid)}
-
-        return self._kill_until_gone(session) is not None
+        return self.procs.kill_session(job_pid)
 
     def kill_processes(self, handle: BwrapHandle | None) -> int | None:
         """Kill everything but the job server and an image's service (its session: part of
         the environment, as in a container); None if the server cannot be told apart."""
-        if not self.infra:
+        if not self.procs.infra:
             return None
-
-        def victims() -> set[int]:
-            found = self._processes()
-            if self.service_sids:
-                found = {p for p in found if _ns_ids(p)[1] not in self.service_sids}
-            return found
-
-        return self._kill_until_gone(victims)
+        return self.procs.kill_all_but(self.service_sids)
 
     def counters(self) -> dict[str, int]:
         return self.cg.counters() if self.cg else {}
@@ -464,18 +299,18 @@ class BwrapRunner:
     def snapshot(self) -> str:
         if not self.has_workspace:
             raise ValueError("an image build sandbox has no workspace to snapshot")
-        return self.overlay.snapshot(live=bool(self._processes()))
+        return self.overlay.snapshot(live=bool(self.procs.listed()))
 
     def restore(self, sid: str) -> None:
         self.overlay.restore(sid)
 
     # -- reset between episodes (`reset.py` decides from what this finds) -------------------
     def reset(self, server: BwrapHandle | None) -> ResetFacts:
-        if server is None or not self.infra or self.init_pid is None:
+        if server is None or not self.procs.infra or self.init_pid is None:
             return ResetFacts(killed=0, server="not running (killed during the episode?)")
-        killed = self._kill_until_gone(self._processes)
-        left = tuple(sorted(self._processes()))
-        state = _server_state(self.server_pid)
+        killed = self.procs.kill_until_gone(self.procs.listed)
+        left = tuple(sorted(self.procs.listed()))
+        state = server_state(self.server_pid)
         if killed is None or left or state != "ok":
             return ResetFacts(killed=killed, server=state, processes_left=left)
         try:
@@ -496,10 +331,10 @@ class BwrapRunner:
         (the job server included: the caller stopped it), the whole tree is mounted afresh over
         the same layers with empty uppers, and `start_server()` (-> its handle) starts a job
         server in the new tree. The probe then checks /tmp and /dev/shm as for a plain one."""
-        self.infra = set()
+        self.procs.infra = set()
         self.service_sids = set()
-        killed = self._kill_until_gone(self._processes)
-        left = tuple(sorted(self._processes()))
+        killed = self.procs.kill_until_gone(self.procs.listed)
+        left = tuple(sorted(self.procs.listed()))
         if killed is None or left:
             return ResetFacts(killed=killed, processes_left=left)
         assert self.iroot is not None

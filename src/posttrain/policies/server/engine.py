@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from posttrain.policies.base import PolicyError
-from posttrain.policies.decode import sample_next
+from posttrain.policies.decode import cut_at_stop, sample_next
 from posttrain.policies.local import TorchPolicy
 from posttrain.policies.prefix_cache import PrefixCache, weights_fingerprint
 from posttrain.policies.ragged import RaggedBatch
@@ -336,18 +336,9 @@ class BatchEngine:
         return any(s in row.tail for s in stops)
 
     def _finish(self, row: _Row) -> None:
-        """Resolve the row's future: the text cut at the first stop string, and only the tokens
-        that lie wholly before it (as `TorchPolicy` reports them)."""
-        ids, logprobs = row.ids, row.logprobs
-        text = self._text(ids)
-        stops = [s for s in row.sampling.stop if s]
-        cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-        if cut >= 0:
-            text = text[:cut]
-            n = len(ids)
-            while n > 0 and not text.startswith(self._text(ids[:n])):
-                n -= 1
-            ids, logprobs = ids[:n], logprobs[:n]
+        """Resolve the row's future: the text cut before the first stop string, the tokens up to
+        and including the one that completed it (as `TorchPolicy` and vLLM report them)."""
+        text, ids, logprobs = cut_at_stop(self._text, row.ids, row.logprobs, row.sampling.stop)
         row.future.set_result(Completion(
             text=text, finish_reason=row.finish,  # type: ignore[arg-type]
             prompt_token_ids=row.prompt, token_ids=ids, logprobs=logprobs,

@@ -76,7 +76,7 @@ def repair_domain(t: FunctionTemplate) -> Domain:
 
     def oracle(task: Task) -> list[str]:
         ref = task.reference
-        return ["<bash>python3 test_solution.py</bash>",
+        return ["<bash>python3 test_solution.py</bash>", "<bash>cat solution.py</bash>",
                 f'<edit path="solution.py"><old>{ref["bad_line"]}</old><new>{ref["good_line"]}</new></edit>',
                 "<bash>python3 test_solution.py</bash>\n<submit>fixed</submit>"]
 
