@@ -246,10 +246,14 @@ def build(dockerfile: str | Path, *, context: str | Path | None = None, log=None
     module docstring). Raises DockerfileError or BuildError."""
     from posttrain.sandbox import Limits, open_sandbox
     from posttrain.sandbox.base import SandboxError
+    from posttrain.sandbox.idmap import kernel_problem
 
     t0 = time.monotonic()
     dockerfile = Path(dockerfile).resolve()
     context = Path(context).resolve() if context else dockerfile.parent
+    too_old = kernel_problem()
+    if too_old is not None:  # an image it built could not run here either
+        raise BuildError(f"{dockerfile}: cannot build here: {too_old}")
     say = log or (lambda text: None)
     p: ImagePlan = plan(dockerfile)
     try:
