@@ -94,6 +94,7 @@ def test_metrics_jsonl_names_itself_and_leaves_no_torn_line(disk):
     assert log.write({"step": 3, "r": 0.3})  # the step that failed is written when there is room
 
 
+@pytest.mark.slow
 def test_summary_eval_forgetting_and_report_files_name_themselves(disk, tmp_path):
     from posttrain.evaluation import EvalConfig, run_eval
     from posttrain.evaluation.contamination import check_contamination, guard_training
@@ -130,6 +131,7 @@ def test_summary_eval_forgetting_and_report_files_name_themselves(disk, tmp_path
     assert leftovers == [], leftovers  # no temp files left behind
 
 
+@pytest.mark.slow
 def test_export_to_a_full_disk_is_one_line_and_exit_1(disk, tmp_path):
     run = tmp_path / "run"
     with Store.for_run_dir(run) as store:

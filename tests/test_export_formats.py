@@ -47,6 +47,7 @@ def _store_view(run_dir):
         return {t.id: t for t in store.trajectories()}, store.counts()
 
 
+@pytest.mark.slow
 def test_verl_prompt_schema(run_dir, tmp_path):
     out = tmp_path / "verl.parquet"
     p = _cli(["export", str(run_dir), "--format", "verl", "--out", str(out)], tmp_path)

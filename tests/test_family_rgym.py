@@ -42,6 +42,7 @@ def test_sample_passes_the_self_check():
     assert report.tasks == 2 * len(SAMPLE) and report.negative_fail_rate == 1.0
 
 
+@pytest.mark.slow
 def test_partial_credit_is_thresholded_to_a_fail():
     task = DOMAINS["rg.spell_backward"].task(0)
     answer = task.reference["answer"]

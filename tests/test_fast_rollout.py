@@ -50,6 +50,7 @@ def test_fast_mode_needs_a_model(tmp_path):
     assert result.exit_code == 2 and "--mode must be 'standard' or 'fast', got 'turbo'" in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("copy", [False, True])
 def test_the_jobs_sampler_runs_in_the_configured_mode_and_follows_the_weights(copy):
     import torch

@@ -63,6 +63,7 @@ def test_micro_batches_split_the_step_evenly_over_ranks():
     assert engine.micro_batches([2, 2, 2, 9, 9, 9], 8, tokens=10) == [(0, 3), (3, 3), (3, 3)]
 
 
+@pytest.mark.slow
 def test_token_bounded_micro_batches_change_memory_not_the_result():
     from posttrain.training.engines.base import split
 

@@ -233,6 +233,7 @@ SERVICE_TASK = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)  # ~5 s alone; a hang fails with the stacks of every thread
 def test_a_harbor_task_with_a_service_runs_as_written(cache, tmp_path):
     """The CMD daemon runs before the first turn, is still running when the tests run (what

@@ -23,6 +23,7 @@ def _logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
         return model(input_ids=ids).logits
 
 
+@pytest.mark.slow
 def test_lora_trains_adapters_only_checkpoints_them_and_merges_for_the_sampler(tmp_path):
     from safetensors.torch import load_file
 

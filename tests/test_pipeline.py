@@ -187,6 +187,7 @@ def test_bad_configs_name_the_file_and_field(tmp_path, text, fragment):
     assert str(path) in str(e.value) and fragment in str(e.value)
 
 
+@pytest.mark.slow
 def test_bad_trainer_field_and_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="no such config file"):
         load_config(tmp_path / "nope.toml")

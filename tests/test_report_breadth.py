@@ -55,6 +55,7 @@ def test_moves_rank_by_the_change_the_interval_assures():
     assert assured(0.1, -0.2, 0.3) == 0.0 and assured(-0.1, -0.3, -0.05) == 0.05
 
 
+@pytest.mark.slow
 def test_training_sections_with_tiers_quotas_and_retired_domains(tmp_path):
     info = build(tmp_path, n_domains=21, steps=20, checkpoint_every=5, tasks=2, samples=2)
     s = sections(tmp_path)

@@ -130,6 +130,7 @@ def test_quarantined_tasks_are_never_drawn_and_the_draw_stays_seeded(tmp_path):
         mix.quarantine_dirs(load_config(None, {"domains.quarantine": [str(tmp_path / "none")]}))
 
 
+@pytest.mark.slow
 def test_train_star_selects_every_domain_with_a_train_split_except_the_held_out(tmp_path):
     from rich.console import Console
 

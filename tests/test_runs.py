@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from posttrain.runs import list_runs, mark
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +56,7 @@ def test_status_steps_figures_and_resume(tmp_path):
     assert {r.name: r.status for r in list_runs(tmp_path)}["live"] == "killed"
 
 
+@pytest.mark.slow
 def test_cli_lists_runs(tmp_path):
     _run_dir(tmp_path, "killed", 3)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}

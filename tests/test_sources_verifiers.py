@@ -101,6 +101,7 @@ def envs(tmp_path, monkeypatch):
         sys.modules.pop(name, None)
 
 
+@pytest.mark.slow
 def test_single_turn_environment_is_a_checked_domain():
     [domain] = use_sources(["verifiers:ptvf_add?start=5"])
     assert domain.name == "verifiers.ptvf_add" and domain.env == "single"
@@ -120,6 +121,7 @@ def test_single_turn_environment_is_a_checked_domain():
     assert not wrong_short.passed and wrong_short.score == pytest.approx(0.2)
 
 
+@pytest.mark.slow
 def test_tool_environment_calls_its_tools():
     [domain] = use_sources(["verifiers:ptvf_lookup"])
     assert domain.env == "tools" and [t.name for t in domain.tools] == ["capital_of"]

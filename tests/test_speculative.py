@@ -252,6 +252,7 @@ def test_eval_resolves_a_model_directory_in_fast_mode_and_refuses_it_elsewhere()
         resolve_policy(str(MODEL), mode="turbo")
 
 
+@pytest.mark.slow
 def test_a_draft_model_never_drafts_past_the_context(standard, random_draft):
     fast = TorchPolicy(standard.model, standard.tokenizer, mode="fast", draft=random_draft, prefix_cache_mb=0)
     prompts = ["ab" * 50, "abc" * 40, "x" * 120, "1+1="]  # rows reach the 128-position limit at different steps

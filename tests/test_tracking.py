@@ -148,6 +148,7 @@ def test_mlflow_file_store(tmp_path):
     assert run.data.metrics["eval/before/data.qa/pass_1"] == 0.25
 
 
+@pytest.mark.slow
 def test_trackio_local_store(tmp_path):
     """trackio keeps a project's runs in a SQLite file under TRACKIO_DIR, read once at import:
     the run is made and read back in a fresh process pointed at this test's directory."""

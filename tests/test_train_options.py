@@ -31,6 +31,7 @@ def _checkpointed(model: torch.nn.Module) -> bool:
     return any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
 
 
+@pytest.mark.slow
 def test_gradient_checkpointing_gives_the_same_loss_and_gradients(data):
     plain, a = _train(data)
     ckpt, b = _train(data, gradient_checkpointing=True)

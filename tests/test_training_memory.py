@@ -61,6 +61,7 @@ def test_the_memory_bound_shrinks_with_length_and_never_below_one_row():
     assert m.train_tokens(cap, 100) * m.train_bytes_per_token(100) <= cap
 
 
+@pytest.mark.slow
 def test_long_sequences_split_under_the_cap_with_the_unsplit_gradient():
     groups = _groups([(90, 20), (20, 5), (60, 30), (10, 10), (80, 25)])
     probe = Trainer(MODEL, TrainerConfig())

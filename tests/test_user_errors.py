@@ -215,6 +215,7 @@ def test_export_to_an_odd_or_unwritable_path(small_run, tmp_path, capsys, monkey
     assert [p.name for p in tmp_path.iterdir()] == ["a.jsonl"]  # no temp file left
 
 
+@pytest.mark.slow
 def test_replay_creates_nothing(small_run, tmp_path, capsys, monkeypatch):
     store = small_run / "store.sqlite"
     code, out = cli(capsys, monkeypatch, "replay", str(store), "--all")

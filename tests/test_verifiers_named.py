@@ -45,6 +45,7 @@ def test_regex_is_a_full_match_with_a_timeout():
     assert not v.passed and time.perf_counter() - t0 < 10
 
 
+@pytest.mark.slow
 def test_math_equivalence_by_math_verify():
     pytest.importorskip("math_verify")
     assert grade("math", "\\frac{1}{2}", "0.5").passed
@@ -103,6 +104,7 @@ def _jsonl(path: Path, rows) -> Path:
     ("regex", [{"question": f"a date in {2000 + i}?", "answer": f"{2000 + i}-01-01"} for i in range(30)],
      "&verifier.pattern=" + r"\d{4}-\d{2}-\d{2}"),
 ])
+@pytest.mark.slow
 def test_each_answer_verifier_passes_the_self_check_on_a_data_source(tmp_path, name, rows, query):
     if name == "math":
         pytest.importorskip("math_verify")

@@ -63,6 +63,7 @@ def test_chart_and_page_domains_pass_their_self_check():
     assert report.negative_fail_rate == 1.0 and report.tasks == 2 * len(domains) >= 2 * 29
 
 
+@pytest.mark.slow
 def test_the_same_task_renders_byte_identical_images():
     for name in (CHART, DRAWING, "docs.page.income-lines"):
         d = get_domain(name)
@@ -79,6 +80,7 @@ def test_chart_prompts_hold_no_figure_the_chart_shows():
         assert all(str(v) not in t.prompt.split("?")[0].split("USD millions.")[1] for v in t.reference["values"])
 
 
+@pytest.mark.slow
 def test_oracle_episodes_record_images_store_them_once_and_replay_identically(tmp_path):
     chart, drawing = get_domain(CHART), get_domain(DRAWING)
     task = chart.task(0)
@@ -101,6 +103,7 @@ def test_oracle_episodes_record_images_store_them_once_and_replay_identically(tm
         assert result.images == sum(len(u.observation_images) for u in t.turns)
 
 
+@pytest.mark.slow
 def test_replay_says_so_when_an_image_differs(tmp_path):
     chart = get_domain(CHART)
     traj = run_episodes([(chart, chart.task(1))], ScriptedPolicy.oracle(), workers=1)[0]
