@@ -90,7 +90,8 @@ def test_bad_entries_are_refused_naming_the_field(entries, message):
         Task(domain="x.y", prompt="p", files={"a.txt": "hi"}, entries=entries)
 
 
-def test_a_task_folder_loads_exactly(tmp_path):
+def test_a_task_folder_loads_exactly(tmp_path, monkeypatch):
+    from posttrain.tasks import files
     from posttrain.tasks.files import TaskFileError, load_task_file
 
     (task,) = load_task_file(_folder(tmp_path))
@@ -103,6 +104,10 @@ def test_a_task_folder_loads_exactly(tmp_path):
     assert e["bin/tool-link"] == FileEntry.symlink("tool")
     assert e["shared/up-link"] == FileEntry.symlink("../bin/data.bin")
 
+    monkeypatch.setattr(files, "MAX_FOLDER_BYTES", 1000)  # stored with the task: bounded
+    with pytest.raises(TaskFileError, match="field 'files_from': more than 1000 bytes of files"):
+        load_task_file(tmp_path / "task.toml")
+    monkeypatch.undo()
     (tmp_path / "ws" / "escape").symlink_to("../../etc/passwd")
     with pytest.raises(TaskFileError, match=r"ws/escape: field 'files_from': symlink 'escape'"):
         load_task_file(tmp_path / "task.toml")

@@ -21,7 +21,8 @@ skipped). A `.json` file holds one task object or a list of them.
 
 Fields are those of `posttrain.values.task.Task`, plus `files_from = "DIR"` (relative to the
 task file): the workspace starts as a copy of that folder, exactly (`read_folder`: binary files,
-modes with setuid/setgid bits, empty directories, symlinks that stay inside it). A task without a `key` gets
+modes with setuid/setgid bits, empty directories, symlinks that stay inside it; a path the task
+also gives in `files` or `entries` is the task's). A task without a `key` gets
 `<domain>/<split>/<first 12 hex digits of its content hash>`, stable when the file is
 reordered. Every error names the file, the line (or the TOML table) and the field:
 `tasks.jsonl:3: field 'prompt': Field required`. All errors of a file are reported at once.
@@ -98,8 +99,10 @@ def read_folder(root: Path) -> tuple[dict[str, str], dict[str, FileEntry]]:
                     if mode != 0o755 or not any(path.iterdir()):
                         entries[rel] = FileEntry.directory(mode)
                 elif stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+                    if total > MAX_FOLDER_BYTES:
+                        raise ValueError(f"more than {MAX_FOLDER_BYTES} bytes of files in {root}")
                     data = path.read_bytes()
-                    total += len(data)
                     try:
                         text = data.decode("utf-8") if mode == 0o644 else None
                     except UnicodeDecodeError:
@@ -112,9 +115,6 @@ def read_folder(root: Path) -> tuple[dict[str, str], dict[str, FileEntry]]:
                     raise ValueError("not a file, directory or symbolic link")
             except (ValueError, OSError) as e:
                 raise TaskFileError(f"{path}: field 'files_from': {e}") from None
-    if total > MAX_FOLDER_BYTES:
-        raise TaskFileError(f"{root}: field 'files_from': {total} bytes of files, more than "
-                            f"{MAX_FOLDER_BYTES}")
     return files, entries
 
 
