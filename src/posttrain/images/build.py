@@ -87,8 +87,9 @@ def copy_entries(step: dict, context: Path, where: str) -> list[dict]:
     sources: list[Path] = []
     for src in step["sources"]:
         if "://" in src or src.startswith("git@"):
-            raise BuildError(f"{where}: {step['op']} of a URL ({src}) is not supported: builds "
-                             "have no network; put the file in the task folder")
+            raise BuildError(f"{where}: {step['op']} of a URL ({src}) is not supported: put the "
+                             "file in the task folder (or fetch it in a RUN step of a build "
+                             "with --network)")
         if posixpath.isabs(src) or ".." in Path(src).parts:
             raise BuildError(f"{where}: {step['op']} source {src!r} must be a path inside the "
                              f"build context ({context})")

@@ -6,7 +6,8 @@
                               [verifier].timeout_sec, [environment].memory_mb (all optional)
       environment/Dockerfile  built into an image without Docker (`posttrain.images`): FROM a
                               Debian/Ubuntu/Python base derived from the host, RUN (as root in
-                              a user namespace, no network), COPY/ADD, WORKDIR, ENV, USER,
+                              a user namespace; no network unless the source asks for it at
+                              build time: harbor:DIR?network=1), COPY/ADD, WORKDIR, ENV, USER,
                               ENTRYPOINT/CMD (a service started before the first turn); what
                               cannot be honoured is an error naming the line. The episode runs
                               over a writable copy of the image, in its WORKDIR, as its USER
