@@ -19,7 +19,8 @@ from tests.test_sandbox_reset import LOOK, PLANT
 
 PROBLEM = bwrap_problem()
 needs_bwrap = pytest.mark.skipif(PROBLEM is not None, reason=f"bubblewrap unavailable: {PROBLEM}")
-ENV = {"SHM": "1"}
+ENV = {"SHM": "1", "TMP_MODE": "1777"}
+"""grading sandboxes have two uids: their /tmp and /dev/shm are everyone's (sticky), as pristine"""
 
 
 @pytest.fixture

@@ -47,7 +47,10 @@ namespaces. What each layer protects against, and what it does not:
   sandbox's pid 1 reaps inside; the supervisor is a subreaper and reaps outside: no zombie or
   orphan outlives the sandbox.
   Not covered: processes of one sandbox share its uid, so a command can kill the job server
-  (the supervisor then starts a new one and says so in the result).
+  (the supervisor then starts a new one and says so in the result). A grading sandbox
+  (`open_sandbox(two_uids=True)`) is the exception: a user namespace made by the supervisor
+  maps uid 1000 and 1001 to two host uids, and what its grader starts as 1001 cannot signal
+  or write anything of 1000's (`bwrap_args.plain_args`, `verifiers/grading.py`).
 * **Lifetime**: `--die-with-parent` and `--new-session` (no terminal injection through TIOCSTI);
   the supervisor exits when the host's socket closes, and everything dies with it.
 
@@ -67,6 +70,11 @@ import sys
 import sysconfig
 
 INSIDE_UID = 1000
+CANDIDATE_UID = 1001
+"""in a two-uid (grading) sandbox, the uid of candidate programs a grader starts (see
+`bwrap_args.two_uid_args`); the grader is INSIDE_UID"""
+CANDIDATE_UID_ENV = "POSTTRAIN_CANDIDATE_UID"
+"""set in a two-uid sandbox's environment to CANDIDATE_UID: how a grading program knows"""
 WS = "/ws"
 RUN_DIR = "/run/posttrain"
 MOUNTPOINT = (f"{RUN_DIR}/sandbox-mnt" if os.access("/run", os.W_OK)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from posttrain.sandbox.base import clock_env
-from posttrain.sandbox.bwrap import INSIDE_UID, WS
+from posttrain.sandbox.bwrap import CANDIDATE_UID, CANDIDATE_UID_ENV, INSIDE_UID, WS
 
 DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ROOT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
@@ -15,6 +15,11 @@ ROOT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_M
              "CAP_KILL", "CAP_AUDIT_WRITE")
 """Docker's default capabilities (less NET_RAW and SYS_CHROOT, whose syscalls the seccomp list
 denies or the empty network makes moot), held by an image sandbox's root inside its namespace"""
+GRADER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_READ_SEARCH")
+"""what the grader (uid 1000) of a two-uid sandbox holds inside its user namespace, and only
+in its own process (the job server clears its inheritable set, so nothing it execs keeps one):
+switch a child to the candidate uid, kill the candidate's processes, hand it directories,
+read what the candidate wrote whatever its mode"""
 
 
 NET_FILES = ("/etc/resolv.conf", "/etc/hosts")
@@ -41,20 +46,32 @@ def _setenv(env: dict[str, str]) -> list[str]:
     return out
 
 
-def plain_args(layout: dict, mnt: str, clock: int | None) -> list[str]:
+def plain_args(layout: dict, mnt: str, clock: int | None, userns_fd: int | None = None) -> list[str]:
     """A plain sandbox: every namespace unshared, uid 1000 inside, no capabilities, the tree
-    `rootfs.py` built at `mnt`/root as `/`, the project's Python on PATH."""
+    `rootfs.py` built at `mnt`/root as `/`, the project's Python on PATH.
+
+    With `userns_fd` (a two-uid sandbox): the user namespace made by the supervisor, which
+    maps uid 1000 (the grader) and 1001 (candidates) to two host uids of their own, and the
+    grader holds `GRADER_CAPS` in it; `CANDIDATE_UID_ENV` tells grading programs."""
     path = "/usr/local/bin:/usr/bin:/bin"
     path = ("/opt/venv/bin:" if layout["venv"] else os.path.dirname(python_path(layout)) + ":") + path
-    a = ["--unshare-all", "--unshare-user", "--disable-userns",
-         "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox",
-         "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
-         # the tree `rootfs.py` built; --dev-bind because its /dev holds device nodes
-         # (every mount in it is nosuid already, and nodev where nothing needs devices)
-         "--dev-bind", f"{mnt}/root", "/", "--proc", "/proc", "--chdir", WS]
+    if userns_fd is None:
+        a = ["--unshare-all", "--unshare-user", "--disable-userns"]
+    else:  # nested user namespaces are off in it (`idmap.user_namespace`)
+        a = ["--userns", str(userns_fd), "--unshare-ipc", "--unshare-pid", "--unshare-net",
+             "--unshare-uts", "--unshare-cgroup"]
+    a += ["--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox",
+          "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
+    for cap in (GRADER_CAPS if userns_fd is not None else ()):
+        a += ["--cap-add", cap]
+    # the tree `rootfs.py` built; --dev-bind because its /dev holds device nodes
+    # (every mount in it is nosuid already, and nodev where nothing needs devices)
+    a += ["--dev-bind", f"{mnt}/root", "/", "--proc", "/proc", "--chdir", WS]
     env = {"PATH": path, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
            "USER": "sandbox", "PYTHONPATH": "/opt/posttrain/inside",
            "PYTHONDONTWRITEBYTECODE": "1", **clock_env(clock)}
+    if userns_fd is not None:
+        env[CANDIDATE_UID_ENV] = str(CANDIDATE_UID)
     env.update(_libpath(layout, "/opt/python"))
     return a + _setenv(env)
 

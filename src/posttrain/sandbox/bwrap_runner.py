@@ -23,7 +23,7 @@ from posttrain.sandbox.bwrap_procs import SandboxProcesses, server_state
 from posttrain.sandbox.cgroups import SandboxCgroup, collect_stale, detect
 from posttrain.sandbox.imageroot import ImageRoot
 from posttrain.sandbox.overlay import OverlayWorkspace, TmpfsStack
-from posttrain.sandbox.reset import WRITABLE, PlaceState, ResetFacts, count_mounts
+from posttrain.sandbox.reset import PRISTINE_MODE, WRITABLE, PlaceState, ResetFacts, count_mounts
 from posttrain.sandbox.rlimits import rlimit_table
 
 
@@ -102,7 +102,10 @@ class BwrapRunner:
         if self.image:
             self.inside_ws = self.image.get("workspace") or self.image["workdir"]
         self.cg: SandboxCgroup | None = None
-        self.procs = SandboxProcesses((self.uid,))
+        self.candidate_uid: int | None = None if self.image else cfg.get("candidate_uid")
+        """a two-uid sandbox's second host uid (its candidates', `bwrap_args.plain_args`)"""
+        self.procs = SandboxProcesses((self.uid,) if self.candidate_uid is None
+                                      else (self.uid, self.candidate_uid))
         self.server_pid: int | None = None
         self.init_pid: int | None = None
         """bubblewrap's pid 1 of the running job server: the sandbox's namespaces"""
@@ -126,11 +129,14 @@ class BwrapRunner:
         if self.image:
             self._boot_image()
         else:
+            if self.candidate_uid is not None:
+                self._boot_two_uids()
             rootfs.build(self.layout, self.cfg["inside_dir"], self.cfg["root_links"])
             self.overlay.boot()
         size = self.limits.workspace_mb << 20
-        # an image's /tmp is everyone's, as in a container (a USER other than root writes there)
-        self.tmp_mode = 0o1777 if self.image else 0o755
+        # an image's /tmp is everyone's, as in a container (a USER other than root writes
+        # there), and so is a two-uid sandbox's (the candidate uid writes there too)
+        self.tmp_mode = 0o1777 if self.image or self.candidate_uid is not None else 0o755
         self.tmp = TmpfsStack("root/tmp", size, self.uid, mode=self.tmp_mode)
         self.shm = TmpfsStack("root/dev/shm", size, self.uid, mode=self.tmp_mode)
         self.tmp.push()
@@ -146,10 +152,23 @@ class BwrapRunner:
         layers["seccomp"] = self.seccomp is not None
         out = {"workspace": f"{self.mnt}/root{self.inside_ws}", "inside_path": self.inside_ws,
                "layers": layers}
+        if self.candidate_uid is not None:
+            layers["two uids"] = True
         if self.image:
             layers["root in a user namespace"] = True
             out["owner"] = [self.uid + self.image.get("uid", 0), self.uid + self.image.get("gid", 0)]
         return out
+
+    def _boot_two_uids(self) -> None:
+        """The user namespace of a two-uid sandbox: uid 1000 is the sandbox's host uid (the
+        namespace's owner, as bubblewrap's own namespace would map it), 1001 the second one.
+        Only a privileged writer may map a uid other than its own: made here, while root."""
+        from posttrain.sandbox import idmap
+        from posttrain.sandbox.bwrap import CANDIDATE_UID, INSIDE_UID
+
+        assert self.candidate_uid is not None
+        self.extra_fds = (idmap.user_namespace(self.uid, mapping=[
+            (INSIDE_UID, self.uid, 1), (CANDIDATE_UID, self.candidate_uid, 1)]),)
 
     def _boot_image(self) -> None:
         from posttrain.sandbox import idmap
@@ -184,7 +203,8 @@ class BwrapRunner:
         if self.image:
             return bwrap_args.image_args(self.image, self.layout, self.mnt, self.inside_ws,
                                          self.extra_fds[0], clock)
-        return bwrap_args.plain_args(self.layout, self.mnt, clock)
+        return bwrap_args.plain_args(self.layout, self.mnt, clock,
+                                     self.extra_fds[0] if self.extra_fds else None)
 
     # -- processes -----------------------------------------------------------------------
     def spawn(self, argv: list[str], *, stdin: int, stdout: int, stderr: int,
@@ -373,7 +393,7 @@ class BwrapRunner:
             st = os.stat(where)
             out.append(PlaceState(path, tuple(os.listdir(where)), st.st_uid == self.uid,
                                   stat.S_IMODE(st.st_mode), count_mounts(table, path),
-                                  expected_mode=self.tmp_mode))
+                                  expected_mode=PRISTINE_MODE if path == WS else self.tmp_mode))
         return tuple(out)
 
     def idle(self) -> None:

@@ -78,7 +78,7 @@ def _check_stdin(stdin: str | bytes | None) -> bytes | None:
     raise TypeError(f"stdin must be str, bytes or None, got {type(stdin).__name__}")
 
 
-def _shutdown(proc: subprocess.Popen, sock: socket.socket, slot, stderr,
+def _shutdown(proc: subprocess.Popen, sock: socket.socket, slots: list, stderr,
               cleanup: list[str]) -> None:
     """Stop a supervisor and free what it held (also run by the finalizer at exit/GC)."""
     clean = False
@@ -94,7 +94,7 @@ def _shutdown(proc: subprocess.Popen, sock: socket.socket, slot, stderr,
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-    if slot is not None:
+    for slot in slots:
         slot.release(clean=clean and proc.returncode == 0)
     for path in cleanup:  # what a supervisor that was killed could not remove itself
         shutil.rmtree(path, ignore_errors=True)
@@ -116,12 +116,21 @@ class SupervisedSandbox:
         self._broken: str | None = None
         self._closed = False
         self._slot = None
+        slots = []
         if mode == "bwrap" and os.geteuid() == 0:
             from posttrain.sandbox.slots import acquire_slot
-            self._slot = acquire_slot(uid_range=bool((extra_config or {}).get("image")))
+            slots.append(acquire_slot(uid_range=bool((extra_config or {}).get("image"))))
+            if (extra_config or {}).get("two_uids"):  # the candidates' own host uid
+                try:
+                    slots.append(acquire_slot())
+                except BaseException:
+                    slots[0].release()
+                    raise
+            self._slot = slots[0]
         cfg = {"mode": mode, "id": self.id, "limits": dataclasses.asdict(limits), "clock": clock,
                "preload": list(preload), "python": sys.executable, "inside_dir": INSIDE_DIR,
-               "uid": self._slot.uid if self._slot else None, **(extra_config or {})}
+               "uid": self._slot.uid if self._slot else None, **(extra_config or {}),
+               "candidate_uid": slots[1].uid if len(slots) > 1 else None}
         host, theirs = socket.socketpair()
         self._stderr = tempfile.TemporaryFile()
         try:
@@ -131,14 +140,14 @@ class SupervisedSandbox:
                 stdout=subprocess.DEVNULL, stderr=self._stderr, env={},
                 start_new_session=True)  # a Ctrl-C meant for the host is not the sandbox's
         except BaseException:
-            if self._slot:
-                self._slot.release()
+            for slot in slots:
+                slot.release()
             raise
         finally:
             theirs.close()
         self._sock = host
         self._cleanup: list[str] = []
-        self._finalizer = weakref.finalize(self, _shutdown, self._proc, host, self._slot,
+        self._finalizer = weakref.finalize(self, _shutdown, self._proc, host, slots,
                                            self._stderr, self._cleanup)
         try:
             host.settimeout(BOOT_TIMEOUT_S)
@@ -165,6 +174,8 @@ class SupervisedSandbox:
         """the host uid this sandbox's processes run as (bubblewrap backend run as root)"""
         self.host_uid_count = self._slot.count if self._slot else 1
         """how many host uids from `host_uid` on are this sandbox's (65536 for an image)"""
+        self.candidate_host_uid = slots[1].uid if len(slots) > 1 else None
+        """a two-uid sandbox's second host uid: what its grader's candidate programs run as"""
         self.workspace_path = reply["inside_path"]
         """where the workspace is, as seen by commands in the sandbox"""
         self.info = SandboxInfo(backend=mode, image=image,

@@ -44,7 +44,8 @@ def warn_unsandboxed(reason: str) -> None:
 
 def open_sandbox(limits: Limits = Limits(), *, backend: str = "auto",
                  allow_unsandboxed: bool = False, preload: Sequence[str] = (),
-                 clock: int | None = DEFAULT_CLOCK, image: dict | None = None) -> Sandbox:
+                 clock: int | None = DEFAULT_CLOCK, image: dict | None = None,
+                 two_uids: bool = False) -> Sandbox:
     """Start a fresh sandbox and return it (a context manager: `with open_sandbox() as sb:`).
 
     backend: "bwrap" (bubblewrap; what "auto" means), or "process" (no isolation, opt-in).
@@ -56,7 +57,10 @@ def open_sandbox(limits: Limits = Limits(), *, backend: str = "auto",
     recorded in `info.clock`; None lets them read the real clock. `image`: a built image's
     root (`posttrain.images.Image.sandbox_config()`): commands run as the image's user (root by
     default, inside a user namespace) over a writable copy of it, in its working directory
-    (bubblewrap only; see `posttrain.sandbox.imageroot`).
+    (bubblewrap only; see `posttrain.sandbox.imageroot`). `two_uids`: a grading sandbox whose
+    grader (uid 1000) may start candidate programs as another uid (1001, another host uid) that
+    cannot signal it or write its files (plain bubblewrap sandboxes only; ignored for an
+    image and for the process backend, where `info.layers` then has no "two uids").
     """
     from posttrain.sandbox.client import SupervisedSandbox
 
@@ -94,7 +98,7 @@ def open_sandbox(limits: Limits = Limits(), *, backend: str = "auto",
                                      image=_process_image(), layers={"process": True})
         raise SandboxUnavailable(problem)
     return SupervisedSandbox(limits, mode="bwrap", preload=preload, image=image_digest(),
-                             extra_config=host_config(), clock=clock)
+                             extra_config={**host_config(), "two_uids": bool(two_uids)}, clock=clock)
 
 
 def _process_image() -> str:

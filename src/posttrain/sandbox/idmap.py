@@ -57,9 +57,12 @@ def kernel_problem(release: str | None = None) -> str | None:
     return f"image sandboxes need Linux >= {need} for {FEATURE}; this kernel is {release}"
 
 
-def user_namespace(base: int, count: int = RANGE) -> int:
+def user_namespace(base: int, count: int = RANGE,
+                   mapping: list[tuple[int, int, int]] | None = None) -> int:
     """An fd of a new user namespace owned by host uid `base` that maps ids 0..count-1 to
-    host ids base..base+count-1 (uids and gids) and allows no nested user namespace."""
+    host ids base..base+count-1 (uids and gids) and allows no nested user namespace.
+    `mapping`: (inside, host, count) lines instead (`base` must be mapped by one of them)."""
+    lines = "".join(f"{a} {b} {n}\n" for a, b, n in (mapping or [(0, base, count)]))
     ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
     go_r, go_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
@@ -88,7 +91,7 @@ def user_namespace(base: int, count: int = RANGE) -> int:
             raise IdmapUnavailable("could not create a user namespace (unshare(CLONE_NEWUSER))")
         for name in ("uid_map", "gid_map"):
             with open(f"/proc/{pid}/{name}", "w") as f:
-                f.write(f"0 {base} {count}\n")
+                f.write(lines)
         os.write(go_w, b"g")
         if os.read(ready_r, 1) != b"d":
             raise IdmapUnavailable("could not limit nested user namespaces in the sandbox's")

@@ -4,12 +4,16 @@ They live in the sandbox's IPC namespace, not in any file or process: a segment 
 episode would still be there, with its data, for the next episode in the same sandbox. The
 supervisor (root) enters that namespace for a moment (`setns`), lists the objects through
 `/proc/sysvipc/*` (which shows the reader's namespace) and removes each one (`IPC_RMID`).
+POSIX message queues (`mq_open`) live in the same namespace's internal mqueue filesystem: the
+supervisor mounts that filesystem (a mount made inside the namespace shows its queues) on a
+private directory for a moment and unlinks every queue in it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import tempfile
 
 from posttrain.sandbox import mounts
 
@@ -37,9 +41,24 @@ def _remove(kind: str, ident: int) -> None:
         _libc.msgctl(ident, IPC_RMID, None)
 
 
+def _clear_mqueues() -> int:
+    """Unlink every POSIX message queue of the current IPC namespace; how many are left."""
+    where = tempfile.mkdtemp(prefix="pt-mq-")
+    try:
+        mounts.mount("mqueue", where, "mqueue", mounts.MS_NOSUID | mounts.MS_NODEV)
+        try:
+            for name in os.listdir(where):
+                os.unlink(os.path.join(where, name))
+            return len(os.listdir(where))
+        finally:
+            mounts.umount(where, mounts.MNT_DETACH)
+    finally:
+        os.rmdir(where)
+
+
 def clear(pid: int) -> int:
-    """Remove every System V IPC object of the IPC namespace of `pid`; returns how many are
-    left afterwards (0 when the cleanup worked)."""
+    """Remove every System V IPC object and POSIX message queue of the IPC namespace of `pid`;
+    returns how many are left afterwards (0 when the cleanup worked)."""
     own = os.open("/proc/self/ns/ipc", os.O_RDONLY | os.O_CLOEXEC)
     try:
         target = os.open(f"/proc/{pid}/ns/ipc", os.O_RDONLY | os.O_CLOEXEC)
@@ -51,7 +70,7 @@ def clear(pid: int) -> int:
             for kind in KINDS:
                 for ident in _ids(kind):
                     _remove(kind, ident)
-            return sum(len(_ids(kind)) for kind in KINDS)
+            return sum(len(_ids(kind)) for kind in KINDS) + _clear_mqueues()
         finally:
             mounts.setns(own, mounts.CLONE_NEWIPC)
     finally:

@@ -39,10 +39,11 @@ MAX_IDLE = 8
 
 
 def config_key(limits: Limits, backend: str, allow_unsandboxed: bool, preload: Sequence[str],
-               image: dict | None, clock: int | None) -> tuple:
+               image: dict | None, clock: int | None, two_uids: bool = False) -> tuple:
     """What makes two sandboxes interchangeable: equal keys boot equal sandboxes."""
     return (limits, backend, bool(allow_unsandboxed), tuple(preload),
-            None if image is None else json.dumps(image, sort_keys=True, default=str), clock)
+            None if image is None else json.dumps(image, sort_keys=True, default=str), clock,
+            bool(two_uids))
 
 
 class ConfigPool:
@@ -73,16 +74,18 @@ class ConfigPool:
     @contextlib.contextmanager
     def sandbox(self, limits: Limits = Limits(), *, backend: str = "auto",
                 allow_unsandboxed: bool = False, preload: Sequence[str] = (),
-                image: dict | None = None, clock: int | None = DEFAULT_CLOCK) -> Iterator[Sandbox]:
+                image: dict | None = None, clock: int | None = DEFAULT_CLOCK,
+                two_uids: bool = False) -> Iterator[Sandbox]:
         """A pristine sandbox of this configuration (reset or freshly booted), given back (reset
         and kept, or closed) when the block ends. Arguments as for `open_sandbox`; boot errors
         propagate unchanged."""
-        key = config_key(limits, backend, allow_unsandboxed, preload, image, clock)
+        key = config_key(limits, backend, allow_unsandboxed, preload, image, clock, two_uids)
         sb = self._take(key)
         if sb is None:
             sb = self._opener(limits, backend=backend, allow_unsandboxed=allow_unsandboxed,
                               preload=tuple(preload), clock=clock,
-                              **({"image": image} if image is not None else {}))
+                              **({"image": image} if image is not None else {}),
+                              **({"two_uids": True} if two_uids else {}))
             with self._lock:
                 self.stats["booted"] += 1
         try:

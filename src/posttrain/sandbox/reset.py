@@ -15,8 +15,7 @@ functions of those facts, so every rule is testable without a sandbox:
 
 What a reset does not cover (a fresh sandbox does not either): the kernel state shared by every
 process on the machine (page cache timing, `/proc/loadavg`); pid numbers keep increasing inside
-the sandbox, so an episode can tell how many processes ran before it in that sandbox; POSIX
-message queues (`mq_open`) are not enumerated.
+the sandbox, so an episode can tell how many processes ran before it in that sandbox.
 """
 
 from __future__ import annotations

@@ -28,12 +28,13 @@ import os
 import shutil
 
 from posttrain.sandbox import mounts
-from posttrain.sandbox.bwrap import INSIDE_UID
+from posttrain.sandbox.bwrap import CANDIDATE_UID, INSIDE_UID
 
 PASSWD = ("root:x:0:0:root:/root:/usr/sbin/nologin\n"
           f"sandbox:x:{INSIDE_UID}:{INSIDE_UID}:sandbox:/tmp:/bin/sh\n"
+          f"candidate:x:{CANDIDATE_UID}:{CANDIDATE_UID}:candidate:/tmp:/bin/sh\n"
           "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
-GROUP = f"root:x:0:\nsandbox:x:{INSIDE_UID}:\nnogroup:x:65534:\n"
+GROUP = f"root:x:0:\nsandbox:x:{INSIDE_UID}:\ncandidate:x:{CANDIDATE_UID}:\nnogroup:x:65534:\n"
 HOSTS = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost\n"
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 DEV_LINKS = {"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",

@@ -37,11 +37,26 @@ candidate code, candidate results) it calls `policy_input()`. If it then dies, h
 its result, `run_grader` raises `GradingFailed` (a failed verdict, reason recorded); before that
 point, and when the sandbox itself fails, it raises `VerifierError` (infrastructure, retried).
 
-What this does *not* protect against: policy programs that a grader runs inside the grading
-sandbox (a Harbor `test.sh` importing the agent's module, a check running the agent's script)
-share the grading program's uid there. They cannot forge its result (nonce, non-dumpable) and
-killing it is a failed verdict, but code running *inside* a test process (pytest importing the
-agent's module) can subvert that test process itself; see the README's threat model.
+**Two uids.** A grading sandbox (bubblewrap, no image) has a user namespace of its own with
+two uids, each a host uid of its own: the grading program runs as 1000, and the policy programs
+it starts (`as_candidate()`: a Harbor `test.sh` and the code it tests, a check script's `run`)
+as 1001 with no capability. Promised, against anything such a program does or leaves running:
+it cannot signal, ptrace or read the memory, environment or descriptors of the grading program
+(other uid; non-dumpable), and cannot write a file or directory the grader did not hand it
+(`give_to_candidate`: the workspace copy, the tests' `$HOME`, Harbor's reward directory), so the
+tests, the grader's scratch files and its result stay the grader's. The grader holds
+CAP_SETUID/SETGID/KILL/CHOWN/DAC_READ_SEARCH in that namespace only, in its own process only
+(nothing it execs inherits them); Harbor's grader uses CAP_KILL to end every candidate process
+before it reads the reward.
+Candidate code run *without* an episode sandbox (`candidate_sandbox`) gets a one-uid sandbox:
+it never holds the grader's capabilities.
+
+What this does *not* protect against: code running *inside* a test process (pytest importing
+the agent's module) runs as the candidate uid like the test itself, so it can subvert that test
+process and write what the test writes (Harbor's reward file, the pytest guard's record); see
+the README's threat model. Image-based grading sandboxes (Harbor tasks with a Dockerfile) and
+the unisolated process backend have one uid: there the policy's programs share the grading
+program's uid (they still cannot forge its result: nonce, non-dumpable).
 """
 
 from __future__ import annotations
@@ -79,6 +94,33 @@ except Exception:
 _PAYLOAD = json.loads(sys.stdin.buffer.read().decode("utf-8"))
 _MARK = _PAYLOAD.pop("marker")
 sys.stdin.close()
+_CANDIDATE_UID = int(os.environ.get("POSTTRAIN_CANDIDATE_UID") or -1)
+
+
+def _drop_caps():  # in the child, after the uid switch: it keeps no capability of ours
+    if ctypes.CDLL(None).capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()):
+        raise OSError("capset failed: not starting a policy program with our capabilities")
+
+
+def as_candidate():
+    """`subprocess.Popen` keyword arguments that start a policy program as the candidate uid
+    with no capabilities (in a two-uid grading sandbox; elsewhere none)."""
+    if _CANDIDATE_UID < 0:
+        return {}
+    return {"user": _CANDIDATE_UID, "group": _CANDIDATE_UID, "extra_groups": [],
+            "preexec_fn": _drop_caps}
+
+
+def give_to_candidate(*paths):
+    """Hand files and directories (recursively, links not followed) to the candidate uid:
+    the only places its programs may write besides /tmp (a two-uid sandbox; elsewhere a no-op)."""
+    if _CANDIDATE_UID < 0:
+        return
+    for top in paths:
+        os.lchown(top, _CANDIDATE_UID, _CANDIDATE_UID)
+        for d, dirs, names in os.walk(top):
+            for n in dirs + names:
+                os.lchown(os.path.join(d, n), _CANDIDATE_UID, _CANDIDATE_UID)
 
 
 def emit(result):
@@ -233,12 +275,12 @@ emit({"copied": copied})
 @contextmanager
 def candidate_sandbox(outcome: Outcome) -> Iterator[Sandbox]:
     """Where a grader *runs* candidate code (never where it judges): the episode's sandbox, or
-    a default grading sandbox (given back, reset, afterwards) when the verifier is called
-    without one."""
+    a default one-uid sandbox from the grading pool (given back, reset, afterwards) when the
+    verifier is called without one (its jobs must not hold a two-uid grader's capabilities)."""
     if outcome.sandbox is not None:
         yield outcome.sandbox
         return
-    with grading_sandbox(None, ()) as sandbox:
+    with grading_sandbox(None, (), two_uids=False) as sandbox:
         yield sandbox
 
 
@@ -293,7 +335,7 @@ def close_grading_pool() -> None:
 
 @contextmanager
 def grading_sandbox(like: Sandbox | None, preload: Sequence[str], image: dict | None = None,
-                    limits: Any = None) -> Iterator[Sandbox]:
+                    limits: Any = None, two_uids: bool = True) -> Iterator[Sandbox]:
     """A pristine sandbox with the backend and limits of `like` (the episode's): an episode that
     was allowed the unisolated process backend is graded with it too. `image`: the task's image
     (`posttrain.images`), when its tests must run over it. The one place graders get sandboxes.
@@ -302,7 +344,8 @@ def grading_sandbox(like: Sandbox | None, preload: Sequence[str], image: dict | 
     (backend, limits, preloads, image): a sandbox that pool booted, reset to pristine after its
     previous grade (and discarded when that reset was not clean), never `like` itself or any
     sandbox an episode acted in. In "fresh" mode it is booted for this grade and closed after.
-    A sandbox that cannot be had is an infrastructure error (`VerifierError`)."""
+    A sandbox that cannot be had is an infrastructure error (`VerifierError`). `two_uids`
+    (default): a two-uid sandbox where the backend offers one (see the module docstring)."""
     from posttrain.sandbox import Limits, open_sandbox
 
     limits = limits or (like.limits if like is not None else Limits())
@@ -312,7 +355,8 @@ def grading_sandbox(like: Sandbox | None, preload: Sequence[str], image: dict | 
     try:
         opener = open_sandbox if fresh else grading_pool().sandbox
         sandbox = stack.enter_context(opener(limits, backend=backend, allow_unsandboxed=backend == "process",
-                                             preload=tuple(preload), image=image or None))
+                                             preload=tuple(preload), image=image or None,
+                                             two_uids=two_uids and not image))
     except Exception as e:  # SandboxError and backend start-up failures are infrastructure
         stack.close()
         raise VerifierError(f"could not open a sandbox to grade in: {e}") from e

@@ -4,7 +4,9 @@ The check script (trusted, ours) runs as a grading program (`grading.run_grader`
 result, `-I`-like `sys.path`, non-dumpable) in a fresh sandbox holding a copy of the episode's
 workspace (`grading.grading_context`): nothing the episode left running, nothing it planted in
 `/tmp`, `$HOME` or `/dev/shm` is there. Policy programs a check runs (`run(argv)`) are its
-subprocesses: they cannot forge its result, and if one kills it the verdict is a failure.
+subprocesses, started as the grading sandbox's candidate uid (see `grading.py`, "Two uids"): they
+cannot forge its result, signal it or write its files; the workspace copy and their `$HOME` are
+theirs.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def run(argv, timeout=10.0, input=None, cwd=".", env=None):
             "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_PAGER": "cat",
             "GIT_TERMINAL_PROMPT": "0"}
     base.update(env or {})
-    proc = subprocess.Popen(argv, cwd=_path(cwd), env=base, start_new_session=True,
+    proc = subprocess.Popen(argv, cwd=_path(cwd), env=base, start_new_session=True, **as_candidate(),
                             stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -115,6 +117,7 @@ def git(*args, timeout=10.0):
 
 
 policy_input()  # the check reads the workspace and may run the policy's programs
+give_to_candidate(WS, _HOME)  # policy programs (`run`) write there, as the candidate uid
 _ns = {"WS": WS, "Fail": Fail, "info": info, "read_bytes": read_bytes, "read_text": read_text,
        "files": files, "run": run, "git": git, "json": json, "os": os}
 exec(compile(_PAYLOAD["check"], "<check>", "exec"), _ns)

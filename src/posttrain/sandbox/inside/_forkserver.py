@@ -82,6 +82,21 @@ def _set_dumpable(flag):
         _libc.prctl(_PR_SET_DUMPABLE, flag, 0, 0, 0)
 
 
+def _keep_caps_to_self():
+    """In a two-uid sandbox (POSTTRAIN_CANDIDATE_UID set) the server starts with the grader's
+    capabilities as ambient ones. Clear the inheritable set (and so the ambient one): every job
+    forked from here keeps them in its own process, but nothing a job execs inherits them."""
+    if _libc is None or not os.environ.get("POSTTRAIN_CANDIDATE_UID"):
+        return
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # {effective, permitted, inheritable} x 2 words
+    if _libc.capget(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    data[2] = data[5] = 0
+    if _libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
 def _become_job(msg, fds, sock):
     """In the forked child: stdio, session, CPU limit, working directory."""
     sock.close()  # the child keeps no way to talk to the supervisor (closerange below, too)
@@ -156,6 +171,7 @@ def main():
     os.set_blocking(started, False)
     preload = [m for m in sys.argv[3].split(",") if m] if len(sys.argv) > 3 else []
     _set_dumpable(0)
+    _keep_caps_to_self()
     errors = []
     for name in preload:
         try:

@@ -38,9 +38,13 @@ from `logs/verifier/reward.txt` (a number), else `reward.json` (`{"reward": x}`)
 
 A pytest session that started and never finished (tested code that calls `os._exit(0)` on
 import, or kills the tests after writing a reward) or that "passed" without running a test
-voids a positive reward. Not covered: code under test runs inside the test process as the
-grading program's uid, so code written against this grader (forging the guard's record) is not
-stopped; see the README's threat model.
+voids a positive reward. Without an image, `test.sh` and everything it starts run as the
+grading sandbox's candidate uid (`verifiers/grading.py`, "Two uids"): the tested code cannot
+rewrite tests/ (a test file not collected yet), the shims or the ini, nor signal the grading
+program. Not covered: code under test runs inside the test process as the test's own uid, so
+code written against this grader (writing the reward, forging the guard's record) is not
+stopped; with an image, tests and tested code share the grading program's uid; see the
+README's threat model.
 
 Scoring follows Harbor: reward >= 1 passes, the score is the reward clipped to [0, 1]. Unlike
 Harbor, a test script that writes no reward or runs past `[verifier].timeout_sec` is a failed
@@ -129,6 +133,7 @@ ws = os.getcwd()
 # A fresh grading sandbox: its /tmp held nothing of the episode's, and only this program and
 # what it starts write there.
 root = tempfile.mkdtemp(prefix="ptharbor-")
+os.chmod(root, 0o755)  # test.sh runs as the candidate uid (two-uid sandbox): it reads tests/
 tests, logs = os.path.join(root, "tests"), os.path.join(root, "logs", "verifier")
 shim, home = os.path.join(root, "bin"), os.path.join(root, "home")
 for d in (logs, shim, home):
@@ -148,17 +153,20 @@ for name in ("python", "python3"):  # every Python the tests start runs isolated
     with open(os.path.join(shim, name), "w") as f:
         f.write(f"#!/bin/sh\nexec {sys.executable} -I \"$@\"\n")
     os.chmod(os.path.join(shim, name), 0o755)
-guard = os.path.join(root, "guard.jsonl")
+guard = os.path.join(home, "guard.jsonl")
 out = tempfile.TemporaryFile(dir=root)
 env = {"PATH": f"{shim}:{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
        "HOME": home, "LANG": "C.UTF-8", "TMPDIR": home, "PYTHONDONTWRITEBYTECODE": "1",
        "TEST_DIR": tests, "PTGUARD_FILE": guard, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
        "PYTEST_ADDOPTS": f"-c {ini} --rootdir={tests} --confcutdir={tests} -p no:cacheprovider"}
 policy_input()  # test.sh runs the agent's code and reads its files
+# The tests and the code they test write only the workspace, their $HOME and the reward
+# directory; tests/, the shims, the ini and this program stay the grader's (uid 1000)
+give_to_candidate(ws, logs, home)
 t0 = time.monotonic()
 proc = subprocess.Popen(["bash", os.path.join(tests, "test.sh")], cwd=tests, env=env,
                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                        start_new_session=True)
+                        start_new_session=True, **as_candidate())
 status = "exited"
 try:
     proc.wait(timeout=p["timeout_s"])
