@@ -60,7 +60,7 @@ class AgentPretrainConfig:
     single_share: float = 0.15
     """share of rows drawn from single-answer domains (the rest: tool-use transcripts)"""
     slip_rate: float = 0.35
-    steps: int = 1000
+    steps: int = 1500
     batch_size: int = 12
     lr: float = 2e-3
     warmup_steps: int = 40
