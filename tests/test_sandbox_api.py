@@ -229,7 +229,13 @@ def test_bad_input_is_rejected(sb):
     with pytest.raises(ValueError):
         sb.run("true", env={"A=B": "c"})
     with pytest.raises(ValueError):
+        sb.write_file("m.txt", "x", mode=0o17777)
+    if sb.info.backend == "process":  # it writes as the host's user: no setuid file of root's
+        with pytest.raises(ValueError, match="setuid"):
+            sb.write_file("m.txt", "x", mode=0o4755)
+    else:  # the sandbox's own uid, on a nosuid mount: kept exactly, as a task folder gives it
         sb.write_file("m.txt", "x", mode=0o4755)
+        assert sb.run("stat -c %a m.txt").stdout == "4755\n"
 
 
 @pytest.mark.parametrize("field,value", [("memory_mb", 0), ("wall_s", -1), ("pids", 1.5),

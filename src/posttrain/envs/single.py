@@ -14,9 +14,10 @@ from contextlib import AbstractContextManager, ExitStack
 from posttrain.envs.base import EpisodeEnd, Observation, StepResult
 from posttrain.envs.budget import EnvConfig, truncate_text
 from posttrain.envs.vision import with_task_images
+from posttrain.envs.workspace import write_task_files
 from posttrain.sandbox.base import Sandbox
 from posttrain.tasks.domain import Domain
-from posttrain.values.task import Task
+from posttrain.values.task import FileEntry, Task
 from posttrain.verifiers.base import Outcome
 
 SandboxFactory = Callable[[], AbstractContextManager[Sandbox]]
@@ -24,10 +25,18 @@ SandboxFactory = Callable[[], AbstractContextManager[Sandbox]]
 
 def render_files(task: Task, max_chars: int) -> tuple[str, int]:
     """The task's files as text blocks after the prompt; (text, characters cut)."""
-    if not task.files:
+    if not task.files and not task.entries:
         return "", 0
     blocks = [f"--- {path} ---\n{content.rstrip()}" for path, content in sorted(task.files.items())]
+    blocks += [f"--- {path} ({_describe(e)}) ---" for path, e in sorted(task.entries.items())]
     return truncate_text("\n\n" + "\n\n".join(blocks), max_chars, "head")
+
+
+def _describe(entry: FileEntry) -> str:
+    if entry.kind == "symlink":
+        return f"symlink to {entry.target}"
+    mode = f"mode {entry.mode or 0:04o}"
+    return f"directory, {mode}" if entry.kind == "dir" else f"{len(entry.data)} bytes, {mode}"
 
 
 class SingleAnswerEnv:
@@ -84,8 +93,7 @@ class SingleAnswerEnv:
                 sandbox = stack.enter_context(self.sandbox_factory())
                 self.sandbox_info = {"backend": sandbox.info.backend, "image": sandbox.info.image,
                                      "clock": sandbox.info.clock}
-                for path, content in task.files.items():
-                    sandbox.write_file(path, content)
+                write_task_files(sandbox, task)
             verdict = self.domain.verifier.verify(task, Outcome(answer=answer, sandbox=sandbox))
         self.timings["verify_s"] = self.timings.get("verify_s", 0.0) + time.perf_counter() - t0
         return EpisodeEnd(verdict, truncated)

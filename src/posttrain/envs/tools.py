@@ -23,6 +23,7 @@ from posttrain.envs.base import EpisodeEnd, Observation, StepResult
 from posttrain.envs.budget import EnvConfig, truncate_text
 from posttrain.envs.single import SandboxFactory
 from posttrain.envs.vision import with_task_images
+from posttrain.envs.workspace import write_task_files
 from posttrain.images.episode import Image, image_for, task_sandbox
 from posttrain.sandbox.base import RunResult, Sandbox, WorkspacePathError
 from posttrain.tasks.domain import Domain, ToolOutput
@@ -59,8 +60,9 @@ def tools_intro(domain: Domain, task: Task) -> str:
         help_text += "\n" + "\n".join(f'<tool name="{t.name}">ARGS</tool>  {t.description}'
                                       for t in domain.tools)
     listing = ""
-    if task.files:
-        listing = "\nFiles in the workspace: " + ", ".join(sorted(task.files))
+    names = sorted([*task.files, *(p + "/" if e.kind == "dir" else p for p, e in task.entries.items())])
+    if names:
+        listing = "\nFiles in the workspace: " + ", ".join(names)
     return f"{task.prompt}{listing}\n\n{help_text}"
 
 
@@ -95,8 +97,7 @@ class ToolEnv:
             task_sandbox(task) if self.image is not None else self.sandbox_factory())
         self.sandbox_info = {"backend": self.sandbox.info.backend, "image": self.sandbox.info.image,
                              "layers": dict(self.sandbox.info.layers), "clock": self.sandbox.info.clock}
-        for path, content in task.files.items():
-            self.sandbox.write_file(path, content)
+        write_task_files(self.sandbox, task)
         return with_task_images(self.domain, task, Observation(tools_intro(self.domain, task)), self.config)
 
     def step(self, action: str) -> StepResult:

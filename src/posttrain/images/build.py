@@ -1,4 +1,4 @@
-"""Build a Dockerfile into cached layers, without a daemon and without network.
+"""Build a Dockerfile into cached layers, without a daemon (and without network unless asked).
 
 `build(dockerfile)` plans it (`dockerfile.py`), resolves its base (`base.py`), and walks the
 steps keeping a chain hash (`store.py`): a step whose layer is cached costs a directory lookup;
@@ -6,7 +6,12 @@ one that is not runs now:
 
 * RUN: in a build sandbox over the layers so far (`open_sandbox(image=...)`): root, or the
   USER, inside a user namespace with its own uid range, over a writable overlay; no network at
-  all (the sandbox has only its own loopback). A failing step is a `BuildError` naming the
+  all (the sandbox has only its own loopback), unless the build is asked for it (`network=True`,
+  `posttrain image build --network`, `harbor:DIR?network=1`): then RUN steps share the host's
+  network namespace and see its `/etc/resolv.conf` and `/etc/hosts` (bound read-only, never
+  committed), to reach package registries. Only build steps: an episode's sandbox over the
+  image never has it. The layer cache does not depend on it (a step's layer is the same
+  whichever way it was built). A failing step is a `BuildError` naming the
   Dockerfile line, with the end of its output. What the command changed is committed as the
   next layer (owners shifted back to image ids).
 * COPY/ADD: written by the host straight into a new layer: bytes, modes (setuid/setgid too),
@@ -37,9 +42,9 @@ from posttrain.images.dockerfile import DockerfileError, ImagePlan, plan
 from posttrain.images.store import Image, cache_dir, load_image
 
 RUN_TIMEOUT_S = 1800.0
-NETWORK_HINT = ("builds run without network: a step that downloads packages (pip install of "
-                "something not already installed, apt-get install of a package the host lacks) "
-                "fails here")
+NETWORK_HINT = ("builds run without network unless asked: a step that downloads packages (pip "
+                "install of something not already installed, apt-get install of a package the "
+                "host lacks) fails here; build with --network (or the source harbor:DIR?network=1)")
 
 
 class BuildError(RuntimeError):
@@ -82,8 +87,9 @@ def copy_entries(step: dict, context: Path, where: str) -> list[dict]:
     sources: list[Path] = []
     for src in step["sources"]:
         if "://" in src or src.startswith("git@"):
-            raise BuildError(f"{where}: {step['op']} of a URL ({src}) is not supported: builds "
-                             "have no network; put the file in the task folder")
+            raise BuildError(f"{where}: {step['op']} of a URL ({src}) is not supported: put the "
+                             "file in the task folder (or fetch it in a RUN step of a build "
+                             "with --network)")
         if posixpath.isabs(src) or ".." in Path(src).parts:
             raise BuildError(f"{where}: {step['op']} source {src!r} must be a path inside the "
                              f"build context ({context})")
@@ -235,15 +241,20 @@ def _base_dir(kind: str) -> tuple[str, str]:
 
 
 def build(dockerfile: str | Path, *, context: str | Path | None = None, log=None,
-          limits=None) -> Image:
+          limits=None, network: bool = False) -> Image:
     """Build (or find in the cache) the image of `dockerfile`; `context` defaults to its folder.
-    `log(text)` hears about every step. Raises DockerfileError or BuildError."""
+    `log(text)` hears about every step. `network`: RUN steps share the host's network (see the
+    module docstring). Raises DockerfileError or BuildError."""
     from posttrain.sandbox import Limits, open_sandbox
     from posttrain.sandbox.base import SandboxError
+    from posttrain.sandbox.idmap import kernel_problem
 
     t0 = time.monotonic()
     dockerfile = Path(dockerfile).resolve()
     context = Path(context).resolve() if context else dockerfile.parent
+    too_old = kernel_problem()
+    if too_old is not None:  # an image it built could not run here either
+        raise BuildError(f"{dockerfile}: cannot build here: {too_old}")
     say = log or (lambda text: None)
     p: ImagePlan = plan(dockerfile)
     try:
@@ -294,20 +305,22 @@ def build(dockerfile: str | Path, *, context: str | Path | None = None, log=None
                             layers=list(layers), env=step["env"], uid=uid, gid=gid, home=home,
                             workdir=step["workdir"])
             try:
-                with open_sandbox(limits, image=partial.sandbox_config(workspace=False),
-                                  clock=None) as sb:
+                config = {**partial.sandbox_config(workspace=False), "network": network}
+                with open_sandbox(limits, image=config, clock=None) as sb:
                     result = sb.run(step["argv"], timeout=RUN_TIMEOUT_S)
                     if not result.ok:
                         why = (f"exit {result.exit_code}" if result.limit is None
                                else f"the {result.limit.value} limit")
                         tail = (result.stdout + result.stderr)[-1500:]
-                        raise BuildError(f"{where}: RUN failed ({why}); {NETWORK_HINT}.\n"
+                        hint = "it ran with the host's network" if network else NETWORK_HINT
+                        raise BuildError(f"{where}: RUN failed ({why}); {hint}.\n"
                                          f"Output (end):\n{tail}")
                     sb.commit(tmp)
             except SandboxError as e:
                 raise BuildError(f"{where}: the build sandbox failed: {e}") from e
         _publish(tmp, final)
-        say(f"{where}: built {step['kind']} layer {chain[:12]} in {time.monotonic() - t1:.2f} s")
+        net = " (with the host's network)" if network and step["kind"] == "run" else ""
+        say(f"{where}: built {step['kind']} layer {chain[:12]}{net} in {time.monotonic() - t1:.2f} s")
         layers.append(str(final))
     uid, gid, home = resolve_user(p.user, stack(), f"{dockerfile}:{p.user_line}")
     settings = [p.env, p.user, p.workdir, p.entrypoint, p.cmd, p.exposed, p.labels, host]

@@ -27,7 +27,10 @@ def _dockerfiles(path: Path) -> list[Path]:
 @app.command()
 def build(paths: list[Path] = typer.Argument(..., help="a Dockerfile, a folder with one, a "
                                              "Harbor task folder, or a folder of task folders"),
-          quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the digests")) -> None:
+          quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the digests"),
+          network: bool = typer.Option(False, "--network", help="RUN steps may use the host's "
+                                       "network (package registries) while building; never "
+                                       "episodes; the layer cache does not depend on it")) -> None:
     """Build each image (cached steps cost a lookup); exits 1 if any build failed."""
     from posttrain.images.build import BuildError
     from posttrain.images.build import build as run_build
@@ -43,7 +46,7 @@ def build(paths: list[Path] = typer.Argument(..., help="a Dockerfile, a folder w
         for dockerfile in files:
             t0 = time.monotonic()
             try:
-                image = run_build(dockerfile, log=None if quiet else typer.echo)
+                image = run_build(dockerfile, log=None if quiet else typer.echo, network=network)
             except (BuildError, DockerfileError, OSError) as e:
                 typer.echo(f"posttrain image build: {e}", err=True)
                 failed += 1

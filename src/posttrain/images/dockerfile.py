@@ -192,8 +192,9 @@ def plan(path: Path) -> ImagePlan:
                 raise DockerfileError(f"{where}: RUN heredocs are not supported")
             flags, rest = _flags(rest, where, ("network",))
             if flags.get("network", "none") != "none":
-                raise DockerfileError(f"{where}: RUN --network={flags['network']}: builds here "
-                                      "have no network")
+                raise DockerfileError(f"{where}: RUN --network={flags['network']}: a network "
+                                      "per step is not supported; build with --network "
+                                      "(or the source harbor:DIR?network=1) instead")
             argv = _json_or_shell(rest) or [*shell, rest]
             result.steps.append({"kind": "run", "line": ins.line, "argv": argv,
                                  "env": {**args, **result.env}, "user": result.user,

@@ -28,7 +28,8 @@ from posttrain.images.dockerfile import ImagePlan
 from posttrain.images.store import Image
 from posttrain.sandbox.base import SandboxUnavailable
 
-_RECIPES: dict[str, Path] = {}
+_RECIPES: dict[str, tuple[Path, bool]] = {}
+"""recipe digest -> (its Dockerfile, whether its RUN steps may use the host's network)"""
 _BUILT: dict[str, Image] = {}
 _LOCK = threading.Lock()
 
@@ -54,8 +55,11 @@ def recipe_digest(plan: ImagePlan, context: Path, where: str) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def register(digest: str, dockerfile: Path) -> None:
-    _RECIPES[digest] = Path(dockerfile)
+def register(digest: str, dockerfile: Path, *, network: bool = False) -> None:
+    """`dockerfile` builds the image of recipe `digest` (`network`: its RUN steps may use the
+    host's network; once any loader of the recipe asks for it, its builds have it)."""
+    network = network or (digest in _RECIPES and _RECIPES[digest][1])
+    _RECIPES[digest] = (Path(dockerfile), network)
 
 
 def image_for(task) -> Image | None:
@@ -67,17 +71,29 @@ def image_for(task) -> Image | None:
     with _LOCK:
         if digest in _BUILT:
             return _BUILT[digest]
-        dockerfile = _RECIPES.get(digest)
-        if dockerfile is None:
-            raise ImageUnavailable(f"task {task.key}: its image ({spec.get('dockerfile')}) was "
-                                   "not loaded in this process; load the task folder "
-                                   "(--source harbor:DIR) to build it")
+        recipe = _RECIPES.get(digest)
+        if recipe is None:
+            raise ImageUnavailable(_why_unknown(task.key, digest, str(spec.get("dockerfile"))))
         try:
-            image = build(dockerfile)
+            image = build(recipe[0], network=recipe[1])
         except (BuildError, ValueError, OSError) as e:
             raise ImageUnavailable(f"task {task.key}: building its image failed: {e}") from e
         _BUILT[digest] = image
         return image
+
+
+def _why_unknown(key: str, digest: str, label: str) -> str:
+    """Why the image of recipe `digest` (from the Dockerfile `label`, '<folder>/environment/
+    Dockerfile') cannot be built here: its folder was not loaded, or it was and now makes
+    another image (a replay of a run after the task folder changed)."""
+    now = [(d, path) for d, (path, _) in _RECIPES.items() if str(path).endswith("/" + label)]
+    if now:
+        other, path = now[0]
+        return (f"task {key}: the image it ran over (recipe {digest[:12]}, from {label}) cannot "
+                f"be built again: {path} (or a file it copies) changed since; it now makes "
+                f"recipe {other[:12]}")
+    return (f"task {key}: its image (recipe {digest[:12]}, from {label}) was not loaded in this "
+            "process; load its task folder (--source harbor:DIR) to build it")
 
 
 def limits_for(task):

@@ -45,8 +45,9 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
     # read again: the ones the store's runs were made with
     from posttrain.tasks.sources import SourceError, recorded_sources, use_sources
 
+    sources = recorded_sources(r["config"] for r in store.runs())
     try:
-        use_sources(recorded_sources(r["config"] for r in store.runs()))
+        use_sources(sources)
     except SourceError as e:
         _fail(f"{run_dir}: a task source this run was made with cannot be read again: {e}")
     render = None
@@ -68,10 +69,14 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
 
         for t in trajs:
             factory = on_clock(rp.recorded_clock(t))
-            if rescore:
-                results.append(rp.rescore(store, t, sandbox_factory=factory))
-            else:
-                results.append(rp.replay(store, t, sandbox_factory=factory, render=render))
+            try:
+                if rescore:
+                    results.append(rp.rescore(store, t, sandbox_factory=factory))
+                else:
+                    results.append(rp.replay(store, t, sandbox_factory=factory, render=render))
+            except rp.ReplayInfraError as e:  # e.g. a task's image that cannot be built again
+                _fail(f"{run_dir}: {e}" + (f" (the run's task sources: {', '.join(sources)})"
+                                           if sources else ""))
     matched = sum(r.matched for r in results)
     images = sum(r.images for r in results)
     # an episode cut by a time limit need not reproduce: said per trajectory, not a failed check

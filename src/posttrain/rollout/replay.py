@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from posttrain.envs import EnvConfig
 from posttrain.envs.single import SandboxFactory
+from posttrain.envs.workspace import write_task_files
 from posttrain.rollout.episode import Episode
 from posttrain.storage.store import Store
 from posttrain.tasks.registry import get_domain
@@ -39,7 +40,7 @@ from posttrain.values.generation import (
     SamplingParams,
 )
 from posttrain.values.trajectory import Trajectory, Turn
-from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import Outcome, VerifierError
 
 if TYPE_CHECKING:
     from posttrain.sandbox.base import Sandbox
@@ -123,6 +124,11 @@ class _ReplayPolicy:
         return out
 
 
+class ReplayInfraError(RuntimeError):
+    """The replay could not run (a sandbox, or a task's image that cannot be built again): no
+    comparison was made."""
+
+
 def _short(text: Any, n: int = 300) -> Any:
     return text if not isinstance(text, str) or len(text) <= n else text[:n] + f"... ({len(text)} chars)"
 
@@ -157,8 +163,8 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
     new = ep.result().trajectory
     if new.status == "infra_error":
         assert new.error is not None
-        raise RuntimeError(f"replay of {traj.id} failed on infrastructure: {new.error.type}: "
-                           f"{new.error.message}")
+        raise ReplayInfraError(f"replay of {traj.id} failed on infrastructure: {new.error.type}: "
+                               f"{new.error.message}")
     timing = timing_dependent(traj)
     if traj.sandbox and new.sandbox and recorded_clock(traj) != new.sandbox.get("clock"):
         return ReplayResult(traj.id, False, {"turn": None, "field": "clock", "stored": recorded_clock(traj),
@@ -225,16 +231,24 @@ def submitted_answer(traj: Trajectory, env_kind: str) -> str | None:
 
 
 def restore_workspace(sandbox: Sandbox, archive: bytes) -> int:
-    """Write the regular files of a workspace archive into `sandbox`; returns how many."""
+    """Write a workspace archive into `sandbox` exactly: files with their bytes and modes
+    (setuid/setgid included), directories (empty ones too), symbolic links; returns how many
+    files. Entries come in the archive's order, parents first (`Workspace.archive`)."""
     n = 0
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         for member in tar.getmembers():
+            name = member.name[2:] if member.name.startswith("./") else member.name
+            if name in ("", "."):
+                continue
             if member.isfile():
                 data = tar.extractfile(member)
                 assert data is not None
-                name = member.name[2:] if member.name.startswith("./") else member.name
-                sandbox.write_file(name, data.read(), mode=member.mode & 0o777)
+                sandbox.write_file(name, data.read(), mode=member.mode & 0o7777)
                 n += 1
+            elif member.isdir():
+                sandbox.make_dir(name, member.mode & 0o7777)
+            elif member.issym():
+                sandbox.make_symlink(name, member.linkname)
     return n
 
 
@@ -256,9 +270,11 @@ def rescore(store: Store, traj: Trajectory, *, sandbox_factory: SandboxFactory |
             if traj.final_workspace_sha256:
                 restore_workspace(sandbox, store.get_blob(traj.final_workspace_sha256))
             else:
-                for path, content in task.files.items():
-                    sandbox.write_file(path, content)
-        new_v = domain.verifier.verify(task, Outcome(answer=answer, sandbox=sandbox))
+                write_task_files(sandbox, task)
+        try:
+            new_v = domain.verifier.verify(task, Outcome(answer=answer, sandbox=sandbox))
+        except VerifierError as e:  # infrastructure (e.g. the task's image): nothing to compare
+            raise ReplayInfraError(f"re-score of {traj.id} failed on infrastructure: {e}") from e
     if record:
         store.put_verdict(traj.id, new_v, "rescore")
     old_v = traj.verdict

@@ -194,7 +194,19 @@ class Sandbox(Protocol):
         with heavy imports preloaded), under the same limits as `run`."""
         ...
 
-    def write_file(self, path: str, data: str | bytes, *, mode: int = 0o644) -> None: ...
+    def write_file(self, path: str, data: str | bytes, *, mode: int = 0o644) -> None:
+        """Write a file (missing parent directories are created 0755); `mode` is exact,
+        0..0o7777 (setuid, setgid and sticky bits kept)."""
+        ...
+
+    def make_dir(self, path: str, mode: int = 0o755) -> None:
+        """Create a directory (an empty one stays), or set an existing one's exact mode."""
+        ...
+
+    def make_symlink(self, path: str, target: str) -> None:
+        """Create a symbolic link; host-side file operations never follow it out of the
+        workspace (`WorkspacePathError`)."""
+        ...
 
     def read_file(self, path: str) -> bytes: ...
 

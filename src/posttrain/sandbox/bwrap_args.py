@@ -22,6 +22,12 @@ switch a child to the candidate uid, kill the candidate's processes, hand it dir
 read what the candidate wrote whatever its mode"""
 
 
+NET_FILES = ("/etc/resolv.conf", "/etc/hosts")
+"""what an image build step with the host's network sees of the host's configuration (as
+Docker): `image["network"]`, set by `posttrain.images.build` only, shares the host's network
+namespace instead of an empty one"""
+
+
 def python_path(layout: dict) -> str:
     """The project's interpreter as a plain sandbox sees it."""
     return os.path.join(layout["inside_base"], layout["exe"])
@@ -80,13 +86,20 @@ def image_args(image: dict, layout: dict, mnt: str, workdir: str, userns_fd: int
     # bubblewrap runs as root inside (the range's first uid: the supervisor may prlimit
     # it); another USER is taken by the job server through setpriv (`server_argv`), which
     # clears the capabilities with the switch
+    network = bool(image.get("network"))  # an image build's RUN step asked for it
+    if network and image.get("workspace"):
+        raise ValueError("the host's network is for image build steps only, never for a "
+                         "sandbox with a workspace (an episode)")
     a = ["--userns", str(userns_fd), "--unshare-ipc", "--unshare-pid",
-         "--unshare-net", "--unshare-uts", "--unshare-cgroup",
+         *([] if network else ["--unshare-net"]), "--unshare-uts", "--unshare-cgroup",
          "--uid", "0", "--gid", "0", "--hostname", "sandbox",
          "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
     for cap in (ROOT_CAPS if uid == 0 and gid == 0 else ("CAP_SETUID", "CAP_SETGID")):
         a += ["--cap-add", cap]
     a += ["--dev-bind", f"{mnt}/root", "/", "--proc", "/proc", "--chdir", workdir]
+    if network:  # the host's resolver files, read-only, over the root (`ImageRoot.commit`
+        # drops the empty mount points bubblewrap may create for them: never in a layer)
+        a += [arg for f in NET_FILES for arg in ("--ro-bind-try", f, f)]
     env = {"PATH": DOCKER_PATH, "HOME": image.get("home") or ("/root" if uid == 0 else "/"),
            "LANG": "C.UTF-8", **clock_env(clock), **image.get("env", {})}
     env.update(_libpath(layout, "/opt/posttrain/python"))

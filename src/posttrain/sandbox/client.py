@@ -283,6 +283,12 @@ class SupervisedSandbox:
     def write_file(self, path: str, data: str | bytes, *, mode: int = 0o644) -> None:
         self._file_op(self._ws.write_file, path, data, mode)
 
+    def make_dir(self, path: str, mode: int = 0o755) -> None:
+        self._file_op(self._ws.make_dir, path, mode)
+
+    def make_symlink(self, path: str, target: str) -> None:
+        self._file_op(self._ws.make_symlink, path, target)
+
     def read_file(self, path: str) -> bytes:
         return self._file_op(self._ws.read_file, path)
 

@@ -79,11 +79,15 @@ def open_sandbox(limits: Limits = Limits(), *, backend: str = "auto",
         return SupervisedSandbox(limits, mode="process", preload=preload, clock=clock,
                                  image=_process_image(), layers={"process": True})
     from posttrain.sandbox.bwrap import bwrap_problem, host_config, image_digest
+    from posttrain.sandbox.idmap import kernel_problem
 
     problem = bwrap_problem()
     if image is not None:
         if problem is not None:
             raise SandboxUnavailable(f"an image sandbox needs the bubblewrap backend: {problem}")
+        too_old = kernel_problem()
+        if too_old is not None:
+            raise SandboxUnavailable(too_old)
         return SupervisedSandbox(limits, mode="bwrap", preload=preload, clock=clock,
                                  image=str(image.get("digest", "image")),
                                  extra_config={**host_config(), "image": image})

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import stat
 import struct
 
@@ -37,6 +38,23 @@ _libc.syscall.restype = ctypes.c_long
 
 class IdmapUnavailable(RuntimeError):
     """The kernel cannot make idmapped mounts or user namespaces with a uid range here."""
+
+
+MIN_KERNEL = (5, 19)
+"""the oldest Linux whose overlayfs takes idmapped lower layers (idmapped mounts alone: 5.12)"""
+FEATURE = ("overlayfs over idmapped layers (an image's files owned by root inside a user "
+           "namespace, written over in an overlay)")
+
+
+def kernel_problem(release: str | None = None) -> str | None:
+    """Why this kernel (`release`, default the running one) cannot run image sandboxes or
+    builds, or None. An unparsable release is not refused here (the mounts then decide)."""
+    release = release if release is not None else os.uname().release
+    m = re.match(r"(\d+)\.(\d+)", release)
+    if m is None or (int(m[1]), int(m[2])) >= MIN_KERNEL:
+        return None
+    need = ".".join(map(str, MIN_KERNEL))
+    return f"image sandboxes need Linux >= {need} for {FEATURE}; this kernel is {release}"
 
 
 def user_namespace(base: int, count: int = RANGE,
@@ -96,8 +114,9 @@ def idmapped_bind(source: str, target: str, userns_fd: int, *, readonly: bool = 
         if _libc.syscall(_SYS_MOUNT_SETATTR, fd, b"", AT_EMPTY_PATH, attr, 32) < 0:
             err = ctypes.get_errno()
             raise IdmapUnavailable(f"idmapped mount of {source} refused ({os.strerror(err)}): "
-                                   "image sandboxes need Linux >= 5.19 and a filesystem that "
-                                   "supports idmapped mounts")
+                                   f"image sandboxes need Linux >= 5.19 (this kernel is "
+                                   f"{os.uname().release}) and a filesystem that supports "
+                                   "idmapped mounts")
         if _libc.syscall(_SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(),
                          MOVE_MOUNT_F_EMPTY_PATH) < 0:
             raise OSError(ctypes.get_errno(), f"move_mount {source} -> {target}")

@@ -25,12 +25,20 @@ next layer.
 from __future__ import annotations
 
 import os
+import stat
 
 from posttrain.sandbox import idmap, mounts, rootfs
 from posttrain.sandbox.overlay import copy_layer
 
 OPT = "opt/posttrain"
 """where the job server's interpreter and helpers live inside an image (never the image's own)"""
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
 
 
 def _has(path: str) -> bool:
@@ -127,4 +135,9 @@ class ImageRoot:
                 os.makedirs(target, 0o755)
             for name in os.listdir(upper):
                 copy_layer(os.path.join(upper, name), os.path.join(target, name))
+        if self.image.get("network"):  # bubblewrap's empty mount points for the host's files
+            for path in ("etc/resolv.conf", "etc/hosts"):
+                st = _lstat(os.path.join(dest, path))
+                if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == 0:
+                    os.unlink(os.path.join(dest, path))
         idmap.shift_owners(dest, self.base, to_disk=True)

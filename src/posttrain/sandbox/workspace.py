@@ -43,6 +43,17 @@ def split_workspace_path(path: object, *, allow_root: bool = False) -> list[str]
     return parts
 
 
+def _check_mode(op: str, path: str, mode: object, owner: tuple[int, int] | None) -> None:
+    if not (isinstance(mode, int) and 0 <= mode <= 0o7777):
+        raise ValueError(f"{op}({path!r}): mode must be within 0o0000..0o7777 (setuid, setgid "
+                         f"and sticky included), got {mode!r}")
+    if mode & 0o6000 and owner is None:
+        # without a sandbox uid the file would be the host user's (root's): a setuid binary on
+        # the host. With one it is that unprivileged uid's, on a nosuid mount.
+        raise ValueError(f"{op}({path!r}): setuid/setgid bits ({mode:#o}) need a sandbox with its "
+                         "own uid (the bubblewrap backend); this one writes as the host's user")
+
+
 class Workspace:
     """File access to one workspace directory. `root` is called on every operation (the
     directory behind it changes when the sandbox restores a snapshot)."""
@@ -121,9 +132,7 @@ class Workspace:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"write_file({path!r}): data must be str or bytes, "
                             f"got {type(data).__name__}")
-        if not (isinstance(mode, int) and 0 <= mode <= 0o777):
-            raise ValueError(f"write_file({path!r}): mode must be within 0o000..0o777, "
-                             f"got {mode!r}")
+        _check_mode("write_file", path, mode, self._owner)
         parent, name, _ = self._resolve(path, split_workspace_path(path), create_dirs=True)
         assert name is not None  # without final_dir there is always a final name
         try:
@@ -139,9 +148,42 @@ class Workspace:
                 view = view[os.write(fd, view):]
             if self._owner:
                 os.fchown(fd, *self._owner)
-            os.fchmod(fd, mode)
+            os.fchmod(fd, mode)  # after the chown, which clears setuid/setgid
         finally:
             os.close(fd)
+
+    def make_dir(self, path: str, mode: int = 0o755) -> None:
+        """Create directory `path` (and missing parents), or set the mode of an existing one."""
+        _check_mode("make_dir", path, mode, self._owner)
+        fd, _, _ = self._resolve(path, split_workspace_path(path), create_dirs=True,
+                                 final_dir=True)
+        try:  # an O_PATH descriptor: change it through /proc, never by a path the sandbox can swap
+            if self._owner:
+                os.chown(f"/proc/self/fd/{fd}", *self._owner)
+            os.chmod(f"/proc/self/fd/{fd}", mode)
+        finally:
+            os.close(fd)
+
+    def make_symlink(self, path: str, target: str) -> None:
+        """Create (or replace) the symbolic link `path` -> `target`; the host never follows it."""
+        if not isinstance(target, str) or not target or "\0" in target:
+            raise ValueError(f"make_symlink({path!r}): target must be a non-empty str, got {target!r}")
+        parent, name, _ = self._resolve(path, split_workspace_path(path), create_dirs=True)
+        assert name is not None
+        try:
+            try:
+                st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                st = None
+            if st is not None:
+                if stat.S_ISDIR(st.st_mode):
+                    raise WorkspacePathError(f"{path!r} exists and is a directory")
+                os.unlink(name, dir_fd=parent)
+            os.symlink(target, name, dir_fd=parent)
+            if self._owner:
+                os.chown(name, *self._owner, dir_fd=parent, follow_symlinks=False)
+        finally:
+            os.close(parent)
 
     def read_file(self, path: str) -> bytes:
         parent, name, _ = self._resolve(path, split_workspace_path(path))

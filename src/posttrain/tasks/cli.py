@@ -80,6 +80,11 @@ def show(domain: str = typer.Argument(..., help="domain name, e.g. math.add.d2")
     typer.echo("## prompt\n" + task.prompt)
     for path, content in sorted(task.files.items()):
         typer.echo(f"## file {path}\n{content.rstrip()}")
+    for path, entry in sorted(task.entries.items()):
+        what = (f"symlink -> {entry.target}" if entry.kind == "symlink" else
+                f"{entry.kind}, mode {entry.mode or 0:04o}" + (f", {len(entry.data)} bytes"
+                                                              if entry.kind == "file" else ""))
+        typer.echo(f"## {path} ({what})")
     typer.echo("## reference (hidden from the policy)\n" + json.dumps(task.reference, indent=2))
     if task.verifier:
         typer.echo("## verifier settings\n" + json.dumps(task.verifier, indent=2))

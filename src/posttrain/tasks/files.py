@@ -19,7 +19,10 @@ or many, as an array of tables; other top-level keys are defaults every task inh
 JSONL: one `Task` as a JSON object per line (blank lines and lines starting with `#` are
 skipped). A `.json` file holds one task object or a list of them.
 
-Fields are those of `posttrain.values.task.Task`. A task without a `key` gets
+Fields are those of `posttrain.values.task.Task`, plus `files_from = "DIR"` (relative to the
+task file): the workspace starts as a copy of that folder, exactly (`read_folder`: binary files,
+modes with setuid/setgid bits, empty directories, symlinks that stay inside it; a path the task
+also gives in `files` or `entries` is the task's). A task without a `key` gets
 `<domain>/<split>/<first 12 hex digits of its content hash>`, stable when the file is
 reordered. Every error names the file, the line (or the TOML table) and the field:
 `tasks.jsonl:3: field 'prompt': Field required`. All errors of a file are reported at once.
@@ -28,7 +31,9 @@ reordered. Every error names the file, the line (or the TOML table) and the fiel
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,7 +41,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from posttrain.values.task import Task
+from posttrain.values.task import FileEntry, Task, check_workspace_path
 
 MAX_REPORTED_ERRORS = 20
 """a file with more errors reports the first ones and a count of the rest"""
@@ -65,9 +70,72 @@ def _describe(e: ValidationError) -> list[str]:
     return out
 
 
-def _build(data: Any, where: str, require_known_domain: bool) -> tuple[Task | None, list[str]]:
+MAX_FOLDER_BYTES = 16 << 20
+"""a `files_from` folder larger than this is refused (it is stored with every task)"""
+
+
+def read_folder(root: Path) -> tuple[dict[str, str], dict[str, FileEntry]]:
+    """A folder as a task's initial workspace: (UTF-8 files of mode 0644 as text, every other
+    entry exactly). Directories are entries when they are empty or not 0755 (the others are
+    implied by their contents). A symlink must stay inside the folder; a fifo or device file is
+    refused. Raises TaskFileError naming the path."""
+    if not root.is_dir():
+        raise TaskFileError(f"{root}: field 'files_from': not a directory")
+    files: dict[str, str] = {}
+    entries: dict[str, FileEntry] = {}
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            st = path.lstat()
+            mode = stat.S_IMODE(st.st_mode)
+            try:
+                if stat.S_ISLNK(st.st_mode):
+                    entries[rel] = FileEntry.symlink(os.readlink(path))
+                    check_workspace_path(rel, entries[rel])
+                elif stat.S_ISDIR(st.st_mode):
+                    if mode != 0o755 or not any(path.iterdir()):
+                        entries[rel] = FileEntry.directory(mode)
+                elif stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+                    if total > MAX_FOLDER_BYTES:
+                        raise ValueError(f"more than {MAX_FOLDER_BYTES} bytes of files in {root}")
+                    data = path.read_bytes()
+                    try:
+                        text = data.decode("utf-8") if mode == 0o644 else None
+                    except UnicodeDecodeError:
+                        text = None
+                    if text is not None:
+                        files[rel] = text
+                    else:
+                        entries[rel] = FileEntry.file(data, mode)
+                else:
+                    raise ValueError("not a file, directory or symbolic link")
+            except (ValueError, OSError) as e:
+                raise TaskFileError(f"{path}: field 'files_from': {e}") from None
+    return files, entries
+
+
+def _build(data: Any, where: str, require_known_domain: bool,
+           base: Path = Path(".")) -> tuple[Task | None, list[str]]:
     if not isinstance(data, dict):
         return None, [f"{where}: expected a task object (a table / JSON object), got {type(data).__name__}"]
+    if "files_from" in data:
+        data = dict(data)
+        folder = data.pop("files_from")
+        if not isinstance(folder, str) or not folder:
+            return None, [f"{where}: field 'files_from': expected a folder path, got {folder!r}"]
+        try:
+            files, entries = read_folder(base / folder)
+        except TaskFileError as e:
+            return None, [f"{where}: {e}"]
+        given_files, given_entries = data.get("files") or {}, data.get("entries") or {}
+        if isinstance(given_files, dict) and isinstance(given_entries, dict):
+            mine = set(given_files) | set(given_entries)  # a path the task gives wins
+            data["files"] = {**{k: v for k, v in files.items() if k not in mine}, **given_files}
+            data["entries"] = {**{k: v for k, v in entries.items() if k not in mine}, **given_entries}
     try:
         task = Task.model_validate(data)
     except ValidationError as e:
@@ -148,7 +216,7 @@ def load_task_file(path: str | Path, *, require_known_domain: bool = False) -> l
         if isinstance(data, _Invalid):
             errors.append(f"{where}: {data.message}")
             continue
-        task, problems = _build(data, where, require_known_domain)
+        task, problems = _build(data, where, require_known_domain, path.parent)
         errors += problems
         if task is None:
             continue

@@ -70,6 +70,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
+from posttrain.values.task import FileEntry
 from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError
 
 if TYPE_CHECKING:
@@ -115,11 +116,19 @@ def give_to_candidate(*paths):
     the only places its programs may write besides /tmp (a two-uid sandbox; elsewhere a no-op)."""
     if _CANDIDATE_UID < 0:
         return
+
+    def give(path):
+        # a chown clears a file's setuid/setgid bits, and the grader (no CAP_FOWNER) could not
+        # set them again: such a file stays the grader's, readable as its mode says, exact
+        st = os.lstat(path)
+        if not ((st.st_mode & 0o170000) == 0o100000 and st.st_mode & 0o6000):  # a regular file
+            os.lchown(path, _CANDIDATE_UID, _CANDIDATE_UID)
+
     for top in paths:
-        os.lchown(top, _CANDIDATE_UID, _CANDIDATE_UID)
+        give(top)
         for d, dirs, names in os.walk(top):
             for n in dirs + names:
-                os.lchown(os.path.join(d, n), _CANDIDATE_UID, _CANDIDATE_UID)
+                give(os.path.join(d, n))
 
 
 def emit(result):
@@ -213,12 +222,24 @@ def inside(path):
     return parent == ws or parent.startswith(ws + "/")
 
 
-for rel, text in p["pristine"].items():  # the task's inputs first: they win over the episode's
+pristine_dirs = []
+for rel, entry in p["pristine"].items():  # the task's inputs first: they win over the episode's
     target = os.path.join(ws, rel)
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    if inside(target) and not os.path.lexists(target):
+    if not inside(target) or os.path.lexists(target):
+        continue
+    if isinstance(entry, str):
         with open(target, "w") as f:
-            f.write(text)
+            f.write(entry)
+    elif entry["kind"] == "dir":
+        os.makedirs(target)
+        pristine_dirs.append((target, entry["mode"]))
+    elif entry["kind"] == "symlink":
+        os.symlink(entry["target"], target)
+    else:
+        with open(target, "wb") as f:
+            f.write(base64.b64decode(entry["b64"]))
+        os.chmod(target, entry["mode"])  # after the last write, which would clear setuid/setgid
 
 
 def writable(name):
@@ -243,16 +264,17 @@ for m in tf:
         os.unlink(target)
     if m.isdir():
         os.makedirs(target, exist_ok=True)
-        dirs.append((target, m.mode & 0o777))
+        dirs.append((target, m.mode & 0o7777))
     elif m.isfile():
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
             shutil.copyfileobj(tf.extractfile(m), f)
-            os.fchmod(f.fileno(), m.mode & 0o777)
+            f.flush()  # the last write: it would clear setuid/setgid set before it
+            os.fchmod(f.fileno(), m.mode & 0o7777)
         copied += 1
     elif m.issym():
         os.symlink(m.linkname, target)
-for d, mode in reversed(dirs):  # last: a read-only directory must not block its own contents
+for d, mode in reversed(pristine_dirs + dirs):  # last: a read-only directory must not block its own contents
     os.chmod(d, mode)
 emit({"copied": copied})
 '''
@@ -352,12 +374,13 @@ def grading_sandbox(like: Sandbox | None, preload: Sequence[str], image: dict | 
 
 @contextmanager
 def grading_context(outcome: Outcome, *, include: Sequence[str] | None = None,
-                    pristine: Mapping[str, str] | None = None, writable: Sequence[str] = (),
+                    pristine: Mapping[str, str | FileEntry] | None = None, writable: Sequence[str] = (),
                     preload: Sequence[str] = (), image: dict | None = None, limits: Any = None,
                     label: str = "grader") -> Iterator[Sandbox]:
     """A fresh sandbox holding copies of the episode's artifacts (see the module docstring).
 
-    `include`: workspace globs to copy (None: everything); `pristine`: the task's input files.
+    `include`: workspace globs to copy (None: everything); `pristine`: the task's input files
+    (text, or `FileEntry`s: bytes and exact modes, directories, links).
     When `pristine` is given (or an `image`), every path the fresh workspace already holds (the
     task's inputs, the image's files) keeps its pristine content unless it matches a `writable`
     glob (the task's outputs): edited or deleted input data is restored. `preload`: modules the
@@ -372,7 +395,9 @@ def grading_context(outcome: Outcome, *, include: Sequence[str] | None = None,
     with grading_sandbox(outcome.sandbox, preload, image, limits) as sandbox:
         if blob or pristine:
             payload = {"tar": base64.b64encode(blob or _EMPTY_TAR).decode(), "include":
-                       None if include is None else list(include), "pristine": dict(pristine or {}),
+                       None if include is None else list(include), "pristine": {
+                           rel: e if isinstance(e, str) else e.model_dump(mode="json")
+                           for rel, e in (pristine or {}).items()},
                        "writable": list(writable), "protect": protect}
             run_grader(sandbox, EXTRACT, payload, timeout=60.0, label=f"{label}: copying artifacts")
         yield sandbox

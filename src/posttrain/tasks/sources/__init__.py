@@ -10,9 +10,10 @@ like built-in ones. Kinds of source:
 
 * `data:PATH[?QUERY]`: a JSONL/JSON/Parquet file or a `datasets` save_to_disk folder, described
   by a small TOML beside it or the query (`posttrain.tasks.sources.spec`, `posttrain.tasks.sources.data`).
-* `harbor:DIR`: a Harbor / Terminal-Bench task folder, or a folder of them
+* `harbor:DIR[?network=1]`: a Harbor / Terminal-Bench task folder, or a folder of them
   (`posttrain.tasks.families.terminal.harbor_source`); a folder that does not load is reported
-  by name and skipped (asking for its domain by name says why).
+  by name and skipped (asking for its domain by name says why). `network=1`: the tasks' images
+  are built with the host's network (RUN steps that fetch packages); episodes never have it.
 * `verifiers:NAME[?ARG=VALUE&...]`: an installed `verifiers` environment package, loaded with
   `verifiers.load_environment(NAME, **args)` (`posttrain.tasks.sources.verifiers_env`: which kinds
   are supported, where its rubric and tools run).
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 from posttrain.errors import UserError
 from posttrain.tasks.domain import Domain
@@ -70,11 +72,18 @@ def _harbor(rest: str, base: Path | None) -> list[Domain]:
     from posttrain.tasks.families.terminal.harbor_source import HarborSourceError, harbor_domains
     from posttrain.tasks.registry import BrokenDomain, add_broken
 
+    rest, _, query = rest.partition("?")
+    network = False
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key != "network" or value not in ("0", "1", "true", "false"):
+            raise SourceError(f"harbor:{rest}?{query}: unknown option {key}={value!r} (the one "
+                              "option is network=1: build the images with the host's network)")
+        network = value in ("1", "true")
     path = Path(rest).expanduser()
     if not path.is_absolute():
         path = (base or Path.cwd()) / path
     try:
-        found = harbor_domains(path)
+        found = harbor_domains(path, build_network=network)
     except HarborSourceError as e:
         raise SourceError(str(e)) from None
     add_broken(d for d in found if isinstance(d, BrokenDomain))
@@ -82,8 +91,6 @@ def _harbor(rest: str, base: Path | None) -> list[Domain]:
 
 
 def _verifiers(rest: str) -> Domain:
-    from urllib.parse import parse_qsl
-
     from posttrain.tasks.sources.spec import _value
     from posttrain.tasks.sources.verifiers_env import VerifiersSourceError, verifiers_domain
 

@@ -6,7 +6,8 @@
                               [verifier].timeout_sec, [environment].memory_mb (all optional)
       environment/Dockerfile  built into an image without Docker (`posttrain.images`): FROM a
                               Debian/Ubuntu/Python base derived from the host, RUN (as root in
-                              a user namespace, no network), COPY/ADD, WORKDIR, ENV, USER,
+                              a user namespace; no network unless the source asks for it at
+                              build time: harbor:DIR?network=1), COPY/ADD, WORKDIR, ENV, USER,
                               ENTRYPOINT/CMD (a service started before the first turn); what
                               cannot be honoured is an error naming the line. The episode runs
                               over a writable copy of the image, in its WORKDIR, as its USER
@@ -252,7 +253,7 @@ class HarborVerifier:
         label = f"harbor verifier, task {task.key}"
         try:
             image, limits = self._image(task)
-            with grading_context(outcome, pristine=task.files, writable=task.verifier.get("artifacts") or (),
+            with grading_context(outcome, pristine=task.workspace(), writable=task.verifier.get("artifacts") or (),
                                  image=image, limits=limits, label=label) as sandbox:
                 found = run_grader(sandbox, GRADER, {"tests": tests, "timeout_s": timeout, "guard": GUARD},
                                    timeout=timeout + GRADER_MARGIN_S, label=label)
@@ -383,7 +384,7 @@ def _config(root: Path) -> dict[str, Any]:
             "metadata": config.get("metadata", {}), "split": split}
 
 
-def _environment(root: Path) -> tuple[dict | None, str, str]:
+def _environment(root: Path, build_network: bool = False) -> tuple[dict | None, str, str]:
     """(the task's image spec, its working directory, a short view of the workspace) from
     environment/Dockerfile: every instruction is honoured or refused here with its line (see
     `posttrain.images.dockerfile`); the image itself is built on first use. No Dockerfile:
@@ -411,7 +412,7 @@ def _environment(root: Path) -> tuple[dict | None, str, str]:
                           for e in copy_entries(step, dockerfile.parent, "")]
     except (DockerfileError, BuildError, UnicodeDecodeError) as e:
         raise HarborTaskError(str(e).replace(str(dockerfile), where)) from None
-    register(digest, dockerfile)
+    register(digest, dockerfile, network=build_network)
     return {"recipe": digest, "dockerfile": where}, p.workdir, _view(shown, p.workdir)
 
 
@@ -435,8 +436,10 @@ def _app_relative(text: str) -> str:
     return re.sub(r"(?<![\w.~/-])/app(?![\w.-])/?", lambda m: "./" if m.group().endswith("/") else ".", text)
 
 
-def load_harbor_task(path: str | Path, name: str | None = None) -> Domain:
-    """A domain for one task folder (see the module docstring)."""
+def load_harbor_task(path: str | Path, name: str | None = None, *,
+                     build_network: bool = False) -> Domain:
+    """A domain for one task folder (see the module docstring). `build_network`: its image's
+    RUN steps may use the host's network while building (never its episodes)."""
     root = Path(path)
     if not root.is_dir():
         raise HarborTaskError(f"{root}: not a directory")
@@ -455,7 +458,7 @@ def load_harbor_task(path: str | Path, name: str | None = None) -> Domain:
     for rel, content in solution.items():
         if "</python>" in content:
             raise HarborTaskError(f"{root.name}/solution/{rel}: contains '</python>', which the oracle cannot carry")
-    image, workdir, view = _environment(root)
+    image, workdir, view = _environment(root, build_network)
     files: dict[str, str] = {}
     slug = re.sub(r"[^a-z0-9-]+", "-", (name or root.name).lower()).strip("-")
     if not slug:

@@ -37,7 +37,8 @@ def task_folders(path: Path) -> list[Path]:
     return sorted(found)
 
 
-def harbor_domains(path: str | Path) -> list[Domain | BrokenDomain]:
+def harbor_domains(path: str | Path, *, build_network: bool = False) -> list[Domain | BrokenDomain]:
+    """`build_network`: the tasks' images are built with the host's network (`?network=1`)."""
     path = Path(path)
     if not path.is_dir():
         raise HarborSourceError(f"{path}: not a directory (expected a Harbor task folder or a "
@@ -55,7 +56,7 @@ def harbor_domains(path: str | Path) -> list[Domain | BrokenDomain]:
                                     f"{folder} (domain names come from folder names)")
         seen[name] = folder
         try:
-            domain = load_harbor_task(folder)
+            domain = load_harbor_task(folder, build_network=build_network)
             seen[domain.name] = folder
             out.append(domain)
         except HarborTaskError as e:  # its message starts with "<folder>/<file>: "
