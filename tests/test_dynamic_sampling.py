@@ -15,6 +15,9 @@ class FakeScheduler:
     def __init__(self, signal: list[bool], stall_after: int | None = None):
         self.signal, self.taken, self.stall_after, self.calls = list(signal), 0, stall_after, 0
 
+    async def take_more(self, n):
+        return await self.take(n)
+
     async def take(self, n):
         self.calls += 1
         if self.stall_after is not None and self.calls > self.stall_after:

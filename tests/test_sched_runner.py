@@ -242,3 +242,25 @@ def test_an_evaluation_set_runs_to_the_end_in_its_tier():
     assert sorted(g.group_id for g in groups) == sorted(f"{d.name}#{i}" for d in domains for i in range(2))
     assert all(t.split == "eval" and t.trainable for g in groups for t in g.trajectories)
     assert m["lost"] == 0 and m["staleness"]["accepted"] == 0  # not trainer work
+
+
+def test_take_more_gets_extra_groups_of_the_same_version_under_a_synchronous_bound():
+    """Dynamic sampling through the asynchronous scheduler: with max_staleness 0 a second take
+    for the same update would stall; `take_more` extends the admissions and gets groups that the
+    same version generated."""
+    domains = make_domains(4, seed=5, step_range=(0.001, 0.003), failure_rate=0.0, turns=(1, 2))
+
+    async def main():
+        async with Scheduler(config(max_staleness=0, max_groups=None), [DomainSpec(d.name) for d in domains],
+                             SimGenerator(tokens_per_s=2e6, call_s=0.001), factory=SimFactory(domains),
+                             workers=8) as sched:
+            first = await sched.take(4)
+            more = await asyncio.wait_for(sched.take_more(4), 30)
+            sched.set_policy_version("step-1")
+            after = await asyncio.wait_for(sched.take(4), 30)
+            return first, more, after
+
+    first, more, after = asyncio.run(main())
+    assert len(first) == len(more) == len(after) == 4
+    assert {g.version for g in first + more} == {0} and {g.staleness for g in first + more} == {0}
+    assert {g.version for g in after} == {1} and {g.staleness for g in after} == {0}

@@ -153,6 +153,14 @@ class Scheduler:
                 return self.core.take_ready(self.config.trainer_tier)
             await self._wait_change()
 
+    async def take_more(self, n: int) -> list[Group]:
+        """`n` more trainer-tier groups for the same update (dynamic sampling): admission at the
+        current policy version is extended by `n` first, so the staleness bound holds as before
+        (`StalenessController.grant`); then as `take`."""
+        self.core.staleness.grant(n)
+        self._fill()
+        return await self.take(n)
+
     async def take_ready(self, tier: str, n: int) -> list[Group]:
         """Wait for `n` ready groups of `tier` (evaluation, background), oldest first."""
         out: list[Group] = []
