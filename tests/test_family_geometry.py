@@ -11,6 +11,7 @@ import pytest
 from posttrain.envs import play_actions
 from posttrain.tasks.families import geometry
 from posttrain.tasks.families.common import content_split
+from posttrain.tasks.families.geometry.common import PRELOAD, PTGEO_FILE
 from posttrain.values.task import Task
 from posttrain.verifiers.base import Outcome, VerifierError
 from posttrain.verifiers.geometry import GEOMETRY
@@ -18,8 +19,9 @@ from posttrain.verifiers.geometry import GEOMETRY
 DOMAINS = {d.name: d for d in geometry.domains()}
 
 
-# The environments open plain sandboxes; preloading the kernel here only makes tests faster.
-SANDBOX_PRELOAD = ("numpy", "manifold3d", "trimesh")
+# What a geometry domain's sandbox preloads (its API file, ptgeo.py, among them), and trimesh
+# for the tests that write meshes.
+SANDBOX_PRELOAD = (*PRELOAD, "trimesh")
 
 
 def test_family_has_enough_domains():
@@ -57,6 +59,15 @@ def test_every_oracle_passes_and_sampled_negatives_fail(sandbox, module_sandbox)
             sb.restore(clean)
             nv = play_actions(d, task, negatives[name], sandbox=sandbox)
             assert not nv.passed, (d.name, name, dict(nv.details))
+
+
+def test_ptgeo_comes_from_the_family_at_its_inside_path(sandbox):
+    # the sandbox package knows no family: the domains bring the API file as a preload
+    assert all(any(p.endswith("/geometry/ptgeo.py") for p in d.preload) for d in DOMAINS.values())
+    assert sandbox.info.modules == (PTGEO_FILE,)
+    bad = geometry.MODEL_TOOL.run(sandbox, "box(-1, 2, 3)")
+    if sandbox.info.backend == "bwrap":  # recorded observations name this path
+        assert 'File "/opt/posttrain/inside/ptgeo.py"' in bad
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from posttrain.sandbox import open_sandbox
 from posttrain.scheduling.domain_check import check_domain
 from posttrain.tasks.adversaries import adversaries
 from posttrain.tasks.domain import Domain
+from posttrain.tasks.families.geometry.common import PRELOAD
 from posttrain.tasks.registry import all_domains
 from posttrain.values.task import Task
 from posttrain.verifiers.base import Outcome, verdict
@@ -19,7 +20,7 @@ DOMAINS = all_domains()
 
 @pytest.fixture(scope="module")
 def sandbox():
-    with open_sandbox(preload=("numpy", "manifold3d")) as sb:
+    with open_sandbox(preload=PRELOAD) as sb:  # ptgeo.py, the modeling API, among them
         yield sb
 
 

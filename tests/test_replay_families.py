@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from posttrain.cli import app
+from posttrain.envs import sandbox_preload
 from posttrain.rollout import replay as rp
 from posttrain.sandbox import SandboxPool
 from posttrain.sandbox.base import DEFAULT_CLOCK
@@ -38,7 +39,8 @@ def _record(run_dir, clock: int | None = DEFAULT_CLOCK, domains=DOMAINS) -> None
 
     oracle = ScriptedPolicy.named("oracle")
     items = [WorkItem(get_domain(name), get_domain(name).task(0, "train")) for name in domains]
-    with Store.for_run_dir(run_dir) as store, SandboxPool(size=1, clock=clock) as pool:
+    preload = sandbox_preload([get_domain(name) for name in domains])  # geometry's ptgeo.py
+    with Store.for_run_dir(run_dir) as store, SandboxPool(size=1, clock=clock, preload=preload) as pool:
         run_workload(items, oracle, run_id="rec", player=oracle, sandbox_factory=pool.sandbox,
                      on_result=lambda r: store.put_trajectory(r.trajectory, r.task, r.workspace_archive))
 

@@ -221,6 +221,25 @@ def test_unknown_preload_is_rejected():
         open_sandbox(preload=("no_such_module_xyz",))
 
 
+def test_a_module_file_is_shown_inside_and_bad_ones_are_rejected(tmp_path):
+    api = tmp_path / "toyapi.py"
+    api.write_text("def twice(x):\n    raise ValueError(f'no {x}')\n")
+    with open_sandbox(preload=(str(api),)) as sb:
+        assert sb.info.modules == (str(api),)
+        r = sb.run_python("import toyapi; toyapi.twice(3)")
+        assert r.exit_code == 1 and "ValueError: no 3" in r.stderr
+        if sb.info.backend == "bwrap":  # the path tracebacks name, whatever the host path is
+            assert 'File "/opt/posttrain/inside/toyapi.py"' in r.stderr
+    with open_sandbox() as sb:  # a sandbox shows only the files it was given
+        assert sb.info.modules == ()
+        assert "No module named 'toyapi'" in sb.run_python("import toyapi").stderr
+    with pytest.raises(ValueError, match="missing.py"):
+        open_sandbox(preload=(str(tmp_path / "missing.py"),))
+    (tmp_path / "_forkserver.py").write_text("")
+    with pytest.raises(ValueError, match="_forkserver"):
+        open_sandbox(preload=(str(tmp_path / "_forkserver.py"),))
+
+
 def test_bad_input_is_rejected(sb):
     with pytest.raises(ValueError):
         sb.run([])

@@ -9,7 +9,7 @@ from posttrain.envs.base import Environment, EpisodeEnd, Observation, StepResult
 from posttrain.envs.budget import EnvConfig
 from posttrain.envs.single import SandboxFactory, SingleAnswerEnv
 from posttrain.envs.tools import ToolEnv
-from posttrain.sandbox.base import Sandbox
+from posttrain.sandbox.base import DEFAULT_CLOCK, Sandbox
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Task
 from posttrain.values.verdict import Verdict
@@ -40,11 +40,14 @@ def needs_sandbox(domain: Domain) -> bool:
     return env_kind(domain).needs_sandbox(domain)
 
 
-def default_sandbox_factory() -> SandboxFactory:
-    """A fresh default sandbox per episode (`posttrain.sandbox.open_sandbox`)."""
+def default_sandbox_factory(domains: Sequence[Domain] = (), *,
+                            clock: int | None = DEFAULT_CLOCK) -> SandboxFactory:
+    """A fresh default sandbox per episode (`posttrain.sandbox.open_sandbox`), preloaded for
+    `domains` (a domain's preload may be a module file its tools need, e.g. geometry's API)."""
     from posttrain.sandbox import open_sandbox
 
-    return lambda: open_sandbox()
+    preload = sandbox_preload(domains)
+    return lambda: open_sandbox(preload=preload, clock=clock)
 
 
 def initial_observation(domain: Domain, task: Task, config: EnvConfig = EnvConfig()) -> str:
@@ -57,12 +60,13 @@ def make_env(domain: Domain, config: EnvConfig = EnvConfig(),
              sandbox_factory: SandboxFactory | None = None) -> Environment:
     kind = env_kind(domain)
     if sandbox_factory is None and kind.needs_sandbox(domain):
-        sandbox_factory = default_sandbox_factory()
+        sandbox_factory = default_sandbox_factory([domain])
     return kind(domain, config, sandbox_factory)
 
 
 def sandbox_preload(domains: Sequence[Domain]) -> tuple[str, ...]:
-    """The modules a sandbox pool serving `domains` should preload (the union, sorted)."""
+    """What a sandbox serving `domains` must preload (the union, sorted): modules, and module
+    files it must show (see `posttrain.sandbox.insidedir`)."""
     return tuple(sorted({m for d in domains for m in d.preload}))
 
 

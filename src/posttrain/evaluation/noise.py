@@ -96,7 +96,7 @@ def measure_noise(store: Store, *, k: int = 3, domains: str | None = None, run_i
     globs) `k` times; see the module docstring."""
     import fnmatch
 
-    from posttrain.rollout.replay import rescore
+    from posttrain.rollout.replay import recorded_preload, rescore
 
     if k < 1:
         raise ValueError(f"noise check needs k >= 1, got {k}")
@@ -106,8 +106,7 @@ def measure_noise(store: Store, *, k: int = 3, domains: str | None = None, run_i
     started = time.perf_counter()
     report = NoiseReport(k=k, max_flip_rate=max_flip_rate)
     with ExitStack() as stack:
-        if sandbox_factory is None:
-            sandbox_factory = _lazy_pool(stack)
+        pools = _lazy_pools(stack)
         for traj in store.trajectories(run_id=run_id):
             if traj.status == "infra_error" or traj.verdict is None:
                 continue
@@ -117,7 +116,8 @@ def measure_noise(store: Store, *, k: int = 3, domains: str | None = None, run_i
             outcomes = []
             for i in range(k):
                 try:
-                    res = rescore(store, traj, sandbox_factory=sandbox_factory, record=False)
+                    factory = sandbox_factory or pools(recorded_preload(traj))
+                    res = rescore(store, traj, sandbox_factory=factory, record=False)
                 except Exception:  # noqa: BLE001 - infrastructure, counted, never a flip
                     entry.infra_errors += 1
                     continue
@@ -136,17 +136,20 @@ def measure_noise(store: Store, *, k: int = 3, domains: str | None = None, run_i
     return report
 
 
-def _lazy_pool(stack: ExitStack) -> Callable[[], Any]:
-    """A sandbox factory that starts a one-sandbox pool on first use (most verifiers need none)."""
-    pool: list[Any] = []
+def _lazy_pools(stack: ExitStack) -> Callable[[tuple[str, ...]], Callable[[], Any]]:
+    """preload -> a sandbox factory that starts a one-sandbox pool with that preload (a domain's:
+    module files its verifier runs among them) on first use (most verifiers need none)."""
+    pools: dict[tuple[str, ...], Any] = {}
 
-    def factory() -> Any:
-        if not pool:
-            from posttrain.sandbox import SandboxPool
+    def for_preload(preload: tuple[str, ...]) -> Callable[[], Any]:
+        def factory() -> Any:
+            if preload not in pools:
+                from posttrain.sandbox import SandboxPool
 
-            pool.append(stack.enter_context(SandboxPool(size=1)))
-        return pool[0].sandbox()
-    return factory
+                pools[preload] = stack.enter_context(SandboxPool(size=1, preload=preload))
+            return pools[preload].sandbox()
+        return factory
+    return for_preload
 
 
 def _write_json(path: Path, body: Any) -> Path:

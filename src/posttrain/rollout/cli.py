@@ -57,19 +57,21 @@ def replay(run_dir: Path = typer.Argument(..., help="a run directory"),
         render = TorchPolicy(model, device="cpu").render
     results = []
     with store, ExitStack() as stack:
-        pools: dict[int | None, SandboxPool] = {}
+        pools: dict[tuple[int | None, tuple[str, ...]], SandboxPool] = {}
 
-        def on_clock(clock: int | None):
-            """Sandboxes on `clock` (the one each episode recorded), from a pool opened at need."""
+        def on_clock(clock: int | None, preload: tuple[str, ...]):
+            """Sandboxes on `clock` (the one each episode recorded) with the preloads of its
+            domain (module files its tools need among them), from a pool opened at need."""
             def open_one():
-                if clock not in pools:
-                    pools[clock] = stack.enter_context(SandboxPool(size=1, clock=clock))
-                return pools[clock].sandbox()
+                if (clock, preload) not in pools:
+                    pools[clock, preload] = stack.enter_context(
+                        SandboxPool(size=1, clock=clock, preload=preload))
+                return pools[clock, preload].sandbox()
             return open_one
 
         for t in trajs:
-            factory = on_clock(rp.recorded_clock(t))
             try:
+                factory = on_clock(rp.recorded_clock(t), rp.recorded_preload(t))
                 if rescore:
                     results.append(rp.rescore(store, t, sandbox_factory=factory))
                 else:

@@ -27,7 +27,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from posttrain.envs import EnvConfig
+from posttrain.envs import EnvConfig, default_sandbox_factory, sandbox_preload
 from posttrain.envs.single import SandboxFactory
 from posttrain.envs.workspace import write_task_files
 from posttrain.rollout.episode import Episode
@@ -81,6 +81,12 @@ def recorded_clock(traj: Trajectory) -> int | None:
     from posttrain.sandbox.base import DEFAULT_CLOCK
 
     return traj.sandbox.get("clock", DEFAULT_CLOCK)
+
+
+def recorded_preload(traj: Trajectory) -> tuple[str, ...]:
+    """What a sandbox replaying `traj` preloads: its domain's (module files its tools need
+    among them, see `posttrain.envs.sandbox_preload`)."""
+    return sandbox_preload([get_domain(traj.domain)])
 
 
 class _ReplayPolicy:
@@ -149,10 +155,7 @@ def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(
     if domain.needs_vision and not any(t.observation_images for t in traj.turns):
         env_config = replace(env_config, text_only=True)  # recorded with a text-only policy
     if sandbox_factory is None:  # a fresh sandbox on the recorded clock
-        from posttrain.sandbox import open_sandbox
-
-        clock = recorded_clock(traj)
-        sandbox_factory = lambda: open_sandbox(clock=clock)  # noqa: E731
+        sandbox_factory = default_sandbox_factory([domain], clock=recorded_clock(traj))
     # a context policy's drops are replayed as recorded: the same prompts, whatever the estimates
     ep = Episode(domain, task, policy_version=traj.policy_version, sampling=sampling,
                  env_config=env_config, sandbox_factory=sandbox_factory,
@@ -264,8 +267,7 @@ def rescore(store: Store, traj: Trajectory, *, sandbox_factory: SandboxFactory |
         sandbox = None
         if domain.verifier.needs_sandbox:
             if sandbox_factory is None:
-                from posttrain.envs import default_sandbox_factory
-                sandbox_factory = default_sandbox_factory()
+                sandbox_factory = default_sandbox_factory([domain])
             sandbox = stack.enter_context(sandbox_factory())
             if traj.final_workspace_sha256:
                 restore_workspace(sandbox, store.get_blob(traj.final_workspace_sha256))

@@ -160,6 +160,9 @@ class SandboxInfo:
     """isolation layer name -> active here"""
     clock: int | None = None
     """the fixed clock that clock-dependent tools see (`clock_env`), recorded for replay"""
+    modules: tuple[str, ...] = ()
+    """host paths of the module files shown at /opt/posttrain/inside (preload entries that are
+    files, see `insidedir`): a sandbox meant to be like this one (a grader's) is given them too"""
 
 
 @runtime_checkable

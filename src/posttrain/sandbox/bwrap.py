@@ -167,12 +167,11 @@ def python_digest() -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=1)
-def image_digest() -> str:
+@functools.lru_cache(maxsize=8)
+def image_digest(inside: str) -> str:
     """A hash of what a sandbox sees: bubblewrap version, root layout, interpreter, packages,
-    the helper files in `inside/`. Recorded in trajectories (`SandboxInfo.image`)."""
-    from posttrain.sandbox.client import INSIDE_DIR
-
+    the files it is shown at /opt/posttrain/inside (`inside`, see `insidedir`). Recorded in
+    trajectories (`SandboxInfo.image`)."""
     h = hashlib.sha256()
     try:
         h.update(subprocess.run([find_bwrap() or "bwrap", "--version"], capture_output=True,
@@ -180,8 +179,8 @@ def image_digest() -> str:
     except (OSError, subprocess.SubprocessError):
         pass
     h.update(json.dumps([_root_links(), python_digest(), seccomp_program() is not None]).encode())
-    for name in sorted(os.listdir(INSIDE_DIR)):
-        path = os.path.join(INSIDE_DIR, name)
+    for name in sorted(os.listdir(inside)):
+        path = os.path.join(inside, name)
         if os.path.isfile(path):
             h.update(name.encode())
             with open(path, "rb") as f:

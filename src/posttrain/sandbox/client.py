@@ -33,12 +33,12 @@ from posttrain.sandbox.base import (
     SandboxUnavailable,
     clock_env,
 )
+from posttrain.sandbox.insidedir import inside_dir, split_preload
 from posttrain.sandbox.protocol import recv_obj, send_obj
 from posttrain.sandbox.reset import ResetReport
 from posttrain.sandbox.workspace import Workspace
 
 SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervisor.py")
-INSIDE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "inside")
 BOOT_TIMEOUT_S = 60.0
 """how long a supervisor may take to report ready"""
 REPLY_MARGIN_S = 30.0
@@ -127,8 +127,9 @@ class SupervisedSandbox:
                     slots[0].release()
                     raise
             self._slot = slots[0]
+        names, files = split_preload(preload)
         cfg = {"mode": mode, "id": self.id, "limits": dataclasses.asdict(limits), "clock": clock,
-               "preload": list(preload), "python": sys.executable, "inside_dir": INSIDE_DIR,
+               "preload": names, "python": sys.executable, "inside_dir": inside_dir(files),
                "uid": self._slot.uid if self._slot else None, **(extra_config or {}),
                "candidate_uid": slots[1].uid if len(slots) > 1 else None}
         host, theirs = socket.socketpair()
@@ -179,7 +180,8 @@ class SupervisedSandbox:
         self.workspace_path = reply["inside_path"]
         """where the workspace is, as seen by commands in the sandbox"""
         self.info = SandboxInfo(backend=mode, image=image,
-                                layers=dict(layers or {}, **reply.get("layers", {})), clock=clock)
+                                layers=dict(layers or {}, **reply.get("layers", {})), clock=clock,
+                                modules=files)
         image_cfg = (extra_config or {}).get("image") or {}
         self._service: list[str] | None = image_cfg.get("service")
         """an image's ENTRYPOINT/CMD: started now and after every reset (part of its state)"""

@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Sequence
 
 from posttrain.sandbox.base import DEFAULT_CLOCK, Limits, Sandbox, SandboxUnavailable
+from posttrain.sandbox.insidedir import check_module_file, inside_dir, is_module_file, split_preload
 
 log = logging.getLogger("posttrain.sandbox")
 
@@ -24,6 +25,9 @@ def _check_preload(preload: Sequence[str]) -> tuple[str, ...]:
         raise ValueError(f"preload must be a sequence of module names, got the str {preload!r}")
     out = tuple(preload)
     for name in out:
+        if isinstance(name, str) and is_module_file(name):
+            check_module_file(name)
+            continue
         if not (isinstance(name, str) and _MODULE_RE.match(name)):
             raise ValueError(f"preload: {name!r} is not a module name")
         # the sandbox sees the same site-packages: a module missing here is missing there
@@ -52,7 +56,8 @@ def open_sandbox(limits: Limits = Limits(), *, backend: str = "auto",
     With "auto" and no usable bubblewrap, this raises `SandboxUnavailable` naming the install
     command, unless `allow_unsandboxed=True` or `POSTTRAIN_ALLOW_UNSANDBOXED=1`: then it falls
     back to "process" with a loud warning. `preload`: modules the warm path imports once
-    (e.g. ("numpy", "trimesh")), so that `run_python` jobs do not pay for them. `clock`: the
+    (e.g. ("numpy", "trimesh")), so that `run_python` jobs do not pay for them; an entry that is
+    the path of a .py file shows that module at /opt/posttrain/inside (see `insidedir`). `clock`: the
     fixed time clock-dependent tools see (git dates, SOURCE_DATE_EPOCH; see `base.clock_env`),
     recorded in `info.clock`; None lets them read the real clock. `image`: a built image's
     root (`posttrain.images.Image.sandbox_config()`): commands run as the image's user (root by
@@ -97,7 +102,8 @@ def open_sandbox(limits: Limits = Limits(), *, backend: str = "auto",
             return SupervisedSandbox(limits, mode="process", preload=preload, clock=clock,
                                      image=_process_image(), layers={"process": True})
         raise SandboxUnavailable(problem)
-    return SupervisedSandbox(limits, mode="bwrap", preload=preload, image=image_digest(),
+    digest = image_digest(inside_dir(split_preload(preload)[1]))
+    return SupervisedSandbox(limits, mode="bwrap", preload=preload, image=digest,
                              extra_config={**host_config(), "two_uids": bool(two_uids)}, clock=clock)
 
 

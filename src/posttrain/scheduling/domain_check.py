@@ -107,7 +107,7 @@ def _sandboxes(domains: Sequence[Domain]) -> Iterator[SandboxFactory | None]:
     try:
         pool = SandboxPool(size=POOL_SIZE, preload=sandbox_preload(domains))
     except SandboxUnavailable:
-        yield default_sandbox_factory()
+        yield default_sandbox_factory(domains)
         return
     with pool:
         yield pool.sandbox

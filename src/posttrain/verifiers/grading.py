@@ -344,8 +344,9 @@ def close_grading_pool() -> None:
 @contextmanager
 def grading_sandbox(like: Sandbox | None, preload: Sequence[str], image: dict | None = None,
                     limits: Any = None, two_uids: bool = True) -> Iterator[Sandbox]:
-    """A pristine sandbox with the backend and limits of `like` (the episode's): an episode that
-    was allowed the unisolated process backend is graded with it too. `image`: the task's image
+    """A pristine sandbox with the backend, limits and module files (`SandboxInfo.modules`) of
+    `like` (the episode's): an episode that was allowed the unisolated process backend is graded
+    with it too. `image`: the task's image
     (`posttrain.images`), when its tests must run over it. The one place graders get sandboxes.
 
     In "reset" mode (`grading_mode`) it comes from `grading_pool()`, keyed by its configuration
@@ -357,6 +358,8 @@ def grading_sandbox(like: Sandbox | None, preload: Sequence[str], image: dict | 
     from posttrain.sandbox import Limits, open_sandbox
 
     limits = limits or (like.limits if like is not None else Limits())
+    # the module files the episode's sandbox showed (a family's API the grader may run too)
+    preload = (*preload, *(m for m in (like.info.modules if like is not None else ()) if m not in preload))
     backend = like.info.backend if like is not None and like.info.backend in ("bwrap", "process") else "auto"
     fresh = grading_mode() == "fresh"  # a bad setting is the user's error, not infrastructure
     stack = ExitStack()

@@ -1,10 +1,11 @@
 """The `geometry` family: 3D modeling with ptgeo, verified by geometric constraints.
 
 * `geometry.<group>.<name>` (`tools` env): the policy drives the modeling tool
-  (`<tool name="model">PYTHON</tool>`, Python with `from ptgeo import *`; see
-  `posttrain/sandbox/inside/ptgeo.py`) to build a part or a named assembly and save it; the
-  `geometry` verifier then loads the file in the sandbox and checks volumes, bounding boxes,
-  watertightness, contacts, overlaps, distances and symmetry with documented tolerances.
+  (`<tool name="model">PYTHON</tool>`, Python with `from ptgeo import *`; see `ptgeo.py` here,
+  which the sandbox shows as `/opt/posttrain/inside/ptgeo.py`) to build a part or a named
+  assembly and save it; the `geometry` verifier then loads the file in the sandbox and checks
+  volumes, bounding boxes, watertightness, contacts, overlaps, distances and symmetry with
+  documented tolerances.
 * `geometry.drawing.<name>` (`tools` env, images): the part is shown as a drawing, not described
   in numbers; a `render` tool draws what the policy saved (see `drawings.py`).
 * `geometry.script.<name>` (`single` env): the answer is the modeling script itself, run by the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from posttrain.tasks.domain import Domain, ToolSpec
@@ -41,8 +42,12 @@ def run_model(sandbox: Sandbox, code: str) -> str:
     return out
 
 
-PRELOAD = ("numpy", "manifold3d")
-"""imported once by each sandbox's warm interpreter: a `model` call then starts in milliseconds"""
+PTGEO_FILE = str(Path(__file__).with_name("ptgeo.py"))
+"""the modeling API: a geometry sandbox shows it as /opt/posttrain/inside/ptgeo.py (the path its
+tracebacks name, in recorded observations and in the shipped model's corpus)"""
+PRELOAD = ("numpy", "manifold3d", PTGEO_FILE)
+"""what a geometry domain's sandbox needs: the API file, shown inside and imported once by the
+warm interpreter with the kernel it uses, so a `model` call starts in milliseconds"""
 
 MODEL_TOOL = ToolSpec(name="model", run=run_model,
                       description="run Python with `from ptgeo import *` (the 3D modeling API) in the workspace")

@@ -110,7 +110,7 @@ def draw_views(meshes: Sequence[Mesh], title: str = "") -> Image:
 def ptgeo_meshes(code: str) -> list[Mesh]:
     """The meshes a (trusted, generated) ptgeo program saves, built in this process: how an image
     domain draws its target from the task's reference program. Never call it on policy code."""
-    from posttrain.sandbox.inside import ptgeo
+    from posttrain.tasks.families.geometry import ptgeo
 
     saved: list[Any] = []
     namespace: dict[str, Any] = {name: getattr(ptgeo, name) for name in ptgeo.__all__}
