@@ -44,7 +44,9 @@ def run_model(sandbox: Sandbox, code: str) -> str:
 
 PTGEO_FILE = str(Path(__file__).with_name("ptgeo.py"))
 """the modeling API: a geometry sandbox shows it as /opt/posttrain/inside/ptgeo.py (the path its
-tracebacks name, in recorded observations and in the shipped model's corpus)"""
+tracebacks name, in recorded observations and in the shipped model's corpus, with line numbers:
+an edit to it makes recorded episodes that show one replay as diverged, and changes the sandbox
+image digest recorded in trajectories)"""
 PRELOAD = ("numpy", "manifold3d", PTGEO_FILE)
 """what a geometry domain's sandbox needs: the API file, shown inside and imported once by the
 warm interpreter with the kernel it uses, so a `model` call starts in milliseconds"""

@@ -1,5 +1,4 @@
-"""ptgeo: a small 3D modeling API, importable in a geometry domain's sandbox (`from ptgeo import *`,
-shown there as /opt/posttrain/inside/ptgeo.py).
+"""ptgeo: a small 3D modeling API, importable inside every sandbox (`from ptgeo import *`).
 
 Conventions: units are abstract (call them centimetres), **z is up**, angles are in degrees.
 Every primitive is created *centred on the origin* (its bounding box is centred there):
