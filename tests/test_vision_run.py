@@ -143,3 +143,26 @@ def test_settings_a_vision_model_cannot_run_under_are_refused(tmp_path, extra, f
     with pytest.raises(ConfigError) as e:
         Job(load_config(_config(tmp_path, model, extra)))
     assert fragment in str(e.value) and "image-text-to-text" in str(e.value)
+
+
+def test_the_publisher_hands_a_vision_trainer_s_weights_to_a_vision_policy():
+    import torch
+
+    from posttrain.policies.vision import VisionPolicy
+    from posttrain.training.config import TrainerConfig
+    from posttrain.training.publish import PolicyPublisher
+    from posttrain.training.trainer import Trainer
+
+    trainer = Trainer(tiny_vlm(), TrainerConfig(run_name="vis"))
+    shared, copied = PolicyPublisher(trainer, copy=False), PolicyPublisher(trainer, copy=True)
+    assert isinstance(shared._policy, VisionPolicy) and shared._policy.model is trainer.model
+    assert isinstance(copied._policy, VisionPolicy) and copied._policy.model is not trainer.model
+    assert copied.accepts_images and copied.max_positions == 1024
+    with torch.no_grad():  # what an optimizer step does, then the step count it would advance
+        next(trainer.model.parameters()).add_(1.0)
+    trainer.step_count = 1
+    assert copied.publish().name == "vis/step-1" == copied.version.name == shared.publish().name
+    assert all(torch.equal(a, b) for a, b in zip(copied._policy.model.state_dict().values(),
+                                                  trainer.model.state_dict().values()))
+    with pytest.raises(ValueError, match="'standard' mode only"):
+        PolicyPublisher(trainer, copy=True, mode="fast")
