@@ -134,14 +134,16 @@ def test_a_vision_model_runs_end_to_end_and_resumes(tmp_path, even_chart):
                            trained["multi_modal_projector.linear_1.weight"])
 
 
-@pytest.mark.parametrize("extra, fragment", [
-    ('mode = "fast"', "[rollout] mode = 'fast'"),
-    ('engine = "openai:http://127.0.0.1:9/v1#m"', "[rollout] engine = 'openai:"),
+@pytest.mark.parametrize("extra, overrides, fragment", [
+    ('mode = "fast"', {}, "[rollout] mode = 'fast'"),
+    ('engine = "openai:http://127.0.0.1:9/v1#m"', {}, "[rollout] engine = 'openai:"),
+    ("[trainer.lora]\nr = 4", {}, "[trainer] lora"),
+    ("", {"trainer.engine": "fsdp"}, "[trainer] engine = 'fsdp'"),
 ])
-def test_settings_a_vision_model_cannot_run_under_are_refused(tmp_path, extra, fragment):
+def test_settings_a_vision_model_cannot_run_under_are_refused(tmp_path, extra, overrides, fragment):
     model = _model(tmp_path)
     with pytest.raises(ConfigError) as e:
-        Job(load_config(_config(tmp_path, model, extra)))
+        Job(load_config(_config(tmp_path, model, extra), overrides))
     assert fragment in str(e.value) and "image-text-to-text" in str(e.value)
 
 
