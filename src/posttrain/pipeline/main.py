@@ -13,6 +13,10 @@ Read top to bottom:
    `--resume` continues where a killed run stopped);
 5. evaluate the trained policy the same way (`evals/after.json`), report forgetting on the held-out
    domains (`forgetting/`), print the before/after table and write `report.html`.
+
+`[model] path` may be an image-text-to-text model (config.json with a `vision_config`): the
+trainer, the sampler and both evaluations then use it as a `VisionPolicy` (`_vision_model` refuses
+the settings it cannot run under).
 """
 
 from __future__ import annotations
