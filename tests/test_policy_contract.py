@@ -24,6 +24,8 @@ REQUEST = GenerationRequest((Message("user", "37+48="),), SamplingParams())
 class _Trainer:
     """What SyncedPolicy uses of a trainer when it shares the trained module."""
 
+    vision = None  # a text model's trainer (a vision one publishes its `vision_policy()`)
+
     def __init__(self, policy: Policy) -> None:
         self._policy = policy
 

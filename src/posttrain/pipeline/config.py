@@ -52,7 +52,8 @@ class _Section(BaseModel):
 
 
 class ModelSection(_Section):
-    path: str = Field(str(DEFAULT_MODEL), description="HF causal-LM directory or posttrain checkpoint")
+    path: str = Field(str(DEFAULT_MODEL), description="HF causal-LM or image-text-to-text directory, "
+                                                      "or a posttrain checkpoint")
     device: str = Field("cpu", description="'cpu' or 'cuda' (or 'cuda:N')")
     threads: int = Field(2, ge=0, description="torch CPU threads; 0 = leave torch's default")
 

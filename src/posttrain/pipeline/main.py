@@ -13,6 +13,10 @@ Read top to bottom:
    `--resume` continues where a killed run stopped);
 5. evaluate the trained policy the same way (`evals/after.json`), report forgetting on the held-out
    domains (`forgetting/`), print the before/after table and write `report.html`.
+
+`[model] path` may be an image-text-to-text model (config.json with a `vision_config`): the
+trainer, the sampler and both evaluations then use it as a `VisionPolicy` (`_vision_model` refuses
+the settings it cannot run under).
 """
 
 from __future__ import annotations
@@ -56,6 +60,35 @@ def _backend(scfg: Any, factory: Any) -> Any:
     return RayBackend(factory, num_workers=scfg.workers, concurrency=max(1, scfg.max_running // scfg.workers))
 
 
+def _vision_model(cfg: RunConfig) -> bool:
+    """Whether `[model] path` is an image-text-to-text model (config.json with a `vision_config`);
+    the settings such a model cannot run under are refused here, naming the field."""
+    from posttrain.policies.vision import is_vision_model
+
+    if not is_vision_model(cfg.model.path):
+        return False
+    what = f"{cfg.model.path} is an image-text-to-text model"
+    if cfg.rollout.mode != "standard":  # VisionPolicy has no drafter and no prefix cache
+        raise ConfigError(f"[rollout] mode = {cfg.rollout.mode!r}: {what}, which decodes in the 'standard' "
+                          "mode only (no speculative decoding or prefix cache); use mode = \"standard\"")
+    if cfg.rollout.engine != "local":  # the servers' weight sync and token-in/token-out are text-only
+        raise ConfigError(f"[rollout] engine = {cfg.rollout.engine!r}: {what}; inference servers are "
+                          "not supported for training one yet: use engine = \"local\"")
+    if cfg.trainer.lora is not None:  # a LoRA checkpoint of a vision model could not be resumed
+        raise ConfigError(f"[trainer] lora: {what}; LoRA is not supported for vision models: remove [trainer.lora]")
+    if cfg.trainer.engine != "local":
+        raise ConfigError(f"[trainer] engine = {cfg.trainer.engine!r}: {what}; only the 'local' engine "
+                          "trains vision models")
+    return True
+
+
+def _policy(trainer: Any) -> Any:
+    """The trainer's current weights as a policy (a `VisionPolicy` for a vision model)."""
+    from posttrain.training.publish import current_policy
+
+    return current_policy(trainer)
+
+
 class Job:
     def __init__(self, config: RunConfig, console: Console | None = None, *,
                  max_infra_rate: float = DEFAULT_MAX_INFRA_RATE) -> None:
@@ -79,6 +112,8 @@ class Job:
                               if d.name not in heldout and checks.has_split(d, "train")]
         if not self.train_domains:
             raise RegistryError(f"no domain matching {train} (and not held out) has train-split tasks")
+        self.vision = _vision_model(config)
+        """the model is image-text-to-text: trained and sampled as a `VisionPolicy`"""
         self.baseline = self._baseline()
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.checkpoints = RunCheckpoints(self.run_dir / "checkpoints", keep=config.keep_checkpoints)
@@ -286,6 +321,18 @@ class Job:
                 sched_metrics = sched.metrics(per_domain=True)
         _write_json(self.run_dir / "scheduler.json", sched_metrics)
 
+    def _base_policy(self) -> Any:
+        """The starting weights, read again (a resumed run that must still evaluate them)."""
+        from posttrain.policies.local import TorchPolicy
+        from posttrain.policies.vision import VisionPolicy
+
+        path, device = self.config.model.path, self.config.model.device
+        if not self.vision:
+            return TorchPolicy(path, device=device)
+        policy = VisionPolicy.load(path)
+        policy.model.to(device)
+        return policy
+
     def _served_policy(self, trainer: Any) -> Any:
         """Generation on inference servers kept at the trainer's weights (`rollout.engine`)."""
         from posttrain.pipeline.config import ConfigError
@@ -338,7 +385,6 @@ class Job:
         from transformers.utils import logging as hf_logging
 
         from posttrain.evaluation import forgetting_report, write_forgetting
-        from posttrain.policies.local import TorchPolicy
         from posttrain.storage.store import Store
         from posttrain.training.engines import ranks
 
@@ -353,7 +399,7 @@ class Job:
                            f"{len(self.heldout_domains)} held out -> {self.run_dir}")
         eval_tasks = self.eval_tasks()
         trainer, sched_state = self.make_trainer()
-        unfit = checks.check_context(trainer.policy(), self.train_domains, eval_tasks,
+        unfit = checks.check_context(_policy(trainer), self.train_domains, eval_tasks,
                                      skip=cfg.domains.skip_unfit, console=self.console)
         if unfit:  # left out, said once above and recorded in summary.json
             self.unfit = sorted(unfit)
@@ -386,8 +432,7 @@ class Job:
             start = trainer.version
             if trainer.step_count == 0:
                 store.put_policy_version(start.name, start.parent, start.weights_hash, cfg.model.path)
-            base_policy = (TorchPolicy(cfg.model.path, device=cfg.model.device) if trainer.step_count
-                           else trainer.policy())
+            base_policy = self._base_policy() if trainer.step_count else _policy(trainer)
             before = self.evaluate(base_policy, "before", eval_tasks, store, sandbox_factory)
             self.tracker.log(0, eval_scalars(before.summary, "before"))
             del base_policy
@@ -395,9 +440,9 @@ class Job:
             asyncio.run(self.train(trainer, sched_state, store, sandbox_factory))
             ranks.finish()  # under torchrun, the other ranks' work is done
             train_s = time.perf_counter() - t_train
-            after = self.evaluate(trainer.policy(), "after", eval_tasks, store, sandbox_factory)
+            after = self.evaluate(_policy(trainer), "after", eval_tasks, store, sandbox_factory)
             self.tracker.log(trainer.step_count, eval_scalars(after.summary, "after"))
-            gate = self.gate(trainer.policy(), store) if self.baseline is not None else None
+            gate = self.gate(_policy(trainer), store) if self.baseline is not None else None
         trained = [d.name for d in self.train_domains]
         forgetting = forgetting_report(before, after, trained)
         write_forgetting(self.run_dir, forgetting, cfg.name)

@@ -61,6 +61,21 @@ def placeholder_ids(model: Any) -> list[int]:
     return sorted(i for i in ids if isinstance(i, int) and i >= 0)
 
 
+def is_vision_model(path: str | os.PathLike) -> bool:
+    """Whether the model directory `path` (a Hugging Face directory or a posttrain checkpoint)
+    holds an image-text-to-text model: its config.json has a `vision_config`."""
+    import json
+
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return False
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # not ours to judge here: the text loader says what is wrong with it
+    return isinstance(data, dict) and "vision_config" in data
+
+
 def prompt_key(prompt_ids: Sequence[int], messages: Sequence[Message]) -> str:
     """A cache key for a prompt with images: its ids *and* the SHA-256 of every image in order.
     Image positions all hold the same token id, so ids alone would make two prompts that differ
@@ -95,11 +110,29 @@ class VisionPolicy:
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, version: PolicyVersion | None = None) -> VisionPolicy:
-        """A saved image-text-to-text model and its processor (e.g. a trainer's checkpoint)."""
+        """A saved image-text-to-text model and its processor (e.g. a trainer's checkpoint). Its
+        version, unless given, is named like `TorchPolicy`'s: the directory's name, or the lineage
+        a checkpoint recorded, with the weights' and tokenizer's hashes."""
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        return cls(AutoModelForImageTextToText.from_pretrained(path), AutoProcessor.from_pretrained(path),
-                   version=version, path=path)
+        policy = cls(AutoModelForImageTextToText.from_pretrained(path), AutoProcessor.from_pretrained(path),
+                     version=version, path=path)
+        if version is None:
+            policy.version = policy._version_from_path()
+        return policy
+
+    def _version_from_path(self) -> PolicyVersion:
+        import json
+
+        from posttrain.policies.local import VERSION_FILE, tokenizer_hash, weights_hash
+
+        assert self.path is not None
+        name, parent = self.path.resolve().name, None
+        if (self.path / VERSION_FILE).is_file():
+            stored = json.loads((self.path / VERSION_FILE).read_text())
+            name, parent = stored.get("name", name), stored.get("parent")
+        return PolicyVersion(name=name, parent=parent, weights_hash=weights_hash(self.model),
+                             tokenizer_hash=tokenizer_hash(self.tokenizer))
 
     def _inputs(self, messages: Sequence[Message]) -> dict[str, Any]:
         text = PLAIN_SEPARATOR.join(content_text(m.content, image_placeholder=self.image_token) for m in messages)

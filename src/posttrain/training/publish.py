@@ -10,6 +10,9 @@ With a staleness bound of 0 the scheduler never generates while the trainer upda
 sampler can share the trained module. With a bound above 0 generation overlaps training: the
 sampler then keeps its own copy of the weights, refreshed under a lock that no generation call
 holds (a batch never mixes two versions).
+
+A trainer of an image-text-to-text model publishes a `VisionPolicy` the same way (its copy shares
+the processor).
 """
 
 from __future__ import annotations
@@ -20,10 +23,26 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from posttrain.policies.local import TorchPolicy
+from posttrain.policies.vision import VisionPolicy
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion
 
 if TYPE_CHECKING:
     from posttrain.training.trainer import Trainer
+
+def current_policy(trainer: Trainer, mode: str = "standard") -> TorchPolicy | VisionPolicy:
+    """The trainer's current weights as a policy, whichever kind it trains: `Trainer.policy()`
+    for a text model, `Trainer.vision_policy()` for an image-text-to-text one (which decodes in
+    the standard mode only: it has no drafter and no prefix cache)."""
+    if trainer.vision is None:
+        return trainer.policy(mode=mode)
+    _standard_only(mode)
+    return trainer.vision_policy()
+
+
+def _standard_only(mode: str) -> None:
+    if mode != "standard":
+        raise ValueError(f"mode {mode!r}: an image-text-to-text model decodes in the 'standard' mode only")
+
 
 VersionListener = Callable[[str], int]
 """told a new version's name; returns its own number for that version (checked against the step)"""
@@ -44,10 +63,15 @@ class PolicyPublisher:
         self._listeners: list[VersionListener] = []
         self._policy = self._make()
 
-    def _make(self) -> TorchPolicy:
+    def _make(self) -> TorchPolicy | VisionPolicy:
         if not self.copy:
-            return self.trainer.policy(mode=self.mode)
+            return current_policy(self.trainer, self.mode)
+        vision = self.trainer.vision
+        if vision is not None:
+            _standard_only(self.mode)
         model = copy.deepcopy(self.trainer.model).eval()
+        if vision is not None:  # the processor is read-only: the copy shares it
+            return VisionPolicy(model, vision.processor, version=self.trainer.version, image_token=vision.image_token)
         return TorchPolicy(model, self.trainer.tokenizer, version=self.trainer.version, mode=self.mode)
 
     def subscribe(self, listener: VersionListener) -> None:
@@ -78,7 +102,7 @@ class PolicyPublisher:
                 self._policy.model.load_state_dict(self.trainer.model.state_dict())
                 self._policy.version = version
             else:
-                self._policy = self.trainer.policy(mode=self.mode)
+                self._policy = current_policy(self.trainer, self.mode)
         for listener in self._listeners:
             number = listener(version.name)
             if number != self.trainer.step_count:

@@ -1,6 +1,6 @@
 """`Trainer`: groups of trajectories in, a new policy version out (GRPO family).
 
-    trainer = Trainer("models/tiny-base", TrainerConfig(run_name="round-1"))
+    trainer = Trainer("models/tiny-base", TrainerConfig(run_name="round-1"))   # or a VLM's directory
     for groups in batches:                       # list[list[Trajectory]], one list per task
         metrics = trainer.step(groups)
     trainer.save("runs/x/ckpt/step-40", extra={"scheduler": ...})
@@ -17,7 +17,8 @@ One `step()`:
    micro-batches (bounded by sequences and by padded tokens: `token_bound`, from the memory
    estimate by default), then gradient clipping and AdamW.
 
-Vision: built from a `VisionPolicy` (an image-text-to-text model and its processor), a trainer
+Vision: built from a `VisionPolicy` (an image-text-to-text model and its processor; a model
+directory whose config.json has a `vision_config` is loaded as one), a trainer
 re-runs each trajectory's images through the processor and recomputes log-probs with them
 (`batch.py`); checkpoints keep the processor, and `policy()` is a `VisionPolicy` again.
 
@@ -42,7 +43,7 @@ import torch
 
 from posttrain.policies.local import VERSION_FILE, TorchPolicy, weights_hash
 from posttrain.policies.memory import MemoryModel, default_cap_bytes
-from posttrain.policies.vision import VisionPolicy
+from posttrain.policies.vision import VisionPolicy, is_vision_model
 from posttrain.training import checkpoints
 from posttrain.training.advantages import select_groups
 from posttrain.training.batch import Sample, samples_from
@@ -66,10 +67,10 @@ class Trainer:
             random.seed(config.seed)
             np.random.seed(config.seed)
             torch.manual_seed(config.seed)
+        if not isinstance(policy, (TorchPolicy, VisionPolicy)):  # a directory: its config says which
+            policy = VisionPolicy.load(policy) if is_vision_model(policy) else TorchPolicy(policy, device=config.device)
         self.vision: VisionPolicy | None = policy if isinstance(policy, VisionPolicy) else None
         """set when training an image-text-to-text model: its processor makes the image inputs"""
-        if not isinstance(policy, (TorchPolicy, VisionPolicy)):
-            policy = TorchPolicy(policy, device=config.device)
         self.base_path = str(policy.path.resolve()) if policy.path is not None else None
         """where the starting weights were read (a LoRA checkpoint records it: it holds adapters only)"""
         model = policy.model.to(config.device)  # trained in place
