@@ -103,16 +103,18 @@ def before_after(config, cfg_train: set[str]) -> str | None:
     """Write `transcript.md` in the run directory: the same eval task and sample, sampled by the
     base model (failed) and by the trained one (passed), preferring an episode of 2+ turns."""
     with Store.for_run_dir(config.run_dir) as store:
-        before = {(t.task_key, t.member): t for t in store.trajectories(run_id="eval:before")}
-        after = {(t.task_key, t.member): t for t in store.trajectories(run_id="eval:after")}
+        # an evaluation's samples of one task are groups of one: the sample index is the group id's
+        before = {(t.task_key, t.group_id): t for t in store.trajectories(run_id="eval:before")}
+        after = {(t.task_key, t.group_id): t for t in store.trajectories(run_id="eval:after")}
     pairs = [(b, after[k]) for k, b in before.items() if k in after and b.domain in cfg_train
              and b.verdict is not None and not b.verdict.passed
              and after[k].verdict is not None and after[k].verdict.passed]
     if not pairs:
         return None
-    pairs.sort(key=lambda p: (-min(len(p[1].turns), 3), p[0].domain, p[0].task_key, p[0].member))
+    pairs.sort(key=lambda p: (-min(len(p[1].turns), 3), p[0].domain, p[0].task_key, p[0].group_id))
     b, a = pairs[0]
-    text = "\n\n".join([f"## {a.domain}, task {a.task_key}, sample {a.member}", render(b), render(a)])
+    text = "\n\n".join([f"## {a.domain}, task {a.task_key}, sample {a.group_id.rsplit(':', 1)[-1]}",
+                         render(b), render(a)])
     path = Path(config.run_dir) / "transcript.md"
     path.write_text(text + "\n")
     print(text)
