@@ -17,7 +17,7 @@ from posttrain.envs.budget import KEEP_LAST_OBSERVATIONS, dropped_marker, plan_d
 from posttrain.pipeline.config import RolloutSection
 from posttrain.policies.local import TorchPolicy
 from posttrain.rollout.episode import Episode
-from posttrain.rollout.replay import replay
+from posttrain.scheduling.replay import replay
 from posttrain.storage.store import Store
 from posttrain.tasks.registry import get_domain
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion, SamplingParams

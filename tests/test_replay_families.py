@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from posttrain.cli import app
 from posttrain.envs import sandbox_preload
-from posttrain.rollout import replay as rp
 from posttrain.sandbox import SandboxPool
 from posttrain.sandbox.base import DEFAULT_CLOCK
+from posttrain.scheduling.replay import replay
 from posttrain.storage.store import Store
 
 # sandboxed domains of every family: terminal (a git task, whose oracle prints its commit hash,
@@ -80,7 +80,7 @@ def test_replay_runs_the_clock_the_episode_recorded(recorded, tmp_path):
     # a sandbox on another clock than the recorded one is reported, never compared
     with Store.for_run_dir(tmp_path, readonly=True) as store, SandboxPool(size=1) as pool:
         (traj,) = store.trajectories()
-        res = rp.replay(store, traj, sandbox_factory=pool.sandbox)
+        res = replay(store, traj, sandbox_factory=pool.sandbox)
     assert not res.matched and res.divergence == {"turn": None, "field": "clock", "stored": OTHER_CLOCK,
                                                   "replayed": DEFAULT_CLOCK}
 

@@ -95,8 +95,8 @@ def test_unknown_domain_and_policy_are_clear_errors(tmp_path):
 
 
 def test_an_episode_that_outgrew_the_model_context_is_truncated_and_replays(tmp_path):
-    from posttrain.rollout.replay import replay
     from posttrain.scheduling.engine import run_episodes
+    from posttrain.scheduling.replay import replay
     from posttrain.storage.store import Store
     from posttrain.tasks.registry import get_domain
     from posttrain.values.generation import Completion, PolicyVersion

@@ -16,8 +16,8 @@ from posttrain.policies.base import Policy
 from posttrain.policies.openai_compat import OpenAIConfig, OpenAIPolicy
 from posttrain.policies.render import plain_text
 from posttrain.policies.scripted import ScriptedPolicy
-from posttrain.rollout.replay import replay
 from posttrain.scheduling.engine import run_episodes
+from posttrain.scheduling.replay import replay
 from posttrain.storage.store import Store
 from posttrain.tasks.registry import get_domain, match_domains
 from posttrain.values.generation import GenerationRequest, Message, PolicyVersion

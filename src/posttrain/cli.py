@@ -22,7 +22,7 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("posttrain.scheduling.cli", "check", "tasks check"),
     ("posttrain.tasks.cli", "init_domain", "init-domain"),
     ("posttrain.scheduling.cli", "rollout", "rollout"),
-    ("posttrain.rollout.cli", "replay", "replay"),
+    ("posttrain.scheduling.cli", "replay", "replay"),
     ("posttrain.storage.cli", "export", "export"),
     ("posttrain.pipeline.cli", "run", "run"),
     ("posttrain.runs_cli", "runs", "runs"),

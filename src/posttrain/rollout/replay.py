@@ -1,8 +1,9 @@
-"""Replay and re-score stored trajectories.
+"""Replay and re-score stored trajectories: what is compared, and how.
 
-* **replay**: re-run a trajectory's actions in a fresh sandbox on the same task (looked up by its
-  content hash), through the same `Episode` machinery, feeding back the stored completions (text
-  and token counts, so context budgets decide the same way). Every observation (its text and the
+* **replay** (driven by the episode engine: `posttrain.scheduling.replay`): re-run a trajectory's
+  actions in a fresh sandbox on the same task (looked up by its content hash), through the same
+  `Episode` machinery, feeding back the stored completions (`_ReplayPolicy`: text and token
+  counts, so context budgets decide the same way). Every observation (its text and the
   SHA-256 of every image it showed: a re-rendered chart or view must be byte-identical) and the
   verdict are compared; the first turn where they differ is reported. The sandbox runs the clock
   the episode recorded (`Trajectory.sandbox['clock']`: git's dates, `SOURCE_DATE_EPOCH`), so a
@@ -24,20 +25,18 @@ import io
 import tarfile
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from posttrain.envs import EnvConfig, default_sandbox_factory, sandbox_preload
+from posttrain.envs import default_sandbox_factory, sandbox_preload
 from posttrain.envs.single import SandboxFactory
 from posttrain.envs.workspace import write_task_files
-from posttrain.rollout.episode import Episode
 from posttrain.storage.store import Store
 from posttrain.tasks.registry import get_domain
 from posttrain.values.generation import (
     Completion,
     GenerationRequest,
     PolicyVersion,
-    SamplingParams,
 )
 from posttrain.values.trajectory import Trajectory, Turn
 from posttrain.verifiers.base import Outcome, VerifierError
@@ -137,44 +136,6 @@ class ReplayInfraError(RuntimeError):
 
 def _short(text: Any, n: int = 300) -> Any:
     return text if not isinstance(text, str) or len(text) <= n else text[:n] + f"... ({len(text)} chars)"
-
-
-def replay(store: Store, traj: Trajectory, *, env_config: EnvConfig = EnvConfig(),
-           sandbox_factory: SandboxFactory | None = None,
-           render: Callable[[GenerationRequest], list[int] | None] | None = None) -> ReplayResult:
-    """`render`: a policy's `render` (its tokenizer); the replayed prompts' ids must then equal
-    the recorded `Turn.prompt_token_ids`."""
-    if traj.status == "infra_error":
-        return ReplayResult(traj.id, False, {"turn": None, "field": "status",
-                                             "stored": "infra_error", "replayed": "not replayable"})
-    domain = get_domain(traj.domain)
-    task = store.get_task(traj.task_hash)
-    sampling = SamplingParams(**{**traj.sampling, "stop": tuple(traj.sampling.get("stop", ()))})
-    policy = _ReplayPolicy(traj.turns, traj.policy_version, out_of_context=traj.status == "truncated"
-                           and bool(traj.counters.get("context_budget_exhausted")), render=render)
-    if domain.needs_vision and not any(t.observation_images for t in traj.turns):
-        env_config = replace(env_config, text_only=True)  # recorded with a text-only policy
-    if sandbox_factory is None:  # a fresh sandbox on the recorded clock
-        sandbox_factory = default_sandbox_factory([domain], clock=recorded_clock(traj))
-    # a context policy's drops are replayed as recorded: the same prompts, whatever the estimates
-    ep = Episode(domain, task, policy_version=traj.policy_version, sampling=sampling,
-                 env_config=env_config, sandbox_factory=sandbox_factory,
-                 recorded_drops={t.index: t.dropped_observations for t in traj.turns})
-    req = ep.start()
-    while req is not None:
-        req = ep.advance(policy.generate([req])[0])
-    new = ep.result().trajectory
-    if new.status == "infra_error":
-        assert new.error is not None
-        raise ReplayInfraError(f"replay of {traj.id} failed on infrastructure: {new.error.type}: "
-                               f"{new.error.message}")
-    timing = timing_dependent(traj)
-    if traj.sandbox and new.sandbox and recorded_clock(traj) != new.sandbox.get("clock"):
-        return ReplayResult(traj.id, False, {"turn": None, "field": "clock", "stored": recorded_clock(traj),
-                                             "replayed": new.sandbox.get("clock")}, timing=timing)
-    result = _compare(traj, new, policy.rendered)
-    result.timing = timing
-    return result
 
 
 def _compare(traj: Trajectory, new: Trajectory, rendered: dict[int, list[int] | None] | None = None

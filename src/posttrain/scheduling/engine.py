@@ -40,7 +40,7 @@ from posttrain.policies.base import Policy, ScriptedPlayer
 from posttrain.scheduling.config import BatchConfig, DomainSpec, QuarantineConfig, RetryConfig, SchedulerConfig
 from posttrain.scheduling.episodes import RolloutEpisodeFactory
 from posttrain.scheduling.runner import Scheduler
-from posttrain.scheduling.work import Group
+from posttrain.scheduling.work import EpisodeDriver, EpisodeFactory, EpisodeSpec, Group
 from posttrain.tasks.domain import Domain
 from posttrain.values.episode import EpisodeResult
 from posttrain.values.generation import SamplingParams
@@ -61,6 +61,9 @@ class WorkItem:
     group_id: str = ""
     """the workload's identity of the episode's group; '' for none (the engine then runs it
     under '<domain>#<item index>', recorded as '')"""
+    episode: EpisodeFactory | None = None
+    """builds this item's episode from its spec instead of the workload's factory (one sampling,
+    env config and sandbox factory for all): a replay's recorded settings, say"""
 
 
 @contextmanager
@@ -91,7 +94,8 @@ def run_workload(items: Sequence[WorkItem | tuple[Domain, Task]], policy: Policy
         return []
     work = [it if isinstance(it, WorkItem) else WorkItem(*it) for it in items]
     if sandbox_factory is None:
-        with sandbox_pool([w.domain for w in work], max(1, workers)) as pooled:
+        # an item that builds its own episode brings its own sandboxes
+        with sandbox_pool([w.domain for w in work if w.episode is None], max(1, workers)) as pooled:
             return _run_sync(_run(work, policy, sampling, env_config, pooled, workers, run_id, retries,
                                   max_sandboxes, player, on_result))
     return _run_sync(_run(work, policy, sampling, env_config, sandbox_factory, workers, run_id, retries,
@@ -143,6 +147,12 @@ async def _run(work: list[WorkItem], policy: Policy, sampling: SamplingParams, e
     factory = RolloutEpisodeFactory(domains, sampling=sampling, env_config=env_config,
                                     sandbox_factory=sandbox_factory, run_id=run_id, seed_sampling=False,
                                     tasks={gid: w.task for gid, w in zip(gids, work)})
+    own = {gid: w.episode for gid, w in zip(gids, work) if w.episode is not None}
+
+    def episodes(spec: EpisodeSpec) -> EpisodeDriver:
+        build = own.get(spec.group_id)
+        return build(spec) if build is not None else factory(spec)
+
     in_flight = max(1, min(len(work), MAX_IN_FLIGHT))
     config = SchedulerConfig(
         # the trainer tier stays empty: no staleness bound, no adaptive retiring of a domain
@@ -154,8 +164,9 @@ async def _run(work: list[WorkItem], policy: Policy, sampling: SamplingParams, e
     sandboxed = {name: needs_sandbox(d) for name, d in domains.items()}
     specs = [DomainSpec(name, tier="work", continuous=False, sandboxed=sandboxed[name], light=not sandboxed[name])
              for name in domains]
-    sched = Scheduler(config, specs, policy, factory=factory, tasks=factory, workers=max(1, workers),
-                      on_group=on_group, on_failure=record, version_name=policy.version.name, player=player)
+    sched = Scheduler(config, specs, policy, factory=episodes if own else factory, tasks=factory,
+                      workers=max(1, workers), on_group=on_group, on_failure=record,
+                      version_name=policy.version.name, player=player)
     async with sched:
         by_domain: dict[str, list[str]] = {}
         for gid, w in zip(gids, work):
