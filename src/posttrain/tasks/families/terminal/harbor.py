@@ -22,7 +22,7 @@ How it maps onto the sandbox: with a Dockerfile the episode's sandbox is the tas
 its WORKDIR (usually `/app`) the workspace; the first observation is the instruction and at
 most 20 non-hidden names the Dockerfile puts in the WORKDIR. Without one, `/app` is the plain
 sandbox's workspace (the instruction says so, and `/app/...` paths in it are shown relative).
-After the episode, grading happens in a *fresh* sandbox (over the task's image, if it has one)
+After the episode, grading (`harbor_grading.py`) happens in a *fresh* sandbox (over the task's image, if it has one)
 (`verifiers/grading.py`): a copy of the episode's workspace, with every task input file restored
 from the task except those `[verifier].artifacts` (our extension: workspace globs) names as the
 agent's to change, so tests that recompute their expectation from input data see the original
@@ -58,19 +58,15 @@ for the other split raises `NoTasksInSplit` (a `ValueError`); every seed gives t
 from __future__ import annotations
 
 import json
-import math
 import re
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.tasks.families.common import content_split
+from posttrain.tasks.families.terminal.harbor_grading import HARBOR, REWRITE
 from posttrain.values.task import Split, Task, TaskLimits
-from posttrain.values.verdict import Verdict
-from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError, failed_grading, verdict
-from posttrain.verifiers.grading import GRADER_MARGIN_S, grading_context, run_grader
 
 DEFAULT_AGENT_TIMEOUT_S = 600.0
 DEFAULT_VERIFIER_TIMEOUT_S = 120.0
@@ -79,142 +75,6 @@ MAX_FILE_BYTES = 1 << 20
 
 class HarborTaskError(ValueError):
     """A task folder that does not follow the layout; the message names the file and field."""
-
-
-# In-sandbox path rewriting, shared by the grader and the oracle (source text, run there).
-REWRITE = r'''
-import re as _re
-
-
-def rewrite(text, app, tests=None, logs=None, solution=None):
-    """Map Harbor's absolute paths onto this sandbox's directories (textually)."""
-    for src, dst in (("/logs/verifier", logs), ("/tests", tests), ("/solution", solution), ("/app", app)):
-        if dst:
-            text = _re.sub(r"(?<![\w.~/-])" + src + r"(?![\w.-])", lambda m: dst, text)
-    return text
-'''
-
-# A pytest plugin (prepended to the tests' conftest.py, which only the grader writes): it records
-# that each pytest session started and how it finished. A session that started and never
-# finished means the tested code ended the test process (`os._exit(0)` on import): whatever
-# reward test.sh then writes does not count.
-GUARD = r'''
-import json as _ptg_json, os as _ptg_os
-_PTG_FILE = _ptg_os.environ.get("PTGUARD_FILE")
-_ptg_counts = {"passed": 0, "failed": 0}
-
-
-def _ptg_write(obj):
-    if _PTG_FILE:
-        with open(_PTG_FILE, "a") as f:
-            f.write(_ptg_json.dumps(obj) + "\n")
-
-
-def pytest_sessionstart(session):
-    _ptg_write({"start": _ptg_os.getpid()})
-
-
-def pytest_runtest_logreport(report):
-    if report.failed:
-        _ptg_counts["failed"] += 1
-    elif report.passed and report.when == "call":
-        _ptg_counts["passed"] += 1
-
-
-def pytest_sessionfinish(session, exitstatus):
-    _ptg_write({"finish": _ptg_os.getpid(), "status": int(exitstatus), **_ptg_counts})
-'''
-
-GRADER = REWRITE + r'''
-import signal, subprocess, tempfile, time
-
-p = _PAYLOAD
-ws = os.getcwd()
-# A fresh grading sandbox: its /tmp held nothing of the episode's, and only this program and
-# what it starts write there.
-root = tempfile.mkdtemp(prefix="ptharbor-")
-os.chmod(root, 0o755)  # test.sh runs as the candidate uid (two-uid sandbox): it reads tests/
-tests, logs = os.path.join(root, "tests"), os.path.join(root, "logs", "verifier")
-shim, home = os.path.join(root, "bin"), os.path.join(root, "home")
-for d in (logs, shim, home):
-    os.makedirs(d)
-files = dict(p["tests"])
-files["conftest.py"] = p["guard"] + "\n" + files.get("conftest.py", "")
-for rel, content in files.items():
-    path = os.path.join(tests, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(rewrite(content, ws, tests, logs))
-    os.chmod(path, 0o755 if rel.endswith(".sh") else 0o644)
-ini = os.path.join(root, "pytest.ini")
-with open(ini, "w") as f:
-    f.write("[pytest]\n")
-for name in ("python", "python3"):  # every Python the tests start runs isolated (-I)
-    with open(os.path.join(shim, name), "w") as f:
-        f.write(f"#!/bin/sh\nexec {sys.executable} -I \"$@\"\n")
-    os.chmod(os.path.join(shim, name), 0o755)
-guard = os.path.join(home, "guard.jsonl")
-out = tempfile.TemporaryFile(dir=root)
-env = {"PATH": f"{shim}:{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
-       "HOME": home, "LANG": "C.UTF-8", "TMPDIR": home, "PYTHONDONTWRITEBYTECODE": "1",
-       "TEST_DIR": tests, "PTGUARD_FILE": guard, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-       "PYTEST_ADDOPTS": f"-c {ini} --rootdir={tests} --confcutdir={tests} -p no:cacheprovider"}
-policy_input()  # test.sh runs the agent's code and reads its files
-# The tests and the code they test write only the workspace, their $HOME and the reward
-# directory; tests/, the shims, the ini and this program stay the grader's (uid 1000)
-give_to_candidate(ws, logs, home)
-t0 = time.monotonic()
-proc = subprocess.Popen(["bash", os.path.join(tests, "test.sh")], cwd=tests, env=env,
-                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                        start_new_session=True, **as_candidate())
-status = "exited"
-try:
-    proc.wait(timeout=p["timeout_s"])
-except subprocess.TimeoutExpired:
-    status = "timeout"
-
-
-def _ancestors():
-    out, pid = set(), os.getpid()
-    while pid > 1:
-        out.add(pid)
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                pid = int(next(l for l in f if l.startswith("PPid:")).split()[1])
-        except (OSError, StopIteration, ValueError):
-            break
-    return out | {1}
-
-
-# Everything else in this sandbox is the tests' or the agent's: kill it (a daemon that escaped
-# the process group must not write the reward after test.sh wrote it), then read the reward.
-keep = _ancestors()
-for _ in range(3):
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in keep:
-            try:
-                os.kill(int(name), signal.SIGKILL)
-            except OSError:
-                pass
-proc.wait()
-
-
-def _read(path, n=4096):
-    if not os.path.isfile(path) or os.path.islink(path):
-        return None
-    with open(path, "rb") as f:
-        return f.read(n).decode("utf-8", "replace")
-
-
-out.seek(0, 2)
-size = out.tell()
-out.seek(max(0, size - 2000))
-emit({"status": status, "returncode": proc.returncode, "seconds": round(time.monotonic() - t0, 3),
-      "reward_txt": _read(os.path.join(logs, "reward.txt")),
-      "reward_json": _read(os.path.join(logs, "reward.json")),
-      "guard": (_read(guard, 65536) or "").splitlines()[:200],
-      "output_tail": out.read().decode("utf-8", "replace")})
-'''
 
 
 def _oracle_program(files: dict[str, str], script: str) -> str:
@@ -232,102 +92,6 @@ for rel, content in files.items():
 r = subprocess.run(["bash", os.path.join(root, {script!r})], cwd=ws, stdin=subprocess.DEVNULL)
 print("{script} exited with", r.returncode)
 '''
-
-
-@dataclass(frozen=True)
-class HarborVerifier:
-    """Runs a Harbor task's `tests/test.sh` after the episode (see the module docstring).
-
-    `task.verifier`: `tests` (relative path -> text of every file under tests/), `timeout_s`,
-    `artifacts` (workspace globs the agent is meant to change; every other task input file is
-    restored from the task before grading)."""
-
-    name: str = "harbor"
-    version: str = "2"
-    needs_sandbox: bool = True
-
-    def verify(self, task: Task, outcome: Outcome) -> Verdict:
-        tests, timeout = task.verifier.get("tests"), float(task.verifier.get("timeout_s", 0) or 0)
-        if not isinstance(tests, dict) or "test.sh" not in tests or timeout <= 0:
-            raise VerifierError(f"task {task.key}: harbor verifier needs 'tests' with test.sh and a timeout_s")
-        label = f"harbor verifier, task {task.key}"
-        try:
-            image, limits = self._image(task)
-            with grading_context(outcome, pristine=task.workspace(), writable=task.verifier.get("artifacts") or (),
-                                 image=image, limits=limits, label=label) as sandbox:
-                found = run_grader(sandbox, GRADER, {"tests": tests, "timeout_s": timeout, "guard": GUARD},
-                                   timeout=timeout + GRADER_MARGIN_S, label=label)
-        except GradingFailed as e:
-            return failed_grading(self, e)
-        tail = str(found.get("output_tail", ""))[-800:]
-        common = {"test_exit": found.get("returncode"), "seconds": found.get("seconds"), "output_tail": tail}
-        if found.get("status") == "timeout":
-            return verdict(self, False, reason=f"tests/test.sh ran past the verifier timeout ({timeout:g} s)",
-                           **common)
-        broken = self._unfinished_pytest(found.get("guard"))
-        reward = self._reward(found)
-        if isinstance(reward, str):
-            return verdict(self, False, reason=reward, **common)
-        if broken and reward > 0:
-            return verdict(self, False, reason=broken, reward=reward, **common)
-        return verdict(self, reward >= 1.0, min(1.0, max(0.0, reward)), reward=reward, **common)
-
-    @staticmethod
-    def _image(task: Task) -> tuple[dict | None, Any]:
-        """The task's image (its tests run over a fresh copy of it) and its limits, or Nones."""
-        if not task.verifier.get("image"):
-            return None, None
-        from posttrain.images.episode import ImageUnavailable, image_for, limits_for
-
-        try:
-            image = image_for(task)
-        except ImageUnavailable as e:
-            raise VerifierError(f"task {task.key}: cannot grade over its image: {e}") from e
-        return (image.sandbox_config() if image is not None else None), limits_for(task)
-
-    @staticmethod
-    def _unfinished_pytest(lines: Any) -> str | None:
-        """Why the guard's record shows a pytest session that did not end normally, or None."""
-        started, finished = [], {}
-        for line in lines if isinstance(lines, list) else []:
-            try:
-                obj = json.loads(line)
-            except (ValueError, RecursionError, TypeError):
-                continue
-            if isinstance(obj, dict) and "start" in obj:
-                started.append(obj["start"])
-            elif isinstance(obj, dict) and "finish" in obj:
-                finished[obj["finish"]] = obj
-        for pid in started:
-            end = finished.get(pid)
-            if end is None:
-                return "a pytest run never finished (the tested code ended the test process)"
-            if end.get("status") == 0 and not end.get("passed"):
-                return "a pytest run passed without running any test"
-        return None
-
-    @staticmethod
-    def _reward(found: dict[str, Any]) -> float | str:
-        """The reward test.sh wrote, or why there is none (a failed verdict: the agent's code
-        runs inside the tests and can stop them before they write it)."""
-        text, blob = found.get("reward_txt"), found.get("reward_json")
-        try:
-            if text is not None and text.strip():
-                value = float(text.strip().split()[0])
-            elif blob is not None:
-                data = json.loads(blob)
-                value = float(data["reward"] if isinstance(data, dict) and "reward" in data else data)
-            else:
-                return (f"tests/test.sh wrote no reward (neither /logs/verifier/reward.txt nor "
-                        f"reward.json); exit status {found.get('returncode')}")
-        except (ValueError, TypeError, KeyError, RecursionError) as e:
-            return f"unreadable reward ({text or blob!r:.80}): {type(e).__name__}"
-        if not math.isfinite(value):
-            return f"the reward is not a finite number ({value})"
-        return value
-
-
-HARBOR = HarborVerifier()
 
 
 # --- loading a folder ---------------------------------------------------------------------
