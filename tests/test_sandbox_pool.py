@@ -48,16 +48,30 @@ def test_reuse_mode_resets_and_reuses_the_same_sandbox():
         assert pool.stats["booted"] == 1
 
 
-def test_unclean_reset_discards_and_boots_another():
+def test_unclean_reset_discards_and_boots_another(monkeypatch):
+    from posttrain.sandbox.reset import ResetReport
+
     with SandboxPool(size=1, limits=Limits(wall_s=5), backend="bwrap") as pool:
         with pool.sandbox() as sb:
-            sb.run("kill -9 $PPID")  # kills the job server: the reset must refuse the sandbox
+            # a reset that found the sandbox unclean (what it found is `test_sandbox_reset`'s)
+            monkeypatch.setattr(sb, "reset", lambda: ResetReport(False, "job server: gone"))
         assert sb.closed
         assert pool.stats["discards"] == 1
         assert list(pool.stats["discard_reasons"]) == ["job server"]
         with pool.sandbox() as other:
             assert other.id != sb.id and other.run("echo ok").stdout == "ok\n"
         assert pool.stats["booted"] == 2
+
+
+def test_an_episode_that_killed_the_job_server_costs_no_boot():
+    with SandboxPool(size=1, limits=Limits(wall_s=5), backend="bwrap") as pool:
+        with pool.sandbox() as sb:
+            sb.run("echo x > f; kill -9 -1")  # the job server too
+        with pool.sandbox() as again:
+            assert again.id == sb.id and again.list_files() == []
+            assert again.run("echo ok").stdout == "ok\n"
+        assert pool.stats["server_restarts"] == 1 and pool.stats["discards"] == 0
+        assert pool.stats["booted"] == 1
 
 
 def test_reuse_mode_boots_no_more_than_size_for_size_workers():

@@ -123,12 +123,35 @@ def test_next_episode_sees_nothing_of_the_last(backend):
         assert sb.run_python("print(6 * 7)").stdout == "42\n"
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_reset_of_a_sandbox_whose_job_server_was_killed_is_refused(backend):
-    with _open(backend) as sb:
+def test_reset_of_a_process_sandbox_whose_job_server_was_killed_is_refused():
+    with _open("process") as sb:
         sb.run("kill -9 $PPID")  # the job server is the command's parent
         report = sb.reset()
         assert not report.reusable and "job server" in report.reason, report
+
+
+KILLER = ("(setsid sh -c 'while true; do kill -9 -1 2>/dev/null; echo 1 > /tmp/r 2>/dev/null; "
+          "echo 1 > $HOME/r 2>/dev/null; sleep 0.01; done  # leakmark' > /dev/null 2>&1 &); sleep 0.1")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("kill", ["kill -9 $PPID", KILLER])
+def test_reset_restarts_a_killed_job_server_and_leaves_nothing(kill):
+    """An episode that kills the job server (once, or with a daemon that keeps killing and
+    writing): the reset starts a new server, and the next episode sees nothing of the last."""
+    env = {"SHM": "1"}
+    with _open("bwrap") as sb:
+        assert sb.run(PLANT, env=env).ok
+        assert sb.run_python(SYSV).ok
+        sb.run(kill)
+        report = sb.reset()
+        assert report.reusable and report.details.get("server_restarted"), report
+        after = sb.run(LOOK, env=env)
+        assert after.stdout.strip() == "found:nothing", after
+        assert sb.list_files() == []
+        assert sb.run_python("print(6 * 7)").stdout == "42\n"
+        again = sb.reset()  # and the next reset is an ordinary one
+        assert again.reusable and not again.details.get("server_restarted"), again
 
 
 @needs_bwrap

@@ -325,7 +325,12 @@ class BwrapRunner:
         self.overlay.restore(sid)
 
     # -- reset between episodes (`reset.py` decides from what this finds) -------------------
-    def reset(self, server: BwrapHandle | None) -> ResetFacts:
+    def reset(self, server: BwrapHandle | None, start_server=None) -> ResetFacts:
+        """`server`: the running job server (spared); None when the episode killed it: then
+        `start_server()` (-> its handle), if given, starts a new one once everything else is
+        killed and the writable places are remounted, and the probe looks through it."""
+        if server is None and start_server is not None and self.init_pid is not None:
+            return self._reset_without_server(start_server)
         if server is None or not self.procs.infra or self.init_pid is None:
             return ResetFacts(killed=0, server="not running (killed during the episode?)")
         killed = self.procs.kill_until_gone(self.procs.listed)
@@ -342,6 +347,29 @@ class BwrapRunner:
         try:
             ipc_left = ipc.clear(self.init_pid)
             places = self._probe(self.init_pid)
+        except OSError as e:
+            return ResetFacts(killed=killed, restore_error=f"probe: {e}")
+        return ResetFacts(killed=killed, places=places, ipc_left=ipc_left)
+
+    def _reset_without_server(self, start_server) -> ResetFacts:
+        self.procs.infra = set()  # the dead server's pids: nothing is spared now
+        killed = self.procs.kill_until_gone(self.procs.listed)
+        left = tuple(sorted(self.procs.listed()))
+        if killed is None or left:
+            return ResetFacts(killed=killed, processes_left=left)
+        try:
+            self.overlay.reset()
+            self.tmp.reset()
+            self.shm.reset()
+            handle = start_server()
+        except (OSError, RuntimeError) as e:  # RuntimeError: the new job server did not start
+            return ResetFacts(killed=killed, restore_error=f"{type(e).__name__}: {e}")
+        state = server_state(self.server_pid)
+        if state != "ok":
+            return ResetFacts(killed=killed, server=state)
+        try:  # each job server has an IPC namespace of its own: the old one died with it
+            ipc_left = ipc.clear(handle.init_pid)
+            places = self._probe(handle.init_pid)
         except OSError as e:
             return ResetFacts(killed=killed, restore_error=f"probe: {e}")
         return ResetFacts(killed=killed, places=places, ipc_left=ipc_left)

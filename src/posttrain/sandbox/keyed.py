@@ -64,7 +64,8 @@ class ConfigPool:
         self._uses: dict[str, int] = {}
         self._closed = False
         self.stats: dict = {"booted": 0, "reused": 0, "replaced": 0, "resets": 0, "discards": 0,
-                            "discard_reasons": {}, "closed_idle": 0, "reset_s_total": 0.0}
+                            "discard_reasons": {}, "closed_idle": 0, "reset_s_total": 0.0,
+                            "server_restarts": 0}
 
     def idle(self) -> int:
         """How many reset sandboxes wait for a user now."""
@@ -130,6 +131,7 @@ class ConfigPool:
         evicted: list[Any] = []
         with self._lock:
             self.stats["reset_s_total"] += report.seconds
+            self.stats["server_restarts"] += bool(report.details.get("server_restarted"))
             if not report.reusable:
                 self.stats["discards"] += 1
                 why = report.reason.split(":")[0]

@@ -8,10 +8,12 @@ so `pool.sandbox()` normally returns at once. Two ways to serve episodes:
   objects removed, then checked from the outside, a few milliseconds) and goes back to the pool.
   A sandbox whose reset is not clean (a process survived, a remount failed, the probe saw
   state) is closed and replaced by a fresh boot, and counted (`stats["discards"]`, with the
-  reason in `stats["discard_reasons"]`). While callers use at most `size` at once, the pool
-  boots `size` sandboxes and nothing more; a caller that asks for more (a driver that opens
-  every episode at once) is not left waiting: the pool boots for it, and closes what comes back
-  beyond `size` idle ones (`stats["closed_idle"]`).
+  reason in `stats["discard_reasons"]`). An episode that killed the sandbox's job server
+  does not cost a boot: the reset starts a new one (`stats["server_restarts"]`). While
+  callers use at most `size` at once, the pool boots `size` sandboxes and nothing more; a
+  caller that asks for more (a driver that opens every episode at once) is not left waiting:
+  the pool boots for it, and closes what comes back beyond `size` idle ones
+  (`stats["closed_idle"]`).
 * `reuse=False`: a sandbox is never reused; the one an episode used is closed when its block
   ends and the pool boots a new one (~150 ms each, off the caller's clock while `size` are
   ready).
@@ -69,7 +71,7 @@ class SandboxPool:
         self._closed = False
         self.stats: dict = {"booted": 0, "handed_out": 0, "replaced": 0, "boot_errors": 0,
                             "resets": 0, "discards": 0, "discard_reasons": {},
-                            "closed_idle": 0, "reset_s_total": 0.0}
+                            "closed_idle": 0, "reset_s_total": 0.0, "server_restarts": 0}
         # the first boot is synchronous: a configuration error surfaces here, not in a thread
         self._live = 1
         self._ready.put(self._open())
@@ -163,6 +165,7 @@ class SandboxPool:
             report = sb.reset()
             with self._cond:  # episodes end on several threads at once
                 self.stats["reset_s_total"] += report.seconds
+                self.stats["server_restarts"] += bool(report.details.get("server_restarted"))
                 if report.reusable:
                     self.stats["resets"] += 1
                     if self._ready.qsize() < self.size or self._waiting:

@@ -211,10 +211,12 @@ class ProcessRunner:
         shutil.rmtree(trash, ignore_errors=True)
 
     # -- reset between episodes (`reset.py` decides) --------------------------------------
-    def reset(self, server: ProcessHandle | None) -> ResetFacts:
+    def reset(self, server: ProcessHandle | None, start_server=None) -> ResetFacts:
         """Kill the leftovers, replace the workspace and the temporary directory ($HOME) with
         empty ones, drop the snapshots. The host's /dev/shm is not the sandbox's to reset (this
-        backend isolates nothing), nor is System V IPC."""
+        backend isolates nothing), nor is System V IPC. A killed job server is not restarted
+        (`start_server` unused): without a pid namespace nothing ended with it, so the sandbox
+        is refused."""
         if server is None:
             return ResetFacts(killed=0, server="not running (killed during the episode?)")
         killed = self.kill_processes(server)

@@ -223,10 +223,26 @@ class Supervisor:
                 self.server.ensure()
             except RuntimeError:
                 alive = False
-        facts = self.runner.reset(self.server.handle if alive else None)
+        details: dict = {}
+        if alive:
+            facts = self.runner.reset(self.server.handle)
+        else:
+            # The episode killed the job server (`kill -9 -1`, a grader-killing hack). Its pid
+            # namespace died with it, taking every process started in it along; the runner
+            # kills what else is left, remounts the writable places, then starts a new job
+            # server (as a boot does) and probes through it. Cheaper than a new sandbox
+            # (no supervisor, no mounts), and judged by the same rules.
+            self.server.kill()  # reap it, close its socket
+
+            def start():
+                self.server.ensure()
+                return self.server.handle
+
+            facts = self.runner.reset(None, start_server=start)
+            details["server_restarted"] = True
         ok, why = judge(facts)
         return ResetReport(ok, why, facts.killed or 0, time.monotonic() - t0,
-                           {"places": [p.path for p in facts.places]})
+                           {"places": [p.path for p in facts.places], **details})
 
     def kill_job(self) -> None:
         """Stop the running job and everything it started, keeping the server if we can."""
