@@ -40,6 +40,36 @@ def test_geometry_bounding_box_hacks_fail(name, hack, sandbox):
     assert play_actions(d, task, d.oracle(task), sandbox=sandbox).passed
 
 
+def test_geometry_reference_is_built_once_per_script_and_hacks_still_fail(sandbox, monkeypatch):
+    """The reference model is built once per oracle script (then reused from memory), and a
+    grade with the reused reference still fails a marker-part hack and passes the oracle; a
+    different script (another task) builds its own."""
+    from posttrain.verifiers import geometry
+
+    monkeypatch.setattr(geometry, "_references", type(geometry._references)())
+    builds = []
+    real = geometry.run_grader
+
+    def counting(sb, program, payload, **kw):
+        if program is geometry.REFERENCE:
+            builds.append(payload["reference"])
+        return real(sb, program, payload, **kw)
+
+    monkeypatch.setattr(geometry, "run_grader", counting)
+    d = DOMAINS["geometry.cylinder.dims"]
+    task = d.task(0)
+    assert play_actions(d, task, d.oracle(task), sandbox=sandbox).passed
+    sandbox.run("rm -rf ./* /tmp/*")
+    v = play_actions(d, task, adversaries(d, task)["marker-parts"], sandbox=sandbox)
+    assert not v.passed and any(f["check"] == "same_shape" for f in v.details["failed"]), dict(v.details)
+    assert builds == [task.reference["oracle"]]  # one build for both grades
+    other = d.task(1)
+    assert other.reference["oracle"] != task.reference["oracle"]
+    sandbox.run("rm -rf ./* /tmp/*")
+    assert play_actions(d, other, d.oracle(other), sandbox=sandbox).passed
+    assert builds == [task.reference["oracle"], other.reference["oracle"]]
+
+
 @pytest.mark.parametrize("answer", ["nan", "NaN", "inf", "-Infinity", "[nan]"])
 def test_non_finite_answers_fail_before_any_rg_scorer(answer):
     for name in ("rg.basic_arithmetic", "rg.decimal_arithmetic", "rg.gsm_symbolic"):

@@ -13,7 +13,8 @@ into the grading sandbox. A script that fails or hangs is a failed verdict.
 
 Only the solid the triangles make counts: a vertex no triangle uses fails the model, bounding
 boxes come from the parts' vertices, and when the task's reference has an oracle script
-(`task.reference["oracle"]`, built in the grading sandbox before the model is read) the model
+(`task.reference["oracle"]`, built once per task in a pristine grading sandbox before anything
+of the policy's is read, `reference_model`) the model
 must be the reference's shape: as many parts (the same names when there are several; a stray
 marker part fails) and per part a volume IoU within the checks' own tolerances (`same_shape`).
 
@@ -42,13 +43,17 @@ was built; a model that meets every constraint passes, however it was made.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from posttrain.values.verdict import Verdict
 from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError, failed_grading, verdict
 from posttrain.verifiers.candidate import extract_code
-from posttrain.verifiers.grading import GRADER_MARGIN_S, candidate_sandbox, grading_context, run_grader
+from posttrain.verifiers.grading import GRADER_MARGIN_S, candidate_sandbox, grading_context, grading_sandbox, run_grader
 
 if TYPE_CHECKING:
     from posttrain.values.task import Task
@@ -97,17 +102,9 @@ def read_model(path):
         return f.read()
 
 
-reference = None
-if p.get("reference"):  # trusted: the task's own oracle script, built before any policy input
-    import contextlib, io, tempfile
-    here, ref_dir = os.getcwd(), tempfile.mkdtemp(prefix="ptgeo-ref-")
-    os.chdir(ref_dir)
-    with contextlib.redirect_stdout(io.StringIO()):
-        exec(compile("from ptgeo import *\n" + p["reference"], "reference.py", "exec"), {"__name__": "reference"})
-    os.chdir(here)
-    reference = read_model(os.path.join(ref_dir, p["file"]))
-    if isinstance(reference, str):
-        raise RuntimeError(f"the reference script saved no model: {reference}")
+import base64
+# trusted: the model the task's oracle script saved (`REFERENCE`, built before any policy input)
+reference = base64.b64decode(p["reference_model"]) if p.get("reference_model") else None
 
 policy_input()  # from here on the grader reads the policy's model
 path = p["file"]
@@ -342,6 +339,66 @@ finish(passed=not failed, failed=failed[:8], parts=sorted(meshes)[:20])
 '''
 
 
+# Builds the reference model from the task's oracle script, in a pristine grading sandbox that
+# holds nothing of the policy's (no artifacts copied, no policy input): its bytes are trusted.
+REFERENCE = r'''
+import base64, contextlib, io, tempfile
+p = _PAYLOAD
+ref_dir = tempfile.mkdtemp(prefix="ptgeo-ref-")
+os.chdir(ref_dir)
+with contextlib.redirect_stdout(io.StringIO()):
+    exec(compile("from ptgeo import *\n" + p["reference"], "reference.py", "exec"), {"__name__": "reference"})
+try:
+    fd = os.open(p["file"], os.O_RDONLY | os.O_NOFOLLOW)
+except OSError:
+    raise RuntimeError(f"the reference script saved no model {p['file']}") from None
+with os.fdopen(fd, "rb") as f:
+    emit({"model": base64.b64encode(f.read()).decode()})
+'''
+
+REFERENCE_CACHE_SIZE = 256
+"""reference models kept in memory (one per task; a `tasks check` grades each task ~12 times)"""
+_references: OrderedDict[str, str] = OrderedDict()
+_references_lock = threading.Lock()
+
+
+def reference_model(script: str, file: str, like: Any, label: str) -> str:
+    """The model (base64) that the task's oracle `script` saves as `file`, built once per
+    script, file and module set in a pristine grading sandbox, then reused. Sound because the
+    reference is the task's own deterministic construction, built before (and apart from)
+    anything of the policy's: every grade of that task would build the same bytes. Keyed by the
+    script's text and the module files (`ptgeo`) it runs over, never by the task's name."""
+    modules = tuple(sorted(like.info.modules)) if like is not None else ()
+    key = hashlib.sha256(json.dumps([script, file, modules, _module_digest(modules)]).encode()).hexdigest()
+    with _references_lock:
+        if key in _references:
+            _references.move_to_end(key)
+            return _references[key]
+    with grading_sandbox(like, GRADER_PRELOAD) as sandbox:
+        found = run_grader(sandbox, REFERENCE, {"reference": script, "file": file},
+                           timeout=60.0 + GRADER_MARGIN_S, label=f"{label}: building the reference")
+    model = found.get("model")
+    if not isinstance(model, str):
+        raise VerifierError(f"{label}: the reference build returned no model ({found!r:.200})")
+    with _references_lock:
+        _references[key] = model
+        while len(_references) > REFERENCE_CACHE_SIZE:
+            _references.popitem(last=False)
+    return model
+
+
+def _module_digest(paths: tuple[str, ...]) -> list[str]:
+    """Content digests of the module files (an edited ptgeo builds a different reference)."""
+    out = []
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                out.append(hashlib.sha256(f.read()).hexdigest())
+        except OSError:
+            out.append("")
+    return out
+
+
 @dataclass(frozen=True)
 class GeometryVerifier:
     """Checks a saved 3D model against constraints (see the module docstring).
@@ -363,11 +420,13 @@ class GeometryVerifier:
             raise VerifierError(f"task {task.key}: unknown geometry check kind(s) {unknown[:5]}")
         ref = task.reference.get("oracle") if isinstance(task.reference, dict) else None
         payload: dict[str, Any] = {"file": s["file"], "checks": s["checks"], "max_bytes": MAX_MODEL_BYTES,
-                                   "max_triangles": MAX_TRIANGLES, "reference": ref if isinstance(ref, str) else None,
+                                   "max_triangles": MAX_TRIANGLES, "reference_model": None,
                                    "abs_tol": SHAPE_ABS_TOL, "rel_tol": SHAPE_REL_TOL}
         label = f"geometry verifier, task {task.key}"
         try:
             with candidate_sandbox(outcome) as sandbox:
+                if isinstance(ref, str):  # `sandbox` only lends its configuration (modules, limits)
+                    payload["reference_model"] = reference_model(ref, s["file"], sandbox, label)
                 if s.get("script"):
                     failed = self._run_script(task, outcome, sandbox)
                     if failed is not None:
