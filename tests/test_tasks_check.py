@@ -168,3 +168,24 @@ def test_a_sandboxed_domain_is_played_on_the_engine_and_its_infra_errors_are_cou
     infra = [f for f in check.failures if f.kind == "infra_error"]
     assert "SandboxError: no sandbox today (at " in infra[0].detail and "stopped" in infra[-1].detail
     assert {f.kind for f in check.failures} == {"infra_error", "hack_infra_error"}
+
+
+def test_check_episodes_take_no_per_turn_snapshots(monkeypatch):
+    """A self-check's tool episodes are graded, never branched from a turn: no workspace
+    snapshot per turn (they cost an overlay copy each), and the checks still hold."""
+    import pytest
+
+    from posttrain.sandbox.bwrap import bwrap_problem
+    from posttrain.sandbox.client import SupervisedSandbox
+    from posttrain.scheduling.domain_check import check_domain
+    from posttrain.tasks.registry import all_domains
+
+    if bwrap_problem() is not None:
+        pytest.skip(f"bubblewrap unavailable: {bwrap_problem()}")
+    snapshots = []
+    real = SupervisedSandbox.snapshot
+    monkeypatch.setattr(SupervisedSandbox, "snapshot", lambda self: snapshots.append(1) or real(self))
+    domain = next(d for n, d in sorted(all_domains().items()) if n.startswith("terminal.") and d.env == "tools")
+    check = check_domain(domain, per_domain=1)
+    assert check.tasks == 1 and check.oracle_passed == 1 and check.hacks > 0, check.failures
+    assert not check.failures and snapshots == []

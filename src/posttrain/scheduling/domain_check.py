@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
-from posttrain.envs import default_sandbox_factory, needs_sandbox, sandbox_preload
+from posttrain.envs import EnvConfig, default_sandbox_factory, needs_sandbox, sandbox_preload
 from posttrain.envs.single import SandboxFactory
 from posttrain.policies.scripted import ScriptedPolicy
 from posttrain.scheduling.engine import WorkItem, run_workload
@@ -39,6 +39,11 @@ POOL_SIZE = 2
 """warm sandboxes (and engine workers) serving the episodes of one process's domains"""
 
 
+CHECK_ENV = EnvConfig(snapshot_turns=False)
+"""a self-check's episodes are graded, never inspected or branched from a turn: no workspace
+snapshot after every tool turn (one overlay copy each); nothing a grader sees depends on them"""
+
+
 def engine_grader(sandbox_factory: SandboxFactory, workers: int = POOL_SIZE) -> Grade:
     """A `Grade` that plays the attempts at a task as episodes on the engine, `workers` at once,
     in sandboxes from `sandbox_factory`."""
@@ -46,7 +51,7 @@ def engine_grader(sandbox_factory: SandboxFactory, workers: int = POOL_SIZE) -> 
     def grade(domain: Domain, task: Task, attempts: Sequence[Sequence[str]]) -> list[Verdict | BaseException]:
         ids = [f"check:{i}" for i in range(len(attempts))]
         policy = ScriptedPolicy.by_group(dict(zip(ids, attempts)), name="scripted:check")
-        runs = run_workload([WorkItem(domain, task, gid) for gid in ids], policy,
+        runs = run_workload([WorkItem(domain, task, gid) for gid in ids], policy, env_config=CHECK_ENV,
                             sandbox_factory=sandbox_factory, workers=workers)
         return [_verdict(attempts_of_one[-1]) for attempts_of_one in runs]
 
