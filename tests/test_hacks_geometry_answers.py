@@ -70,6 +70,28 @@ def test_geometry_reference_is_built_once_per_script_and_hacks_still_fail(sandbo
     assert builds == [task.reference["oracle"], other.reference["oracle"]]
 
 
+def test_geometry_reference_cache_is_bounded_and_keyed_by_script(monkeypatch):
+    import contextlib
+
+    from posttrain.verifiers import geometry
+
+    monkeypatch.setattr(geometry, "_references", type(geometry._references)())
+    monkeypatch.setattr(geometry, "REFERENCE_CACHE_BYTES", 250)
+    monkeypatch.setattr(geometry, "grading_sandbox", lambda *a, **k: contextlib.nullcontext())
+    built = []
+
+    def build(sb, program, payload, **kw):
+        built.append(payload["reference"])
+        return {"model": payload["reference"] * 100}
+
+    monkeypatch.setattr(geometry, "run_grader", build)
+    for script in ("a", "b", "a", "c", "a", "b"):
+        assert geometry.reference_model(script, "m.json", None, "t") == script * 100
+    # two fit in 250 bytes: "a" kept (recently used), "b" dropped for "c", then built again
+    assert built == ["a", "b", "c", "b"]
+    assert geometry.reference_model("a", "other.json", None, "t") and built[-1] == "a"  # the file is in the key
+
+
 @pytest.mark.parametrize("answer", ["nan", "NaN", "inf", "-Infinity", "[nan]"])
 def test_non_finite_answers_fail_before_any_rg_scorer(answer):
     for name in ("rg.basic_arithmetic", "rg.decimal_arithmetic", "rg.gsm_symbolic"):

@@ -358,6 +358,8 @@ with os.fdopen(fd, "rb") as f:
 
 REFERENCE_CACHE_SIZE = 256
 """reference models kept in memory (one per task; a `tasks check` grades each task ~12 times)"""
+REFERENCE_CACHE_BYTES = 64 << 20
+"""and at most this many bytes of them (base64), the least recently used dropped first"""
 _references: OrderedDict[str, str] = OrderedDict()
 _references_lock = threading.Lock()
 
@@ -382,7 +384,8 @@ def reference_model(script: str, file: str, like: Any, label: str) -> str:
         raise VerifierError(f"{label}: the reference build returned no model ({found!r:.200})")
     with _references_lock:
         _references[key] = model
-        while len(_references) > REFERENCE_CACHE_SIZE:
+        while len(_references) > REFERENCE_CACHE_SIZE or (
+                len(_references) > 1 and sum(map(len, _references.values())) > REFERENCE_CACHE_BYTES):
             _references.popitem(last=False)
     return model
 
