@@ -82,7 +82,7 @@ MALFORMED = [
     (lambda p: (p / "instruction.md").write_text("  \n"), "instruction.md: empty"),
     (lambda p: (p / "tests" / "test.sh").unlink(), "tests/test.sh: missing"),
     (lambda p: (p / "solution" / "solve.sh").unlink(), "solution/solve.sh: missing"),
-    (lambda p: (p / "tests" / "data.bin").write_bytes(b"\xff\xfe\x00"), "tests/data.bin: not UTF-8"),
+    (lambda p: (p / "tests" / "data").symlink_to("/etc"), "tests/data: symlink 'data'"),
     (lambda p: (p / "environment" / "Dockerfile").write_text("COPY service.ini /etc/x\n"), "Dockerfile:1: COPY before FROM"),
 ]
 DOCKERFILE_ERRORS = [
