@@ -82,8 +82,8 @@ def test_an_episode_leaves_nothing_in_the_pooled_sandbox(task):
 def test_tool_episodes_take_pooled_sandboxes_and_fresh_mode_does_not(task, monkeypatch):
     from posttrain.envs import make_env
     from posttrain.images.episode import IMAGE_SANDBOXES_ENV, episode_pool, task_sandbox
-    from posttrain.tasks.families.terminal.harbor import HARBOR
     from posttrain.tasks.domain import Domain
+    from posttrain.tasks.families.terminal.harbor import HARBOR
 
     domain = Domain(name=task.domain, family="terminal", env="tools", verifier=HARBOR,
                     generate=lambda seed, split: task, oracle=lambda t: [], negatives=lambda t: {})
