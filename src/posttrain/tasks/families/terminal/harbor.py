@@ -7,7 +7,9 @@
       environment/Dockerfile  built into an image without Docker (`posttrain.images`): FROM a
                               Debian/Ubuntu/Python base derived from the host, RUN (as root in
                               a user namespace; no network unless the source asks for it at
-                              build time: harbor:DIR?network=1), COPY/ADD, WORKDIR, ENV, USER,
+                              build time: harbor:DIR?network=1, then per step RUN
+                              --network=default|none), COPY/ADD (ADD of a URL: only with
+                              ?network=1, `--checksum` honoured), WORKDIR, ENV, USER,
                               ENTRYPOINT/CMD (a service started before the first turn); what
                               cannot be honoured is an error naming the line. The episode runs
                               over a writable copy of the image, in its WORKDIR, as its USER
@@ -191,7 +193,7 @@ def _environment(root: Path, build_network: bool = False) -> tuple[dict | None, 
     (None, "/app", "") and the episode runs in a plain sandbox."""
     from posttrain.images.base import BaseImageError, resolve_base
     from posttrain.images.build import BuildError, copy_entries
-    from posttrain.images.dockerfile import DockerfileError, plan
+    from posttrain.images.dockerfile import DockerfileError, network_refusal, plan
     from posttrain.images.episode import recipe_digest, register
 
     dockerfile = root / "environment" / "Dockerfile"
@@ -200,6 +202,9 @@ def _environment(root: Path, build_network: bool = False) -> tuple[dict | None, 
     where = f"{root.name}/environment/Dockerfile"
     try:
         p = plan(dockerfile)
+        refused = network_refusal(p, str(dockerfile), build_network)
+        if refused is not None:
+            raise refused
         try:
             resolve_base(p.base)
         except BaseImageError as e:
