@@ -271,7 +271,8 @@ def main() -> None:
     for name in COPY_DOMAINS:
         domain = get_domain(name)
         # cut at most half way: a whole transcript leaves nothing to continue (the model ends it)
-        texts = [t[:min(args.prompt_chars, len(t) // 2)] for t in (transcript(domain, s) for s in range(args.per_domain))]
+        whole = [transcript(domain, s) for s in range(args.per_domain)]
+        texts = [t[:min(args.prompt_chars, len(t) // 2)] for t in whole]
         reqs = [req(t, temperature=0.0, max_tokens=args.copy_tokens) for t in texts]
         copy_requests += reqs
         for vname, policy in variants.items():
