@@ -22,8 +22,9 @@ Fields this server cannot honour (`best_of`, `echo`, penalties, streaming, tools
 with 400, never ignored.
 
 Images: chat content may be a list of `text` and `image_url` parts (base64 data URIs). A server
-of a `VisionPolicy` (`build_app(None, name, vision=policy)`) answers chat requests with it,
-images or not (its own batches, not the continuous batch; no completions or weight routes); a
+of a `VisionPolicy` (`build_app(None, name, vision=batcher)`, a `VisionBatcher`) answers chat
+requests with it, images or not: every connection's requests waiting at once are decoded in one
+batch (not the continuous batch; no completions or weight routes); a
 text model's server refuses an image part with 400 naming the message and the part.
 """
 
@@ -42,7 +43,7 @@ from starlette.routing import Route
 from posttrain.policies.base import PolicyError
 from posttrain.policies.render import render_ids
 from posttrain.policies.server.engine import BatchEngine
-from posttrain.policies.vision import VisionPolicy
+from posttrain.policies.server.vision_batch import VisionBatcher
 from posttrain.values.generation import Completion, GenerationRequest, Message, SamplingParams
 from posttrain.values.image import ImagePart, content_text, from_openai
 
@@ -121,11 +122,11 @@ def _text_only(messages: tuple[Message, ...], model_name: str) -> tuple[Message,
     return tuple(Message(m.role, content_text(m.content)) for m in messages)
 
 
-def build_app(engine: BatchEngine | None, model_name: str, vision: VisionPolicy | None = None) -> Starlette:
-    """The app of a text model's `engine`, or (engine None) of a `vision` policy."""
+def build_app(engine: BatchEngine | None, model_name: str, vision: VisionBatcher | None = None) -> Starlette:
+    """The app of a text model's `engine`, or (engine None) of a vision policy's batcher."""
     if (engine is None) == (vision is None):
-        raise ValueError("build_app: give a BatchEngine or a VisionPolicy (one of them)")
-    tokenizer = engine.tokenizer if engine is not None else cast(VisionPolicy, vision).tokenizer
+        raise ValueError("build_app: give a BatchEngine or a VisionBatcher (one of them)")
+    tokenizer = engine.tokenizer if engine is not None else cast(VisionBatcher, vision).policy.tokenizer
     live = cast(BatchEngine, engine)  # the routes that use it exist only when there is an engine
 
     async def run(prompts: list[list[int]], sampling: SamplingParams, n: int,
@@ -180,7 +181,7 @@ def build_app(engine: BatchEngine | None, model_name: str, vision: VisionPolicy 
         messages = _messages(body.get("messages"))
         sampling, n = _sampling(body, default_max=64), _n(body)
         if vision is not None:
-            outs = await asyncio.to_thread(vision.generate, [GenerationRequest(messages, sampling)] * n)
+            outs = await asyncio.wrap_future(vision.start().submit([GenerationRequest(messages, sampling)] * n))
             for c in outs:
                 if c.finish_reason == "error":
                     raise RequestError(c.error or "generation failed")
@@ -225,7 +226,7 @@ def build_app(engine: BatchEngine | None, model_name: str, vision: VisionPolicy 
         return JSONResponse({"object": "list", "data": [
             {"id": model_name, "object": "model", "owned_by": "posttrain",
              "weights_path": engine.weights_path if engine is not None else
-             (str(vision.path) if vision is not None and vision.path else None)}]})
+             (str(vision.policy.path) if vision is not None and vision.policy.path else None)}]})
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
