@@ -45,6 +45,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from posttrain.policies.decode import RowSpec, cut_at_stop, decode
 from posttrain.policies.prefix_cache import PrefixCache, weights_fingerprint
 from posttrain.policies.render import PLAIN_SEPARATOR
@@ -166,7 +168,14 @@ class VisionPolicy:
     def image_inputs(self, images: Sequence[Image]) -> dict[str, Any]:
         """The model's image tensors for `images` (pixel values, and sizes or grids where the model
         takes them), batched along dim 0: what `generate` fed with these images, for a trainer."""
-        return dict(self.processor.image_processor(images=[_pil(img) for img in images], return_tensors="pt"))
+        pil = [_pil(img) for img in images]
+        out = dict(self.processor.image_processor(images=pil, return_tensors="pt"))
+        pixels = out.get("pixel_values")
+        if isinstance(pixels, torch.Tensor) and pixels.dim() == 5 and pixels.shape[0] == 1 and len(pil) > 1:
+            # [samples, images per sample, C, H, W] (Idefics3, SmolVLM): one image per sample, so
+            # a trainer can concatenate any sequences' images along dim 0
+            out = dict(self.processor.image_processor(images=[[x] for x in pil], return_tensors="pt"))
+        return out
 
     def render(self, request: GenerationRequest) -> list[int]:
         """The prompt's ids as the model sees them (each image's positions expanded):
