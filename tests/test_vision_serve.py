@@ -128,3 +128,31 @@ def test_the_serve_command_serves_a_saved_vision_model_as_it_answers_in_process(
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def test_a_vision_server_reloads_the_weights_a_trainer_writes(tmp_path):
+    from posttrain.policies.server.weights import untied_state_dict, write_weights
+
+    served, other = tiny_vlm(), tiny_vlm(seed=1)
+    server = PolicyServer(served, model_name="tiny-vlm").start()
+    base = server.url.removesuffix("/v1")
+    try:
+        remote = OpenAIPolicy(OpenAIConfig(base_url=server.url, model="tiny-vlm", api="chat", max_retries=0))
+        requests = _requests()[:2]
+        before = remote.generate(requests)
+        write_weights(untied_state_dict(other.model), tmp_path / "w1")
+        assert post(f"{base}/pause?mode=keep")[0] == 200
+        status, body = post(f"{base}/collective_rpc", {"method": "reload_weights",
+                                                       "kwargs": {"weights_path": str(tmp_path / "w1")}})
+        assert status == 200 and body["results"][0]["tensors"] == len(untied_state_dict(other.model))
+        assert post(f"{base}/resume")[0] == 200
+        after, want = remote.generate(requests), other.generate(requests)
+        assert [c.token_ids for c in after] == [c.token_ids for c in want]
+        assert [c.token_ids for c in after] != [c.token_ids for c in before]
+        # a directory that does not fit the model: a 400 naming what is missing, weights unchanged
+        write_weights({"lm_head.weight": untied_state_dict(other.model)["lm_head.weight"]}, tmp_path / "w2")
+        status, body = post(f"{base}/collective_rpc", {"method": "reload_weights",
+                                                       "kwargs": {"weights_path": str(tmp_path / "w2")}})
+        assert status == 400 and "weights missing for" in body["error"]["message"]
+    finally:
+        server.close()

@@ -15,9 +15,9 @@ the tests run the exact server-in-the-loop path a GPU deployment runs.
 A `VisionPolicy` (an image-text-to-text model, chosen when the model directory's config has a
 `vision_config`) is served too: chat requests, with `image_url` parts or without, are decoded
 together by its own batched `generate` (`server/vision_batch.py`: the requests of all
-connections waiting at once form one batch); it has no continuous batch, so no completions or
-weight-update routes. Its prefix cache (`--prefix-cache-mb`) keys image positions by the image's
-SHA-256.
+connections waiting at once form one batch); it has no continuous batch and no raw completions;
+the weight-update routes run between two of its batches. Its prefix cache (`--prefix-cache-mb`)
+keys image positions by the image's SHA-256.
 
 `--mode fast` decodes with prompt-lookup speculative decoding inside the batch (same output
 distribution; `server/engine.py`); the prefix cache is on in both modes (`--prefix-cache-mb`),

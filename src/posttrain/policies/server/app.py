@@ -24,7 +24,7 @@ with 400, never ignored.
 Images: chat content may be a list of `text` and `image_url` parts (base64 data URIs). A server
 of a `VisionPolicy` (`build_app(None, name, vision=batcher)`, a `VisionBatcher`) answers chat
 requests with it, images or not: every connection's requests waiting at once are decoded in one
-batch (not the continuous batch; no completions or weight routes); a
+batch (not the continuous batch; no raw completions, the weight routes between two batches); a
 text model's server refuses an image part with 400 naming the message and the part.
 """
 
@@ -127,7 +127,8 @@ def build_app(engine: BatchEngine | None, model_name: str, vision: VisionBatcher
     if (engine is None) == (vision is None):
         raise ValueError("build_app: give a BatchEngine or a VisionBatcher (one of them)")
     tokenizer = engine.tokenizer if engine is not None else cast(VisionBatcher, vision).policy.tokenizer
-    live = cast(BatchEngine, engine)  # the routes that use it exist only when there is an engine
+    # the weight routes: the continuous batch's engine, or the vision batcher (same methods)
+    live = cast(BatchEngine, engine if engine is not None else vision)
 
     async def run(prompts: list[list[int]], sampling: SamplingParams, n: int,
                   ignore_eos: bool = False) -> list[Completion]:
@@ -226,7 +227,8 @@ def build_app(engine: BatchEngine | None, model_name: str, vision: VisionBatcher
         return JSONResponse({"object": "list", "data": [
             {"id": model_name, "object": "model", "owned_by": "posttrain",
              "weights_path": engine.weights_path if engine is not None else
-             (str(vision.policy.path) if vision is not None and vision.policy.path else None)}]})
+             (vision.weights_path or (str(vision.policy.path) if vision.policy.path else None)
+              if vision is not None else None)}]})
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
@@ -271,19 +273,15 @@ def build_app(engine: BatchEngine | None, model_name: str, vision: VisionBatcher
 
     routes = [Route("/v1/models", models, methods=["GET"]), Route("/health", health, methods=["GET"]),
               Route("/v1/chat/completions", generation(chat), methods=["POST"])]
-    if engine is None:  # a vision policy: chat only (no raw prompts, no continuous batch to pause)
+    weight_routes = [Route("/pause", pause, methods=["POST"]), Route("/resume", resume, methods=["POST"]),
+                     Route("/is_paused", is_paused, methods=["GET"]),
+                     Route("/reset_prefix_cache", reset_prefix_cache, methods=["POST"]),
+                     Route("/collective_rpc", collective_rpc, methods=["POST"])]
+    if engine is None:  # a vision policy: chat only (no raw prompts: they would need their images)
         async def chat_only(request: Request) -> JSONResponse:
             return error(400, f"{request.url.path}: the served model {model_name!r} is a vision model, which "
                               "this server answers through /v1/chat/completions only", "invalid_request_error")
 
-        return Starlette(routes=[*routes, *(Route(path, chat_only, methods=["POST"]) for path in (
-            "/v1/completions", "/pause", "/resume", "/reset_prefix_cache", "/collective_rpc"))])
-    return Starlette(routes=[
-        *routes,
-        Route("/v1/completions", generation(completions), methods=["POST"]),
-        Route("/pause", pause, methods=["POST"]),
-        Route("/resume", resume, methods=["POST"]),
-        Route("/is_paused", is_paused, methods=["GET"]),
-        Route("/reset_prefix_cache", reset_prefix_cache, methods=["POST"]),
-        Route("/collective_rpc", collective_rpc, methods=["POST"]),
-    ])
+        return Starlette(routes=[*routes, *weight_routes, Route("/v1/completions", chat_only, methods=["POST"])])
+    return Starlette(routes=[*routes, Route("/v1/completions", generation(completions), methods=["POST"]),
+                             *weight_routes])

@@ -8,6 +8,11 @@ on a future; one worker thread takes everything queued (whole submissions, up to
 requests; one larger submission goes alone) and decodes it with one `generate` call (one prompt
 pass for all rows, then one token per row per step, each row with its own sampling). Requests that
 arrive meanwhile form the next batch.
+
+Weight updates (what `posttrain.training.sync` calls on a server): `pause()` takes no new batch
+and returns once the batch in flight is done (a decode cannot be paused midway, so 'keep' and
+'wait' both wait for it), `reload_weights(dir)` copies a directory's safetensors into the model
+between two batches (its prefix cache is emptied), `resume()` takes batches again.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from posttrain.policies.server.weights import load_weights_into
 from posttrain.policies.vision import VisionPolicy
 from posttrain.values.generation import Completion, GenerationRequest
 
@@ -39,7 +45,11 @@ class VisionBatcher:
         self._queue: deque[tuple[list[GenerationRequest], Future]] = deque()
         self._cv = threading.Condition()
         self._stop = False
+        self._paused = False
+        self._busy = False  # a batch is decoding
         self._thread: threading.Thread | None = None
+        self.weights_path: str | None = None
+        """the directory the weights were last reloaded from (None: as loaded at start)"""
 
     def start(self) -> VisionBatcher:
         with self._cv:
@@ -68,12 +78,46 @@ class VisionBatcher:
         while self._queue:
             self._queue.popleft()[1].set_exception(RuntimeError("VisionBatcher closed before answering"))
 
+    def pause(self, mode: str = "keep", timeout: float = 600.0) -> None:
+        """Take no new batch; returns once the batch in flight (if any) is done."""
+        if mode not in ("keep", "wait"):
+            raise ValueError(f"pause mode must be 'keep' or 'wait', got {mode!r}")
+        with self._cv:
+            self._paused = True
+            if not self._cv.wait_for(lambda: not self._busy, timeout=timeout):
+                raise TimeoutError(f"pause: the batch in flight did not finish within {timeout:.0f} s")
+
+    def resume(self) -> None:
+        with self._cv:
+            self._paused = False
+            self._cv.notify_all()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def reload_weights(self, weights_path: str) -> int:
+        """Copy the directory's weights into the served model between two batches; returns the
+        tensors loaded (a directory that does not fit the model is a ValueError naming why)."""
+        with self.policy._lock:  # never under a decode
+            n = load_weights_into(self.policy.model, weights_path)
+            if self.policy.prefix_cache is not None:
+                self.policy.prefix_cache.clear()
+            self.weights_path = weights_path
+        return n
+
+    def reset_prefix_cache(self) -> None:
+        with self.policy._lock:
+            if self.policy.prefix_cache is not None:
+                self.policy.prefix_cache.clear()
+
     def _take(self) -> list[tuple[list[GenerationRequest], Future]] | None:
         with self._cv:
-            while not self._queue and not self._stop:
+            while (not self._queue or self._paused) and not self._stop:
                 self._cv.wait()
             if self._stop:
                 return None
+            self._busy = True
             taken = [self._queue.popleft()]
             n = len(taken[0][0])
             while self._queue and n + len(self._queue[0][0]) <= self.max_batch:
@@ -90,6 +134,10 @@ class VisionBatcher:
                 for _, fut in taken:
                     fut.set_exception(e)
                 continue
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
             self.stats.batches += 1
             self.stats.requests += len(flat)
             self.stats.largest = max(self.stats.largest, len(flat))
