@@ -13,8 +13,11 @@ after another. Endpoints and their fields are listed in `server/app.py`; the wei
 the tests run the exact server-in-the-loop path a GPU deployment runs.
 
 A `VisionPolicy` (an image-text-to-text model, chosen when the model directory's config has a
-`vision_config`) is served too: chat requests, with `image_url` parts or without, go to its own
-batched `generate`; it has no continuous batch, so no completions or weight-update routes.
+`vision_config`) is served too: chat requests, with `image_url` parts or without, are decoded
+together by its own batched `generate` (`server/vision_batch.py`: the requests of all
+connections waiting at once form one batch); it has no continuous batch and no raw completions;
+the weight-update routes run between two of its batches. Its prefix cache (`--prefix-cache-mb`)
+keys image positions by the image's SHA-256.
 
 `--mode fast` decodes with prompt-lookup speculative decoding inside the batch (same output
 distribution; `server/engine.py`), or with a draft model's proposals (`--draft DIR`, e.g.
@@ -39,6 +42,7 @@ from pathlib import Path
 from posttrain.policies.local import TorchPolicy
 from posttrain.policies.server.app import build_app
 from posttrain.policies.server.engine import BatchEngine
+from posttrain.policies.server.vision_batch import VisionBatcher
 from posttrain.policies.vision import VisionPolicy
 
 BACKLOG = 2048
@@ -57,7 +61,8 @@ class PolicyServer:
 
         self.policy = policy
         self.model_name = model_name or policy.version.name
-        vision = policy if isinstance(policy, VisionPolicy) else None
+        vision = VisionBatcher(policy, max_batch=max_batch) if isinstance(policy, VisionPolicy) else None
+        self.vision = vision
         self.engine = (BatchEngine(policy, max_batch=max_batch, prefix_cache_mb=prefix_cache_mb, mode=mode,
                                    draft=draft, max_draft=max_draft)
                        if isinstance(policy, TorchPolicy) else None)
@@ -79,6 +84,8 @@ class PolicyServer:
     def start(self) -> PolicyServer:
         if self.engine is not None:
             self.engine.start()
+        if self.vision is not None:
+            self.vision.start()
         self._thread = threading.Thread(target=self.serve_forever, name="posttrain-http", daemon=True)
         self._thread.start()
         return self
@@ -97,6 +104,8 @@ class PolicyServer:
             self._thread.join(timeout=30)
         if self.engine is not None:
             self.engine.close()
+        if self.vision is not None:
+            self.vision.close()
         try:
             self.sock.close()
         except OSError:
@@ -104,7 +113,8 @@ class PolicyServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Serve a local HF causal LM over the OpenAI API.")
+    parser = argparse.ArgumentParser(description="Serve a local HF causal LM (or image-text-to-text model) "
+                                                 "over the OpenAI API.")
     parser.add_argument("--model", required=True, help="model directory (or trainer checkpoint)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (0 picks a free one)")
@@ -130,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     policy: TorchPolicy | VisionPolicy
     config = Path(args.model) / "config.json"
     if config.is_file() and "vision_config" in json.loads(config.read_text()):
-        policy = VisionPolicy.load(args.model)
+        policy = VisionPolicy.load(args.model, prefix_cache_mb=args.prefix_cache_mb)
         if args.device:
             policy.model.to(args.device)
     else:
