@@ -2,7 +2,9 @@
 model as a policy, and a registry with extra domains for one test.
 
 Test tiers: tests marked `slow` (a full job, a live server, a sandboxed family sweep) are part of
-the default run; `pytest -m "not slow"` leaves them out for a quick check.
+the default run; `pytest -m "not slow" -n 2` leaves them out for a quick check, on two processes
+(pytest-xdist): a test must not depend on another's side effects or on running alone (its own
+`tmp_path`, free ports, its own sandboxes).
 """
 
 from __future__ import annotations

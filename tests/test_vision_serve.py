@@ -70,3 +70,89 @@ def test_a_text_models_server_refuses_an_image_part_by_name():
         assert status == 200 and out["choices"][0]["finish_reason"] in ("stop", "length")
     finally:
         server.close()
+
+
+def test_the_batcher_decodes_every_waiting_connection_together():
+    from posttrain.policies.server.vision_batch import VisionBatcher
+
+    vlm = tiny_vlm()
+    requests = _requests()
+    batcher = VisionBatcher(vlm, max_batch=8)
+    futures = [batcher.submit([r]) for r in requests] + [batcher.submit(requests[:2] * 2)]  # queued before start
+    batcher.start()
+    try:
+        got = [f.result(timeout=600) for f in futures]
+        assert batcher.stats.batches == 1 and batcher.stats.largest == 7  # all seven rows in one generate
+        want = vlm.generate(requests)
+        assert [c.token_ids for c in got[3]] == [w.token_ids for w in want[:2] * 2]
+        for (g,), w in zip(got[:3], want):
+            assert g.token_ids == w.token_ids and g.text == w.text
+        small = VisionBatcher(vlm, max_batch=2)  # a submission never splits; others wait their turn
+        fs = [small.submit(requests) for _ in range(2)]
+        small.start()
+        assert [len(f.result(timeout=600)) for f in fs] == [3, 3] and small.stats.batches == 2
+        small.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            small.submit(requests)
+    finally:
+        batcher.close()
+
+
+def test_the_serve_command_serves_a_saved_vision_model_as_it_answers_in_process(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from posttrain.policies.vision import VisionPolicy
+
+    vlm = tiny_vlm()
+    vlm.model.save_pretrained(tmp_path / "vlm")
+    vlm.processor.save_pretrained(tmp_path / "vlm")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+    proc = subprocess.Popen([sys.executable, "-m", "posttrain.policies.serve", "--model", str(tmp_path / "vlm"),
+                             "--port", "0", "--name", "tiny-vlm", "--prefix-cache-mb", "16"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        line = ""
+        while "listening on" not in line:
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, "the server exited before listening"
+        url = line.split("listening on", 1)[1].strip()
+        remote = OpenAIPolicy(OpenAIConfig(base_url=url, model="tiny-vlm", api="chat", max_retries=0))
+        local = VisionPolicy.load(tmp_path / "vlm")
+        requests = _requests()
+        got, want = remote.generate(requests), local.generate(requests)
+        for g, w in zip(got, want):
+            assert g.text == w.text and g.token_ids == w.token_ids and g.prompt_token_ids == w.prompt_token_ids
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_a_vision_server_reloads_the_weights_a_trainer_writes(tmp_path):
+    from posttrain.policies.server.weights import untied_state_dict, write_weights
+
+    served, other = tiny_vlm(), tiny_vlm(seed=1)
+    server = PolicyServer(served, model_name="tiny-vlm").start()
+    base = server.url.removesuffix("/v1")
+    try:
+        remote = OpenAIPolicy(OpenAIConfig(base_url=server.url, model="tiny-vlm", api="chat", max_retries=0))
+        requests = _requests()[:2]
+        before = remote.generate(requests)
+        write_weights(untied_state_dict(other.model), tmp_path / "w1")
+        assert post(f"{base}/pause?mode=keep")[0] == 200
+        status, body = post(f"{base}/collective_rpc", {"method": "reload_weights",
+                                                       "kwargs": {"weights_path": str(tmp_path / "w1")}})
+        assert status == 200 and body["results"][0]["tensors"] == len(untied_state_dict(other.model))
+        assert post(f"{base}/resume")[0] == 200
+        after, want = remote.generate(requests), other.generate(requests)
+        assert [c.token_ids for c in after] == [c.token_ids for c in want]
+        assert [c.token_ids for c in after] != [c.token_ids for c in before]
+        # a directory that does not fit the model: a 400 naming what is missing, weights unchanged
+        write_weights({"lm_head.weight": untied_state_dict(other.model)["lm_head.weight"]}, tmp_path / "w2")
+        status, body = post(f"{base}/collective_rpc", {"method": "reload_weights",
+                                                       "kwargs": {"weights_path": str(tmp_path / "w2")}})
+        assert status == 400 and "weights missing for" in body["error"]["message"]
+    finally:
+        server.close()

@@ -68,12 +68,15 @@ def _vision_model(cfg: RunConfig) -> bool:
     if not is_vision_model(cfg.model.path):
         return False
     what = f"{cfg.model.path} is an image-text-to-text model"
-    if cfg.rollout.mode != "standard":  # VisionPolicy has no drafter and no prefix cache
+    if cfg.rollout.mode != "standard":  # VisionPolicy has no drafter
         raise ConfigError(f"[rollout] mode = {cfg.rollout.mode!r}: {what}, which decodes in the 'standard' "
-                          "mode only (no speculative decoding or prefix cache); use mode = \"standard\"")
-    if cfg.rollout.engine != "local":  # the servers' weight sync and token-in/token-out are text-only
-        raise ConfigError(f"[rollout] engine = {cfg.rollout.engine!r}: {what}; inference servers are "
-                          "not supported for training one yet: use engine = \"local\"")
+                          "mode only (no speculative decoding); use mode = \"standard\"")
+    if cfg.rollout.engine != "local":
+        # a VLM is served (`python -m posttrain.policies.serve`) and evaluated through OpenAIPolicy, but
+        # the routed sampler sends token ids to /v1/completions, which carry no images, and a vision
+        # server has no weight-reload routes yet
+        raise ConfigError(f"[rollout] engine = {cfg.rollout.engine!r}: {what}; training it through inference "
+                          "servers is not supported yet (serving and evaluating it is): use engine = \"local\"")
     if cfg.trainer.lora is not None:  # a LoRA checkpoint of a vision model could not be resumed
         raise ConfigError(f"[trainer] lora: {what}; LoRA is not supported for vision models: remove [trainer.lora]")
     if cfg.trainer.engine != "local":

@@ -105,9 +105,12 @@ class RaggedBatch:
     def width(self) -> int:
         return self.mask.shape[1]
 
-    def forward(self, chunks: Sequence[Sequence[int]]) -> tuple[torch.Tensor, list[int]]:
+    def forward(self, chunks: Sequence[Sequence[int]], extra: dict[str, Any] | None = None
+                ) -> tuple[torch.Tensor, list[int]]:
         """Append each row's chunk; returns the logits of the new block [rows, W, vocab] and each
-        chunk's length (row r's logits are its last `lengths[r]` positions)."""
+        chunk's length (row r's logits are its last `lengths[r]` positions). `extra`: more
+        forward() inputs for this block (a vision model's image tensors for the images whose
+        positions it holds, in row order)."""
         if len(chunks) != len(self.fed):
             raise ValueError(f"RaggedBatch.forward: {len(chunks)} chunks for {len(self.fed)} rows")
         lengths = [len(c) for c in chunks]
@@ -125,7 +128,8 @@ class RaggedBatch:
         self.mask = torch.cat([self.mask, t(block)], dim=1)
         kwargs = {self.kw: self.cache} if self.cache is not None else {}
         out = self.model(input_ids=t(ids), attention_mask=self.mask, position_ids=t(pos),
-                         use_cache=True, **kwargs, **keep_last(self.model, w))
+                         use_cache=True, **kwargs, **keep_last(self.model, w),
+                         **{k: v.to(self.device) for k, v in (extra or {}).items()})
         self.cache = output_cache(out)
         return out.logits[:, -w:, :], lengths
 

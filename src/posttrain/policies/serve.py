@@ -13,12 +13,17 @@ after another. Endpoints and their fields are listed in `server/app.py`; the wei
 the tests run the exact server-in-the-loop path a GPU deployment runs.
 
 A `VisionPolicy` (an image-text-to-text model, chosen when the model directory's config has a
-`vision_config`) is served too: chat requests, with `image_url` parts or without, go to its own
-batched `generate`; it has no continuous batch, so no completions or weight-update routes.
+`vision_config`) is served too: chat requests, with `image_url` parts or without, are decoded
+together by its own batched `generate` (`server/vision_batch.py`: the requests of all
+connections waiting at once form one batch); it has no continuous batch and no raw completions;
+the weight-update routes run between two of its batches. Its prefix cache (`--prefix-cache-mb`)
+keys image positions by the image's SHA-256.
 
 `--mode fast` decodes with prompt-lookup speculative decoding inside the batch (same output
-distribution; `server/engine.py`); the prefix cache is on in both modes (`--prefix-cache-mb`),
-and each response's `usage` says how many prompt tokens it reused.
+distribution; `server/engine.py`), or with a draft model's proposals (`--draft DIR`, e.g.
+`models/tiny-base-draft`); the prefix cache (a radix tree shared by every request) is on in
+both modes (`--prefix-cache-mb`), and each response's `usage` says how many prompt tokens it
+reused.
 
 What it is *not*: a production server. No streaming, no authentication, no `best_of`/`echo`/
 penalties (refused with 400, not ignored). It binds 127.0.0.1 by default. Log-probs are those
@@ -37,6 +42,7 @@ from pathlib import Path
 from posttrain.policies.local import TorchPolicy
 from posttrain.policies.server.app import build_app
 from posttrain.policies.server.engine import BatchEngine
+from posttrain.policies.server.vision_batch import VisionBatcher
 from posttrain.policies.vision import VisionPolicy
 
 BACKLOG = 2048
@@ -49,13 +55,16 @@ class PolicyServer:
 
     def __init__(self, policy: TorchPolicy | VisionPolicy, host: str = "127.0.0.1", port: int = 0,
                  model_name: str | None = None, *, max_batch: int = 256,
-                 prefix_cache_mb: float = 64.0, mode: str = "standard") -> None:
+                 prefix_cache_mb: float = 64.0, mode: str = "standard", draft: str | None = None,
+                 max_draft: int | None = None) -> None:
         import uvicorn
 
         self.policy = policy
         self.model_name = model_name or policy.version.name
-        vision = policy if isinstance(policy, VisionPolicy) else None
-        self.engine = (BatchEngine(policy, max_batch=max_batch, prefix_cache_mb=prefix_cache_mb, mode=mode)
+        vision = VisionBatcher(policy, max_batch=max_batch) if isinstance(policy, VisionPolicy) else None
+        self.vision = vision
+        self.engine = (BatchEngine(policy, max_batch=max_batch, prefix_cache_mb=prefix_cache_mb, mode=mode,
+                                   draft=draft, max_draft=max_draft)
                        if isinstance(policy, TorchPolicy) else None)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -75,6 +84,8 @@ class PolicyServer:
     def start(self) -> PolicyServer:
         if self.engine is not None:
             self.engine.start()
+        if self.vision is not None:
+            self.vision.start()
         self._thread = threading.Thread(target=self.serve_forever, name="posttrain-http", daemon=True)
         self._thread.start()
         return self
@@ -93,6 +104,8 @@ class PolicyServer:
             self._thread.join(timeout=30)
         if self.engine is not None:
             self.engine.close()
+        if self.vision is not None:
+            self.vision.close()
         try:
             self.sock.close()
         except OSError:
@@ -100,7 +113,8 @@ class PolicyServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Serve a local HF causal LM over the OpenAI API.")
+    parser = argparse.ArgumentParser(description="Serve a local HF causal LM (or image-text-to-text model) "
+                                                 "over the OpenAI API.")
     parser.add_argument("--model", required=True, help="model directory (or trainer checkpoint)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (0 picks a free one)")
@@ -112,7 +126,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="prefix cache budget (0 = off): an episode's next turn reuses its keys/values")
     parser.add_argument("--mode", choices=("standard", "fast"), default="standard",
                         help="fast: prompt-lookup speculative decoding in the batch, same output distribution")
+    parser.add_argument("--draft", default=None,
+                        help="with --mode fast: a draft model directory (same tokenizer) proposes the drafts")
+    parser.add_argument("--max-draft", type=int, default=None,
+                        help="draft tokens per row per step at most (default 16; 4 with --draft)")
     args = parser.parse_args(argv)
+    if args.draft is not None and args.mode != "fast":
+        parser.error("--draft needs --mode fast")
     if args.threads:
         import torch
 
@@ -120,13 +140,14 @@ def main(argv: list[str] | None = None) -> None:
     policy: TorchPolicy | VisionPolicy
     config = Path(args.model) / "config.json"
     if config.is_file() and "vision_config" in json.loads(config.read_text()):
-        policy = VisionPolicy.load(args.model)
+        policy = VisionPolicy.load(args.model, prefix_cache_mb=args.prefix_cache_mb)
         if args.device:
             policy.model.to(args.device)
     else:
         policy = TorchPolicy(args.model, device=args.device)
     server = PolicyServer(policy, args.host, args.port, args.name,
-                          max_batch=args.max_batch, prefix_cache_mb=args.prefix_cache_mb, mode=args.mode)
+                          max_batch=args.max_batch, prefix_cache_mb=args.prefix_cache_mb, mode=args.mode,
+                          draft=args.draft, max_draft=args.max_draft)
     print(f"listening on {server.url}", flush=True)
     try:
         server.serve_forever()

@@ -18,10 +18,20 @@ Training: `Trainer(vision_policy)` trains the model; it re-runs each trajectory'
 through `image_inputs` (the processor's image half, the same tensors generation fed) and
 recomputes log-probs with them. Image positions sit in the prompt, which a trainer never trains on.
 
-What it does not do (yet): share the prompt pass of a GRPO group's repeated prompt (ids alone do
-not tell pictures apart; every row is computed), reuse a prefix cache, speculative decoding, or
-feed token-in/token-out prefixes (`prefix_ids` is ignored: image positions would have to be
-spliced, so the history is re-rendered).
+Token-in/token-out: a request carrying the episode's ids so far (`prefix_ids`: the previous
+prompt as the model saw it, image positions included, then the completion as sampled) is
+rendered as those ids followed by the new messages only ("\n" + their contents, their images
+expanded by the processor), as `posttrain.policies.render.continue_ids` does for text: the
+history is never re-tokenized. Other requests (and `message_ids`, a context policy's edited
+history) are rendered whole.
+
+Prefix cache (`prefix_cache_mb` > 0, off by default): an episode's next turn reuses the
+keys/values of its earlier turns (`posttrain.policies.vision_decode`); the cache's keys hold
+each image's SHA-256 at its positions, so a prompt never reuses another picture's keys/values.
+With it, a GRPO group's repeated prompt (same ids, same pictures) is computed once; without it,
+every row is. Completions report `prefill_tokens` / `reused_tokens`.
+
+What it does not do (yet): speculative decoding, or splice a context policy's `message_ids`.
 """
 
 from __future__ import annotations
@@ -35,8 +45,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from posttrain.policies.decode import RowSpec, cut_at_stop, decode
+from posttrain.policies.prefix_cache import PrefixCache, weights_fingerprint
 from posttrain.policies.render import PLAIN_SEPARATOR
+from posttrain.policies.vision_decode import decode_reusing, key_ids
 from posttrain.values.generation import Completion, GenerationRequest, Message, PolicyVersion
 from posttrain.values.image import Image, content_images, content_text
 
@@ -92,9 +106,11 @@ class VisionPolicy:
 
     def __init__(self, model: Any, processor: Any, *, version: PolicyVersion | None = None,
                  image_token: str | None = None, path: str | os.PathLike | None = None,
-                 max_batch_size: int = 16) -> None:
+                 max_batch_size: int = 16, prefix_cache_mb: float = 0.0) -> None:
         if max_batch_size < 1:
             raise ValueError(f"VisionPolicy.max_batch_size must be >= 1, got {max_batch_size}")
+        if prefix_cache_mb < 0:
+            raise ValueError(f"VisionPolicy.prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
         self.model = model.eval()
         self.max_batch_size = max_batch_size
         """requests decoded together (one prompt pass, images included, then one token per step)"""
@@ -107,16 +123,26 @@ class VisionPolicy:
         text_config = getattr(model.config, "text_config", model.config)
         self.max_positions: int | None = getattr(text_config, "max_position_embeddings", None)
         self._lock = threading.Lock()  # one decode at a time: unseeded rows share torch's global RNG
+        self.placeholders = set(placeholder_ids(model))
+        self._positions: dict[str, int] = {}  # image sha256 -> the placeholder positions it fills
+        self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20)) if prefix_cache_mb > 0 else None
+        if self.prefix_cache is not None:
+            from posttrain.policies.ragged import supports_ragged
+
+            why = supports_ragged(self.model)
+            if why is not None:
+                raise ValueError(f"VisionPolicy prefix cache: model {type(model).__name__} is not supported: {why}")
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, version: PolicyVersion | None = None) -> VisionPolicy:
+    def load(cls, path: str | os.PathLike, *, version: PolicyVersion | None = None,
+             **kwargs: Any) -> VisionPolicy:
         """A saved image-text-to-text model and its processor (e.g. a trainer's checkpoint). Its
         version, unless given, is named like `TorchPolicy`'s: the directory's name, or the lineage
         a checkpoint recorded, with the weights' and tokenizer's hashes."""
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         policy = cls(AutoModelForImageTextToText.from_pretrained(path), AutoProcessor.from_pretrained(path),
-                     version=version, path=path)
+                     version=version, path=path, **kwargs)
         if version is None:
             policy.version = policy._version_from_path()
         return policy
@@ -142,10 +168,38 @@ class VisionPolicy:
     def image_inputs(self, images: Sequence[Image]) -> dict[str, Any]:
         """The model's image tensors for `images` (pixel values, and sizes or grids where the model
         takes them), batched along dim 0: what `generate` fed with these images, for a trainer."""
-        return dict(self.processor.image_processor(images=[_pil(img) for img in images], return_tensors="pt"))
+        pil = [_pil(img) for img in images]
+        out = dict(self.processor.image_processor(images=pil, return_tensors="pt"))
+        pixels = out.get("pixel_values")
+        if isinstance(pixels, torch.Tensor) and pixels.dim() == 5 and pixels.shape[0] == 1 and len(pil) > 1:
+            # [samples, images per sample, C, H, W] (Idefics3, SmolVLM): one image per sample, so
+            # a trainer can concatenate any sequences' images along dim 0
+            out = dict(self.processor.image_processor(images=[[x] for x in pil], return_tensors="pt"))
+        return out
 
     def render(self, request: GenerationRequest) -> list[int]:
+        """The prompt's ids as the model sees them (each image's positions expanded):
+        token-in/token-out when the request carries `prefix_ids`, else the messages rendered."""
+        if request.prefix_ids is not None:
+            new = request.messages[request.prefix_messages:]
+            tail = PLAIN_SEPARATOR + PLAIN_SEPARATOR.join(
+                content_text(m.content, image_placeholder=self.image_token) for m in new)
+            images = [_pil(img) for m in new for img in content_images(m.content)]
+            ids = self.processor(images=images or None, text=[tail], return_tensors="pt",
+                                 add_special_tokens=False)["input_ids"][0].tolist()
+            return list(request.prefix_ids) + ids
         return self._inputs(request.messages)["input_ids"][0].tolist()
+
+    def image_positions(self, img: Image) -> int:
+        """How many placeholder positions the processor expands `img` to (remembered by hash)."""
+        n = self._positions.get(img.sha256)
+        if n is None:
+            ids = self.processor(images=[_pil(img)], text=[self.image_token], return_tensors="pt")["input_ids"][0]
+            n = sum(1 for t in ids.tolist() if t in self.placeholders)
+            if len(self._positions) >= 65536:
+                self._positions.clear()
+            self._positions[img.sha256] = n
+        return n
 
     def _text(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
@@ -161,7 +215,10 @@ class VisionPolicy:
 
     def _batch(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         t0 = time.perf_counter()
-        prompts = [self.render(r) for r in requests]
+        rendered: dict[tuple, list[int]] = {}  # a GRPO group repeats its prompt: render it once
+        keys = [(r.messages, r.prefix_ids, r.prefix_messages) for r in requests]
+        prompts = [rendered[k] if k in rendered else rendered.setdefault(k, self.render(r))
+                   for k, r in zip(keys, requests)]
         out: list[Completion | None] = [None] * len(requests)
         todo = []
         for i, ids in enumerate(prompts):
@@ -181,16 +238,32 @@ class VisionPolicy:
             def stop_check(row: int, ids: list[int]) -> bool:
                 return bool(stops[row]) and any(x in self._text(ids[-span[row]:]) for x in stops[row])
 
-            images = [img for i in todo for m in requests[i].messages for img in content_images(m.content)]
             eos = self.tokenizer.eos_token_id
-            results = decode(self.model, rows, pad_id=self.tokenizer.pad_token_id or eos or 0,
-                             eos_ids=set() if eos is None else {eos}, max_positions=self.max_positions,
-                             stop_check=stop_check, prefill_inputs=self.image_inputs(images) if images else None,
-                             never=placeholder_ids(self.model))
+            common: dict[str, Any] = dict(pad_id=self.tokenizer.pad_token_id or eos or 0,
+                                          eos_ids=set() if eos is None else {eos}, max_positions=self.max_positions,
+                                          stop_check=stop_check, never=sorted(self.placeholders))
+            shown = [[img for m in requests[i].messages for img in content_images(m.content)] for i in todo]
+            if self.prefix_cache is not None:
+                self.prefix_cache.check_weights(weights_fingerprint(self.model))
+                keyed = []
+                for i, imgs in zip(todo, shown):
+                    try:
+                        keyed.append(key_ids(prompts[i], imgs, [self.image_positions(x) for x in imgs],
+                                             self.placeholders))
+                    except ValueError as e:
+                        raise ValueError(f"VisionPolicy request {i}: {e}") from e
+                results = decode_reusing(self.model, rows, keys=[k for k, _ in keyed], spans=[s for _, s in keyed],
+                                         images=shown, image_inputs=self.image_inputs, cache=self.prefix_cache,
+                                         **common)
+            else:
+                images = [img for imgs in shown for img in imgs]
+                results = decode(self.model, rows, prefill_inputs=self.image_inputs(images) if images else None,
+                                 **common)
             gen_s = (time.perf_counter() - t0) / len(todo)
             for i, res, st in zip(todo, results, stops):
                 text, ids, logprobs = cut_at_stop(self._text, res.token_ids, res.logprobs, st)
                 out[i] = Completion(text=text, finish_reason=res.finish_reason,  # type: ignore[arg-type]
                                     prompt_token_ids=prompts[i], token_ids=ids, logprobs=logprobs,
-                                    gen_s=gen_s, prefill_tokens=len(prompts[i]))
+                                    gen_s=gen_s, prefill_tokens=len(prompts[i]) - res.reused_tokens,
+                                    reused_tokens=res.reused_tokens)
         return [c for c in out if c is not None]

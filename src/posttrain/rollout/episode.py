@@ -66,7 +66,9 @@ class Episode:
         (`Turn.dropped_observations`); the episode then drops exactly those instead of deciding."""
         self.domain, self.task = domain, task
         self.policy_version = policy_version
-        self.sampling = replace(sampling, stop=tuple(dict.fromkeys(sampling.stop + stop_strings(domain))))
+        stop = tuple(dict.fromkeys(sampling.stop + stop_strings(domain)))
+        # the same frozen value when nothing changes: `replace` re-validates, per episode
+        self.sampling = sampling if stop == sampling.stop else replace(sampling, stop=stop)
         self.env_config = env_config
         self.sandbox_factory = sandbox_factory
         self.group_id, self.attempt, self.run_id = group_id, attempt, run_id
@@ -256,7 +258,9 @@ class Episode:
             self._out_of_context()
             return None
         max_tokens = max(1, min(self.sampling.max_tokens, limits.max_tokens, remaining))
-        sampling = replace(self.sampling, max_tokens=max_tokens)
+        sampling = self.sampling
+        if max_tokens != sampling.max_tokens:
+            sampling = replace(sampling, max_tokens=max_tokens)
         meta = {"episode": self.id, "domain": self.domain.name, "task_key": self.task.key,
                 "turn": len(self.turns), "group_id": self.group_id}
         prefix = self._prefix if message_ids is None else None

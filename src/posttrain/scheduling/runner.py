@@ -27,6 +27,7 @@ that generated it (`posttrain.scheduling.versions`: a jump in the infra-error ra
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -41,6 +42,9 @@ from posttrain.scheduling.versions import VersionInfraRate
 from posttrain.scheduling.work import EpisodeFactory, EpisodeSpec, Group, TaskSource, Usage
 from posttrain.values.episode import EpisodeResult
 from posttrain.values.trajectory import ErrorInfo, Trajectory
+
+_NO_DEADLINE = contextlib.nullcontext()
+"""a reusable do-nothing async context (`nullcontext` keeps no state)"""
 
 
 class EpisodeTimeout(RuntimeError):
@@ -280,7 +284,10 @@ class Scheduler:
         handle = None
         try:
             spec = self._with_task(spec)
-            async with asyncio.timeout(self.config.retry.episode_timeout_s):
+            # no deadline (the default): no timeout context, whose set-up costs more than a
+            # light episode's bookkeeping
+            timeout_s = self.config.retry.episode_timeout_s
+            async with asyncio.timeout(timeout_s) if timeout_s is not None else _NO_DEADLINE:
                 inline = spec.domain in self._light
                 handle, (request, result, secs) = await self.backend.start(spec, inline)
                 usage.sandbox_s += secs

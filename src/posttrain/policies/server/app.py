@@ -22,8 +22,9 @@ Fields this server cannot honour (`best_of`, `echo`, penalties, streaming, tools
 with 400, never ignored.
 
 Images: chat content may be a list of `text` and `image_url` parts (base64 data URIs). A server
-of a `VisionPolicy` (`build_app(None, name, vision=policy)`) answers chat requests with it,
-images or not (its own batches, not the continuous batch; no completions or weight routes); a
+of a `VisionPolicy` (`build_app(None, name, vision=batcher)`, a `VisionBatcher`) answers chat
+requests with it, images or not: every connection's requests waiting at once are decoded in one
+batch (not the continuous batch; no raw completions, the weight routes between two batches); a
 text model's server refuses an image part with 400 naming the message and the part.
 """
 
@@ -42,7 +43,7 @@ from starlette.routing import Route
 from posttrain.policies.base import PolicyError
 from posttrain.policies.render import render_ids
 from posttrain.policies.server.engine import BatchEngine
-from posttrain.policies.vision import VisionPolicy
+from posttrain.policies.server.vision_batch import VisionBatcher
 from posttrain.values.generation import Completion, GenerationRequest, Message, SamplingParams
 from posttrain.values.image import ImagePart, content_text, from_openai
 
@@ -121,12 +122,13 @@ def _text_only(messages: tuple[Message, ...], model_name: str) -> tuple[Message,
     return tuple(Message(m.role, content_text(m.content)) for m in messages)
 
 
-def build_app(engine: BatchEngine | None, model_name: str, vision: VisionPolicy | None = None) -> Starlette:
-    """The app of a text model's `engine`, or (engine None) of a `vision` policy."""
+def build_app(engine: BatchEngine | None, model_name: str, vision: VisionBatcher | None = None) -> Starlette:
+    """The app of a text model's `engine`, or (engine None) of a vision policy's batcher."""
     if (engine is None) == (vision is None):
-        raise ValueError("build_app: give a BatchEngine or a VisionPolicy (one of them)")
-    tokenizer = engine.tokenizer if engine is not None else cast(VisionPolicy, vision).tokenizer
-    live = cast(BatchEngine, engine)  # the routes that use it exist only when there is an engine
+        raise ValueError("build_app: give a BatchEngine or a VisionBatcher (one of them)")
+    tokenizer = engine.tokenizer if engine is not None else cast(VisionBatcher, vision).policy.tokenizer
+    # the weight routes: the continuous batch's engine, or the vision batcher (same methods)
+    live = cast(BatchEngine, engine if engine is not None else vision)
 
     async def run(prompts: list[list[int]], sampling: SamplingParams, n: int,
                   ignore_eos: bool = False) -> list[Completion]:
@@ -180,7 +182,7 @@ def build_app(engine: BatchEngine | None, model_name: str, vision: VisionPolicy 
         messages = _messages(body.get("messages"))
         sampling, n = _sampling(body, default_max=64), _n(body)
         if vision is not None:
-            outs = await asyncio.to_thread(vision.generate, [GenerationRequest(messages, sampling)] * n)
+            outs = await asyncio.wrap_future(vision.start().submit([GenerationRequest(messages, sampling)] * n))
             for c in outs:
                 if c.finish_reason == "error":
                     raise RequestError(c.error or "generation failed")
@@ -225,7 +227,8 @@ def build_app(engine: BatchEngine | None, model_name: str, vision: VisionPolicy 
         return JSONResponse({"object": "list", "data": [
             {"id": model_name, "object": "model", "owned_by": "posttrain",
              "weights_path": engine.weights_path if engine is not None else
-             (str(vision.path) if vision is not None and vision.path else None)}]})
+             (vision.weights_path or (str(vision.policy.path) if vision.policy.path else None)
+              if vision is not None else None)}]})
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
@@ -270,19 +273,15 @@ def build_app(engine: BatchEngine | None, model_name: str, vision: VisionPolicy 
 
     routes = [Route("/v1/models", models, methods=["GET"]), Route("/health", health, methods=["GET"]),
               Route("/v1/chat/completions", generation(chat), methods=["POST"])]
-    if engine is None:  # a vision policy: chat only (no raw prompts, no continuous batch to pause)
+    weight_routes = [Route("/pause", pause, methods=["POST"]), Route("/resume", resume, methods=["POST"]),
+                     Route("/is_paused", is_paused, methods=["GET"]),
+                     Route("/reset_prefix_cache", reset_prefix_cache, methods=["POST"]),
+                     Route("/collective_rpc", collective_rpc, methods=["POST"])]
+    if engine is None:  # a vision policy: chat only (no raw prompts: they would need their images)
         async def chat_only(request: Request) -> JSONResponse:
             return error(400, f"{request.url.path}: the served model {model_name!r} is a vision model, which "
                               "this server answers through /v1/chat/completions only", "invalid_request_error")
 
-        return Starlette(routes=[*routes, *(Route(path, chat_only, methods=["POST"]) for path in (
-            "/v1/completions", "/pause", "/resume", "/reset_prefix_cache", "/collective_rpc"))])
-    return Starlette(routes=[
-        *routes,
-        Route("/v1/completions", generation(completions), methods=["POST"]),
-        Route("/pause", pause, methods=["POST"]),
-        Route("/resume", resume, methods=["POST"]),
-        Route("/is_paused", is_paused, methods=["GET"]),
-        Route("/reset_prefix_cache", reset_prefix_cache, methods=["POST"]),
-        Route("/collective_rpc", collective_rpc, methods=["POST"]),
-    ])
+        return Starlette(routes=[*routes, *weight_routes, Route("/v1/completions", chat_only, methods=["POST"])])
+    return Starlette(routes=[*routes, Route("/v1/completions", generation(completions), methods=["POST"]),
+                             *weight_routes])
