@@ -1,6 +1,7 @@
 """Hundreds of domains in one run: `configs/breadth.toml` (every domain the model fits), shortened.
 
     .venv/bin/python benchmarks/breadth.py [--steps 4] [--tasks-per-domain 4] [--samples 4]
+    .venv/bin/python benchmarks/breadth.py --config configs/breadth-agent.toml   # with tiny-agent
 
 Runs the job in-process with the overrides below, then reports, from the run directory:
 

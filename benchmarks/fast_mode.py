@@ -1,9 +1,10 @@
 """TorchPolicy fast mode vs standard mode, and KV reuse across turns, same model, same run.
 
     .venv/bin/python benchmarks/fast_mode.py                       # shipped tiny model
+    .venv/bin/python benchmarks/fast_mode.py --model models/tiny-agent --prompt-chars 400 --copy-tokens 256
     .venv/bin/python benchmarks/fast_mode.py --identical 300 --repeats 2   # a quicker look
 
-Four measurements, then one JSON line:
+Six measurements, then one JSON line:
 
 1. **speed on copy-heavy transcripts** -- the registry's tool-use and code domains' oracle
    transcripts (`<bash>...</bash>`, `<edit ...>`, code blocks), cut to `--prompt-chars` so
@@ -19,9 +20,17 @@ Four measurements, then one JSON line:
 4. **pass@1 on the same eval** -- the RL mix's eval split sampled at temperature 1 by standard
    mode and by fast mode as shipped (prompt lookup + prefix cache): fast must fall inside the
    standard mode's 95% interval (binomial over samples, averaged over domains).
-5. **reuse across turns** -- 8-turn token-in/token-out episodes (each turn: prompt +
-   completion + "\\n" + a new problem): the share of turn 8's prompt served by the prefix
-   cache, and the wall time of whole episodes with reuse vs without.
+5. **reuse across turns** -- 8-turn token-in/token-out episodes: the share of turn 8's prompt
+   served by the prefix cache, and the wall time of whole episodes with reuse vs without.
+   `--episode-kind tools` (the default for a model of >= 512 positions, e.g. `tiny-agent`):
+   tool-use episodes of the agentic domains -- the environment's real first observation (task,
+   workspace, tool list), each turn a tool call stopped at its closing tag, then an observation
+   in the sandbox's format (`[bash] exit 0` + the oracle's next call as output: synthesised, no
+   sandbox is run). `math`: each turn "\\n" + a new one-digit problem.
+6. **the server** (`posttrain.policies.serve`'s engine over loopback, same model object):
+   the copy-heavy transcripts through `--mode fast` vs `--mode standard` at `--batch`
+   concurrent requests (tokens per second, acceptance, greedy identity between the two), and
+   the tool episodes through it with its radix prefix cache vs without (reused share, speedup).
 
 Compare ratios within one run: the machine is shared and noisy.
 """
@@ -40,6 +49,31 @@ COPY_DOMAINS = ("code.str.reverse", "code.str.rle", "code.list.window", "code.re
                 "terminal.git.tag", "terminal.config.set-key", "terminal.text.replace")
 OWN_DOMAINS = ("text.reverse.l3", "text.upper.l5", "text.double.l3", "math.add.d1", "math.max.d1")
 EPISODE_DOMAINS = ("math.add.d1", "math.sub.d1", "math.mul.d1")
+TOOL_DOMAINS = ("terminal.count.words", "terminal.count.level-lines", "terminal.find.largest",
+                "code.repair.list.kth", "code.repair.str.rle", "code.repair.list.window")
+
+
+def episode_script(kind: str, n: int):
+    """(first prompts, per episode the 7 observations that follow turns 1..7, sampling)."""
+    from posttrain.envs import initial_observation, stop_strings
+    from posttrain.tasks.registry import get_domain
+    from posttrain.values.generation import SamplingParams
+
+    if kind == "math":
+        problems = [[get_domain(EPISODE_DOMAINS[(e + t) % 3]).task(1000 * e + t, "train").prompt for t in range(8)]
+                    for e in range(n)]
+        return ([p[0] for p in problems], [["\n" + q for q in p[1:]] for p in problems],
+                SamplingParams(temperature=0.0, max_tokens=6, stop=("\n",)))
+    firsts, observations = [], []
+    for e in range(n):
+        domain = get_domain(TOOL_DOMAINS[e % len(TOOL_DOMAINS)])
+        task = domain.task(e, "train")
+        firsts.append(initial_observation(domain, task) + "\n")
+        calls = [str(a) for a in domain.oracle(task)]
+        # what a sandbox shows after a call: its status line and output (here the oracle's next
+        # call, cut: an observation that quotes code the episode has seen)
+        observations.append([f"\n[bash] exit 0\n{calls[(t + 1) % len(calls)][:80]}\n" for t in range(7)])
+    return firsts, observations, SamplingParams(temperature=0.0, max_tokens=24, stop=stop_strings(domain))
 
 
 def transcript(domain, seed: int) -> str:
@@ -75,6 +109,98 @@ def family_prompts(n: int, seed: int) -> list[tuple[str, str, int, tuple[str, ..
     return out[:n]
 
 
+def measure_server(standard, copy_requests, firsts, observations, greedy, args) -> tuple[list[str], dict]:
+    """Section 6: (table lines, JSON fields). Servers share `standard`'s model object and run
+    one at a time (an idle engine waits without spinning)."""
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+
+    from posttrain.policies.local import TorchPolicy
+    from posttrain.policies.openai_compat import OpenAIConfig, OpenAIPolicy
+    from posttrain.policies.serve import PolicyServer
+
+    tok = standard.tokenizer
+
+    def server(mode: str, cache_mb: float) -> PolicyServer:
+        return PolicyServer(TorchPolicy(standard.model, tok), model_name="m", mode=mode,
+                            prefix_cache_mb=cache_mb).start()
+
+    # copy-heavy transcripts: no prefix cache, so a repeat does not find its prompt computed
+    servers = {"standard": server("standard", 0), "fast": server("fast", 0)}
+    best: dict[str, float] = {}
+    outs: dict[str, list] = {}
+    accept: dict[str, float] = {}
+    try:
+        for _ in range(args.repeats):
+            for name, srv in servers.items():
+                remote = OpenAIPolicy(OpenAIConfig(base_url=srv.url, model="m", max_retries=0,
+                                                   max_concurrency=args.batch, timeout_s=1800))
+                stats = srv.engine.stats
+                tokens0, rows0 = stats.tokens, stats.row_steps
+                secs, _, out = timed(lambda remote=remote: remote.generate(copy_requests))
+                best[name] = min(best.get(name, 1e9), secs)
+                outs[name] = out  # type: ignore[assignment]
+                accept[name] = (stats.tokens - tokens0) / max(1, stats.row_steps - rows0)
+    finally:
+        for srv in servers.values():
+            srv.close()
+    tokens = {n: sum(len(c.token_ids or []) for c in o) for n, o in outs.items()}
+    speed = {n: max(1, tokens[n]) / best[n] for n in outs}
+    mismatches = sum((a.token_ids, a.text) != (b.token_ids, b.text) for a, b in zip(outs["standard"], outs["fast"]))
+
+    # tool episodes, token in / token out, every episode on its own connection
+    def episode(url: str, e: int) -> list[dict]:
+        prompt = [tok.bos_token_id] + tok(firsts[e], add_special_tokens=False)["input_ids"]
+        usages = []
+        for t in range(8):
+            body = {"model": "m", "prompt": prompt, "max_tokens": greedy.max_tokens, "temperature": 0,
+                    "stop": list(greedy.stop), "return_token_ids": True}
+            request = urllib.request.Request(f"{url}/completions", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=1800) as r:
+                answer = json.loads(r.read())
+            choice = answer["choices"][0]
+            usages.append(dict(answer["usage"], token_ids=choice["token_ids"]))
+            if t < 7:
+                prompt = prompt + choice["token_ids"] + tok(observations[e][t], add_special_tokens=False)["input_ids"]
+        return usages
+
+    ep_best: dict[str, float] = {}
+    ep_out: dict[str, list] = {}
+    for _ in range(args.repeats):
+        for name, mode, mb in (("without reuse", "standard", 0), ("with reuse", "standard", 64),
+                               ("fast + reuse", "fast", 64)):
+            srv = server(mode, mb)
+            try:
+                with ThreadPoolExecutor(len(firsts)) as pool:
+                    secs, _, got = timed(lambda srv=srv, pool=pool: list(pool.map(
+                        lambda e, url=srv.url: episode(url, e), range(len(firsts)))))
+            finally:
+                srv.close()
+            ep_best[name] = min(ep_best.get(name, 1e9), secs)
+            ep_out[name] = got  # type: ignore[assignment]
+    last = [e[7] for e in ep_out["with reuse"]]
+    share = sum(u["reused_tokens"] for u in last) / sum(u["prompt_tokens"] for u in last)
+    same = all([u["token_ids"] for u in ep_out["without reuse"][e]] == [u["token_ids"] for u in ep_out[n][e]]
+               for e in range(len(firsts)) for n in ("with reuse", "fast + reuse"))
+    lines = [f"\nserver (continuous batch, {args.batch} concurrent requests, copy-heavy): standard "
+             f"{speed['standard']:,.0f} tok/s, fast {speed['fast']:,.0f} tok/s "
+             f"({speed['fast'] / speed['standard']:.2f}x), tokens per row-step {accept['fast']:.2f}; greedy "
+             f"fast vs standard: {len(copy_requests)} prompts, {mismatches} mismatches",
+             f"server 8-turn episodes x {len(firsts)} (concurrent): reused share at turn 8 {share:.3f}; "
+             f"outputs identical with reuse: {same}"]
+    lines += [f"  {n:14s} {t:7.3f} s  {ep_best['without reuse'] / t:5.2f}x" for n, t in ep_best.items()]
+    return lines, {
+        "server_speedup_tokens_per_s": round(speed["fast"] / speed["standard"], 2),
+        "server_standard_tokens_per_s": round(speed["standard"]), "server_fast_tokens_per_s": round(speed["fast"]),
+        "server_acceptance_len": round(accept["fast"], 2),
+        "server_greedy_identical": len(copy_requests), "server_greedy_mismatches": mismatches,
+        "server_prefill_reused_share": round(share, 3), "server_reuse_outputs_identical": same,
+        "server_episode_speedup": round(ep_best["without reuse"] / ep_best["with reuse"], 2),
+        "server_episode_speedup_fast": round(ep_best["without reuse"] / ep_best["fast + reuse"], 2),
+    }
+
+
 def timed(fn) -> tuple[float, float, object]:
     """(wall seconds, CPU seconds of this process, result)"""
     t0, c0 = time.perf_counter(), time.process_time()
@@ -85,8 +211,13 @@ def timed(fn) -> tuple[float, float, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="models/tiny-base")
-    parser.add_argument("--draft", default="models/tiny-base-draft", help="'' to skip the draft model")
+    parser.add_argument("--draft", default=None,
+                        help="draft model directory (default: MODEL-draft when it exists; '' to skip)")
     parser.add_argument("--prompt-chars", type=int, default=48)
+    parser.add_argument("--copy-tokens", type=int, default=128, help="tokens generated per copy-heavy transcript")
+    parser.add_argument("--episode-kind", choices=("tools", "math"), default=None,
+                        help="8-turn episodes (default: tools for a model of >= 512 positions, else math)")
+    parser.add_argument("--server", type=int, default=1, help="1: also measure the server (section 6)")
     parser.add_argument("--per-domain", type=int, default=8, help="transcripts per copy domain")
     parser.add_argument("--identical", type=int, default=1200, help="prompts in the greedy identity check")
     parser.add_argument("--batch", type=int, default=16, help="rows per generate call (copy-heavy workload)")
@@ -108,6 +239,8 @@ def main() -> None:
     standard = TorchPolicy(args.model, device="cpu")
     fast = TorchPolicy(standard.model, standard.tokenizer, mode="fast", prefix_cache_mb=0)
     variants = {"standard": standard, "fast (prompt lookup)": fast}
+    if args.draft is None:
+        args.draft = args.model.rstrip("/") + "-draft"
     if args.draft and Path(args.draft).is_dir():
         variants["fast (draft model)"] = TorchPolicy(standard.model, standard.tokenizer, mode="fast",
                                                      draft=args.draft, max_draft=4, prefix_cache_mb=0)
@@ -137,8 +270,10 @@ def main() -> None:
     copy_requests, acceptance = [], {}
     for name in COPY_DOMAINS:
         domain = get_domain(name)
-        texts = [transcript(domain, s)[:args.prompt_chars] for s in range(args.per_domain)]
-        reqs = [req(t, temperature=0.0, max_tokens=128) for t in texts]
+        # cut at most half way: a whole transcript leaves nothing to continue (the model ends it)
+        whole = [transcript(domain, s) for s in range(args.per_domain)]
+        texts = [t[:min(args.prompt_chars, len(t) // 2)] for t in whole]
+        reqs = [req(t, temperature=0.0, max_tokens=args.copy_tokens) for t in texts]
         copy_requests += reqs
         for vname, policy in variants.items():
             if policy.mode == "fast":
@@ -146,7 +281,7 @@ def main() -> None:
                 policy.generate(reqs)
                 after = policy.spec_stats
                 steps = after.row_steps - before["row_steps"]
-                acceptance.setdefault(vname, {})[name] = round((after.emitted - before["emitted"]) / steps, 2)
+                acceptance.setdefault(vname, {})[name] = round((after.emitted - before["emitted"]) / max(1, steps), 2)
     copy_speed, copy_cpu = speed(copy_requests, args.batch)
     sweep = {b: speed(copy_requests, b) for b in (int(x) for x in args.batches.split(",") if x)}
     own_requests = [req(get_domain(d).task(s, "train").prompt, temperature=0.0, max_tokens=16, stop=("\n",))
@@ -187,19 +322,17 @@ def main() -> None:
     ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
     reuse = TorchPolicy(standard.model, tok, prefix_cache_mb=64)
     fast_reuse = TorchPolicy(standard.model, tok, mode="fast", prefix_cache_mb=64)
-    problems = [[get_domain(EPISODE_DOMAINS[(e + t) % 3]).task(1000 * e + t, "train").prompt for t in range(8)]
-                for e in range(args.episodes)]
-    greedy = SamplingParams(temperature=0.0, max_tokens=6, stop=("\n",))
+    kind = args.episode_kind or ("tools" if (standard.max_positions or 0) >= 512 else "math")
+    firsts, observations, greedy = episode_script(kind, args.episodes)
 
     def episodes(policy):
-        prompts_ = [[tok.bos_token_id] + ids(p[0]) for p in problems]
+        prompts_ = [[tok.bos_token_id] + ids(f) for f in firsts]
         turns = []
         for t in range(8):
             out = policy.generate_ids(prompts_, [greedy] * len(prompts_))
             turns.append(out)
             if t < 7:
-                prompts_ = [p + c.token_ids + ids("\n" + problems[e][t + 1])
-                            for e, (p, c) in enumerate(zip(prompts_, out))]
+                prompts_ = [p + c.token_ids + ids(observations[e][t]) for e, (p, c) in enumerate(zip(prompts_, out))]
         return turns
 
     ep_times: dict[str, float] = {}
@@ -217,6 +350,11 @@ def main() -> None:
                for t in range(8) for name in ("with reuse", "fast + reuse"))
     turn8_len = sum(len(c.prompt_token_ids) for c in last) / len(last)
 
+    server_lines: list[str] = []
+    server_result: dict = {}
+    if args.server:
+        server_lines, server_result = measure_server(standard, copy_requests, firsts, observations, greedy, args)
+
     print(f"model {args.model}, {args.threads} thread(s), load avg {load_before:.2f} -> {os.getloadavg()[0]:.2f}")
     print(f"{'workload':34s} " + " ".join(f"{n:>22s}" for n in variants))
     rows = [(f"copy-heavy, batch {args.batch}", copy_speed), ("  same, per CPU second", copy_cpu)]
@@ -232,10 +370,12 @@ def main() -> None:
     for vname, (n, bad) in identity.items():
         print(f"\ngreedy identity, {vname}: {n} prompts over {len(families)} families ({', '.join(families)}): "
               f"{bad} mismatches")
-    print(f"\n8-turn episodes x {args.episodes} (turn-8 prompt {turn8_len:.0f} tokens): reused share at turn 8 "
+    print(f"\n8-turn {kind} episodes x {args.episodes} (turn-8 prompt {turn8_len:.0f} tokens): reused share at turn 8 "
           f"{share:.3f}; outputs identical with reuse: {same}")
     for name, s in ep_times.items():
         print(f"  {name:14s} {s:7.3f} s  {ep_times['without reuse'] / s:5.2f}x")
+    for line in server_lines:
+        print(line)
     if pass1:
         print(f"\npass@1 (RL mix, eval split, {args.pass1_tasks} tasks x 8 samples per domain): standard "
               f"{pass1['standard']:.3f} +- {half:.3f}, fast {pass1['fast']:.3f}")
@@ -257,8 +397,10 @@ def main() -> None:
         "reuse_outputs_identical": same,
         "episode_speedup": round(ep_times["without reuse"] / ep_times["with reuse"], 2),
         "episode_speedup_fast": round(ep_times["without reuse"] / ep_times["fast + reuse"], 2),
+        "episode_kind": kind, "model": args.model,
         "threads": args.threads, "load_avg": round(load_before, 2),
     }
+    result.update(server_result)
     if pass1:
         result.update(pass1_standard=round(pass1["standard"], 4), pass1_fast=round(pass1["fast"], 4),
                       pass1_ci95=round(half, 4),

@@ -14,6 +14,11 @@ machine even when absolute times do not). Prints a table, then one JSON line.
   start_ratio = image / plain (target <= 1.5).
 * reset_image_ms_p50: `reset()` of an image sandbox (the whole tree remounted, job server
   restarted).
+* start_pooled_ms_p50: an episode's start over the image from a `ConfigPool` (what `task_sandbox`
+  takes by default: a booted sandbox reset after the previous episode) plus its first command, vs
+  start_image_ms_p50 (a fresh boot each): pooled_ratio = pooled / fresh. The reset is paid when
+  the episode gives the sandbox back: giveback_pooled_ms_p50 (after an episode that wrote to
+  /etc and the workspace and left a daemon), vs close_fresh_ms_p50 (closing a fresh one).
 """
 
 from __future__ import annotations
@@ -34,6 +39,10 @@ COPY data/ ./data/
 COPY run.sh ./
 RUN chmod +x run.sh && ./run.sh > summary.txt
 """
+
+
+DIRTY = ("echo x > /etc/x; echo y > data/y; useradd extra; "
+         "(setsid sleep 1000 > /dev/null 2>&1 &)")
 
 
 def _context(root: Path) -> Path:
@@ -57,6 +66,7 @@ def main() -> None:
         os.environ["POSTTRAIN_IMAGE_CACHE"] = f"{tmp}/cache"
         from posttrain.images.build import build
         from posttrain.sandbox import Limits, open_sandbox
+        from posttrain.sandbox.keyed import ConfigPool
 
         path = _context(Path(tmp) / "ctx")
         t0 = time.perf_counter()
@@ -68,10 +78,13 @@ def main() -> None:
             again = build(path)
             cached.append(time.perf_counter() - t0)
             assert again.digest == image.digest
-        plain, boxed, resets = [], [], []
+        plain, boxed, resets, pooled, givebacks, closes = [], [], [], [], [], []
         limits = Limits(wall_s=30)
         cfg = image.sandbox_config()
-        for _ in range(args.samples):  # interleaved: both see the same load
+        pool = ConfigPool()
+        with pool.sandbox(limits, image=cfg):
+            pass  # the pool's first boot: later episodes find a reset sandbox
+        for _ in range(args.samples):  # interleaved: every variant sees the same load
             for kind, out in (("plain", plain), ("image", boxed)):
                 t0 = time.perf_counter()
                 sb = open_sandbox(limits, image=cfg if kind == "image" else None)
@@ -79,16 +92,33 @@ def main() -> None:
                 out.append((time.perf_counter() - t0) * 1000)
                 assert r.exit_code == 0, r.stderr
                 if kind == "image":
-                    sb.run("echo x > /etc/x; echo y > data/y")
+                    sb.run(DIRTY)
                     t0 = time.perf_counter()
                     assert sb.reset().reusable
                     resets.append((time.perf_counter() - t0) * 1000)
-                sb.close()
+                    t0 = time.perf_counter()
+                    sb.close()
+                    closes.append((time.perf_counter() - t0) * 1000)
+                else:
+                    sb.close()
+            t0 = time.perf_counter()
+            with pool.sandbox(limits, image=cfg) as sb:
+                assert sb.run("true").exit_code == 0
+                pooled.append((time.perf_counter() - t0) * 1000)
+                sb.run(DIRTY)
+                t0 = time.perf_counter()
+            givebacks.append((time.perf_counter() - t0) * 1000)
+        stats = dict(pool.stats)
+        pool.close()
+        assert stats["booted"] == 1 and stats["discards"] == 0, stats
     result = {"build_cold_s": round(cold, 3), "build_cached_s_p50": p50(cached),
               "build_cached_s_max": round(max(cached), 3), "layers": len(image.layers),
               "start_plain_ms_p50": p50(plain), "start_image_ms_p50": p50(boxed),
               "start_ratio": round(p50(boxed) / p50(plain), 3),
-              "reset_image_ms_p50": p50(resets), "samples": args.samples,
+              "reset_image_ms_p50": p50(resets), "start_pooled_ms_p50": p50(pooled),
+              "pooled_ratio": round(p50(pooled) / p50(boxed), 3),
+              "giveback_pooled_ms_p50": p50(givebacks), "close_fresh_ms_p50": p50(closes),
+              "pool_boots": stats["booted"], "samples": args.samples,
               "cached_ok": max(cached) <= 1.0}
     result["start_ok"] = result["start_ratio"] <= 1.5
     print(f"{'measure':28s} value")

@@ -82,7 +82,7 @@ MALFORMED = [
     (lambda p: (p / "instruction.md").write_text("  \n"), "instruction.md: empty"),
     (lambda p: (p / "tests" / "test.sh").unlink(), "tests/test.sh: missing"),
     (lambda p: (p / "solution" / "solve.sh").unlink(), "solution/solve.sh: missing"),
-    (lambda p: (p / "tests" / "data.bin").write_bytes(b"\xff\xfe\x00"), "tests/data.bin: not UTF-8"),
+    (lambda p: (p / "tests" / "data").symlink_to("/etc"), "tests/data: symlink 'data'"),
     (lambda p: (p / "environment" / "Dockerfile").write_text("COPY service.ini /etc/x\n"), "Dockerfile:1: COPY before FROM"),
 ]
 DOCKERFILE_ERRORS = [
@@ -94,6 +94,10 @@ DOCKERFILE_ERRORS = [
     ("FROM debian:12 AS a\nCOPY --from=a /x /y\n", "Dockerfile:2: COPY --from"),
     ("FROM debian:12\nRUN --mount=type=cache,target=/x true\n", "Dockerfile:2: the flag --mount"),
     ("FROM debian:12\nRUN --network=host true\n", "Dockerfile:2: RUN --network=host"),
+    ("FROM debian:12\n\nRUN --network=default true\n", "Dockerfile:3: RUN --network=default needs the network"),
+    ("FROM debian:12\nADD --checksum=md5:ab https://x.org/a /a\n", "Dockerfile:2: ADD --checksum=md5:ab: expected sha256"),
+    ("FROM debian:12\nADD https://x.org/a service.ini /app/\n", "Dockerfile:2: ADD of a URL takes one"),
+    ("FROM debian:12\nRUN --network=none true\n", None),
     ("FROM debian:12\nVOLUME /data\n", "Dockerfile:2: VOLUME is not supported"),
     ("FROM debian:12\nHEALTHCHECK CMD true\n", "Dockerfile:2: HEALTHCHECK is not supported"),
     ("FROM debian:12\nSTOPSIGNAL KILL\n", "Dockerfile:2: STOPSIGNAL"),

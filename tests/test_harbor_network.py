@@ -136,3 +136,90 @@ def test_the_cli_flag_and_the_source_setting(cache, listener, tmp_path):
     (domain,) = load_source(f"harbor:{tmp_path / 'tasks'}?network=1")
     image = image_for(domain.task(0, "train"))
     assert image is not None and listener.heard == [b"cli", b"source"]
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    """An HTTP server on the host's 127.0.0.1 serving `root`; `.hits` counts the GETs."""
+    import functools
+    import http.server
+
+    root = tmp_path / "served"
+    root.mkdir()
+    hits: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            hits.append(self.path)
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(Handler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield SimpleNamespace(root=root, hits=hits, url=f"http://127.0.0.1:{server.server_address[1]}")
+    server.shutdown()
+    server.server_close()
+
+
+def test_run_network_per_step(cache, listener, tmp_path):
+    from posttrain.images.build import build
+    from posttrain.images.dockerfile import DockerfileError
+
+    port = listener.port
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(
+        "FROM python:3.11-slim\n"
+        f"RUN --network=default {CONNECT.format(port=port, tag='default')}\n"
+        f"RUN --network=none {CONNECT.format(port=port, tag='none')} || echo refused > /none\n")
+    with pytest.raises(DockerfileError, match=r"Dockerfile:2: RUN --network=default needs the network.*--network"):
+        build(ctx / "Dockerfile")
+    image = build(ctx / "Dockerfile", network=True)
+    assert listener.heard == [b"default"]  # the --network=none step had no network
+    assert any(os.path.isfile(f"{layer}/none") for layer in image.layers)
+
+
+def test_add_of_a_url(cache, http_server, tmp_path):
+    import hashlib
+
+    from posttrain.images.build import BuildError, build
+    from posttrain.images.dockerfile import DockerfileError
+    from posttrain.sandbox import Limits, open_sandbox
+
+    blob = bytes(range(256)) * 8
+    (http_server.root / "tool.tar.gz").write_bytes(blob)
+    (http_server.root / "notes.txt").write_text("v1\n")
+    good = "sha256:" + hashlib.sha256(blob).hexdigest()
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    dockerfile = ctx / "Dockerfile"
+    dockerfile.write_text(f"FROM debian:12\nWORKDIR /app\n"
+                          f"ADD --checksum={good} {http_server.url}/tool.tar.gz /opt/\n"
+                          f"ADD --chmod=644 {http_server.url}/notes.txt notes.txt\n")
+    with pytest.raises(DockerfileError, match=r"Dockerfile:3: ADD of a URL \(http://127.0.0.1:\d+/tool.tar.gz\) "
+                                         "needs the network"):
+        build(dockerfile)
+    assert http_server.hits == []
+    image = build(dockerfile, network=True)
+    with open_sandbox(Limits(wall_s=30), image=image.sandbox_config()) as sb:
+        out = sb.run("stat -c '%n %a' /opt/tool.tar.gz notes.txt; cat notes.txt; sha256sum /opt/tool.tar.gz").stdout
+    assert out.splitlines()[:3] == ["/opt/tool.tar.gz 600", "notes.txt 644", "v1"]  # 0600: Docker's
+    assert good[len("sha256:"):] in out  # byte-exact, never unpacked
+    assert sorted(http_server.hits) == ["/notes.txt", "/tool.tar.gz"]
+
+    # cached: the checksummed file is not fetched again; the other one is, every build, and
+    # the image stays the same while it serves the same bytes
+    again = build(dockerfile, network=True)
+    assert again.digest == image.digest and sorted(http_server.hits) == ["/notes.txt"] * 2 + ["/tool.tar.gz"]
+    (http_server.root / "notes.txt").write_text("v2\n")
+    changed = build(dockerfile, network=True)
+    assert changed.digest != image.digest and changed.layers[:-1] == image.layers[:-1]
+
+    # a checksum that does not match what is served: an error naming the line and both digests
+    dockerfile.write_text(f"FROM debian:12\nADD --checksum=sha256:{'0' * 64} {http_server.url}/tool.tar.gz /opt/\n")
+    with pytest.raises(BuildError, match=f"Dockerfile:2: ADD .*checksum mismatch.*{good}"):
+        build(dockerfile, network=True)

@@ -21,49 +21,77 @@ def kv(n: int, tag: float = 0.0, layers: int = 2) -> list[tuple[torch.Tensor, to
     return [(pos.clone(), -pos.clone()) for _ in range(layers)]
 
 
-def test_longest_prefix_is_found_across_entries_and_sliced():
-    cache = PrefixCache(max_bytes=10**6, block=4)
+def test_longest_prefix_is_found_across_entries_and_shared_prefixes_are_stored_once():
+    cache = PrefixCache(max_bytes=10**6)
     a = list(range(20))
     b = list(range(10)) + [99] * 10
     cache.insert(a, kv(20, 0.0))
     cache.insert(b, kv(20, 0.5))
+    assert cache.tokens == 30 and len(cache) == 3  # the shared 10 once: a split into 10 + 10, b's 10
+    assert cache.nbytes == sum(k.nbytes + v.nbytes for k, v in kv(30))
     n, got = cache.lookup(list(range(13)) + [7, 7])
     assert n == 13 and got is not None and got[0][0].shape == (2, 13, 4)
     assert got[0][0][0, 12, 0] == 12.0  # from entry a
     n, got = cache.lookup(list(range(10)) + [99, 99, 5])
-    assert n == 12 and got[1][0][0, 11, 0] == 11.5  # from entry b
+    assert n == 12 and got is not None
+    assert got[1][0][0, 11, 0] == 11.5 and got[1][0][0, 3, 0] == 3.0  # b's own tail, a's shared head
+    assert torch.equal(got[0][1], -got[0][0])  # values next to their keys
     n, _ = cache.lookup(list(range(6)), limit=5)
     assert n == 5
     assert cache.lookup([1, 2, 3]) == (0, None)
-    n, _ = cache.lookup([0, 1])  # shorter than a block still matches
+    n, _ = cache.lookup([0, 1])  # a partial edge still matches
     assert n == 2
+    cache.insert(a[:15], kv(15))  # already covered: nothing added
+    assert cache.tokens == 30
 
 
-def test_an_entry_covered_by_a_longer_one_is_replaced_and_lru_evicts_under_the_byte_budget():
-    one = sum(k.nbytes + v.nbytes for k, v in kv(10))
-    cache = PrefixCache(max_bytes=4 * one, block=4)
-    turn1 = list(range(10))
-    cache.insert(turn1, kv(10))
-    turn2 = turn1 + [50, 51, 52, 53, 54]
-    cache.insert(turn2, kv(15))
-    assert len(cache) == 1 and cache.tokens == 15  # turn 1 is a prefix of turn 2: dropped
-    cache.insert(turn1, kv(10))  # already covered: nothing added
-    assert len(cache) == 1
-    others = [[100 + i] * 10 for i in range(3)]
-    cache.insert(others[0], kv(10))
-    cache.lookup(turn2)  # refreshes turn 2: the oldest use is now others[0]
-    cache.insert(others[1], kv(10))
-    cache.insert(others[2], kv(10))
-    assert cache.nbytes <= 4 * one and cache.evictions == 1
-    assert cache.lookup(others[0])[0] == 0  # evicted, least recently used
-    assert cache.lookup(turn2)[0] == 15
+def test_a_group_sharing_a_prompt_stores_it_once_and_lru_evicts_leaves_under_a_token_budget():
+    prompt = list(range(100, 140))
+    cache = PrefixCache(max_tokens=40 + 8 * 5)
+    for i in range(8):  # a GRPO group: one prompt, eight completions
+        cache.insert(prompt + [i] * 5, kv(45, float(i)))
+    assert cache.tokens == 80 and cache.evictions == 0
+    cache.lookup(prompt + [0] * 5)  # refreshes completion 0
+    cache.insert(prompt + [9] * 5, kv(45))  # over budget: the least recently used leaf goes
+    assert cache.tokens == 80 and cache.evictions == 1
+    assert cache.lookup(prompt + [1] * 5)[0] == 40  # completion 1 evicted, the prompt kept
+    assert cache.lookup(prompt + [0] * 5)[0] == 45 and cache.lookup(prompt + [9] * 5)[0] == 45
+    cache.insert(list(range(500, 580)), kv(80))  # needs everything: the shared prompt goes last
+    assert cache.tokens <= 80 and cache.lookup(prompt)[0] == 0
     with pytest.raises(ValueError, match="holds 9 positions for 10 tokens"):
         cache.insert(list(range(200, 210)), kv(9))
+    with pytest.raises(ValueError, match="needs a budget"):
+        PrefixCache()
+    with pytest.raises(ValueError, match="max_tokens must be >= 0, got -1"):
+        PrefixCache(max_tokens=-1)
+
+
+def test_a_pinned_path_is_never_evicted_until_released():
+    cache = PrefixCache(max_tokens=30)
+    running = list(range(20))
+    cache.insert(running, kv(20))
+    n, got, handle = cache.acquire(running + [1, 2, 3])
+    assert n == 20 and got is not None and handle is not None
+    cache.insert(list(range(50, 70)), kv(20))  # over budget: only the new, unpinned leaf can go
+    assert cache.lookup(running)[0] == 20
+    assert cache.tokens == 20 and cache.evictions == 1
+    pinned = cache.insert(list(range(70, 95)), kv(25), lock=True)  # two pinned paths: over budget
+    assert cache.tokens == 45 and cache.lookup(running)[0] == 20
+    cache.release(handle)  # now the older one can go
+    assert cache.tokens == 25 and cache.lookup(running)[0] == 0
+    assert cache.lookup(list(range(70, 95)))[0] == 25
+    cache.release(pinned)
+    assert cache.acquire([7, 7]) == (0, None, None)
+    cache.release(None)
+    _, _, stale = cache.acquire(list(range(70, 80)))
+    cache.clear()  # a reload: the handle from before releases harmlessly
+    cache.release(stale)
+    assert cache.tokens == 0 and len(cache) == 0
 
 
 def test_changed_weights_empty_the_cache():
     model = torch.nn.Linear(2, 2)
-    cache = PrefixCache(max_bytes=10**6, block=4)
+    cache = PrefixCache(max_bytes=10**6)
     cache.check_weights(weights_fingerprint(model))
     cache.insert(list(range(8)), kv(8))
     cache.check_weights(weights_fingerprint(model))

@@ -14,8 +14,14 @@ one that is not runs now:
   whichever way it was built). A failing step is a `BuildError` naming the
   Dockerfile line, with the end of its output. What the command changed is committed as the
   next layer (owners shifted back to image ids).
+  A step's own `RUN --network=none` runs it without network in any build; `--network=default`
+  asks for it and is an error naming the line in a build without it (the flag, when given, is
+  part of the step's cache key, as in Docker).
 * COPY/ADD: written by the host straight into a new layer: bytes, modes (setuid/setgid too),
   symlinks and empty directories as in the build context; owners root or `--chown`.
+* ADD of an http(s) URL: downloaded by the host, only in a build allowed network, and cached as
+  `fetch.py` says (keyed by URL + checksum with `--checksum`, else fetched on every build and
+  keyed by the bytes).
 * WORKDIR: a layer with the directory, if the image does not have it yet.
 
 Builds are reproducible in what they are keyed by (the same Dockerfile and context on the same
@@ -38,7 +44,8 @@ import uuid
 from pathlib import Path
 
 from posttrain.images import base as bases
-from posttrain.images.dockerfile import DockerfileError, ImagePlan, plan
+from posttrain.images.dockerfile import DockerfileError, ImagePlan, network_refusal, plan
+from posttrain.images.fetch import FetchError, fetch
 from posttrain.images.store import Image, cache_dir, load_image
 
 RUN_TIMEOUT_S = 1800.0
@@ -223,6 +230,33 @@ def _exists_in(layers: list[str], host: list[list[str]], path: str) -> bool:
                for at, hp in host)
 
 
+def _download(step: dict, where: str) -> bytes:
+    try:
+        return fetch(step["url"], step["checksum"], where)
+    except FetchError as e:
+        raise BuildError(str(e)) from None
+
+
+def _fetch_entries(step: dict, chain: str, lower: list[str], where: str,
+                   say) -> tuple[list[dict], tuple[int, int], str]:
+    """(the file entry, its owner, the chain after it) of an `ADD URL` step (see `fetch.py`):
+    keyed by URL + checksum when it has one (the bytes are fetched only if the layer is not
+    cached: "data" None), else fetched now and keyed by their hash."""
+    owner = (0, 0)
+    if step["chown"]:
+        uid, gid, _ = resolve_user(step["chown"], lower, where)
+        owner = (uid, gid)
+    mode = int(step["chmod"], 8) if step.get("chmod") else 0o600  # Docker's mode for a URL
+    entry = {"path": step["path"], "type": "file", "mode": mode, "data": None}
+    if step["checksum"]:
+        return [entry], owner, _h(chain, "fetch", step["url"], step["checksum"], step["path"], mode, owner)
+    data = _download(step, where)
+    digest = hashlib.sha256(data).hexdigest()
+    say(f"{where}: ADD {step['url']} has no --checksum: fetched again (sha256:{digest[:12]}); "
+        "the image is keyed by what it served this time, not reproducible from the Dockerfile")
+    return [{**entry, "data": data}], owner, _h(chain, "fetch", step["url"], digest, step["path"], mode, owner)
+
+
 def _publish(tmp: str, final: Path) -> None:
     try:
         os.rename(tmp, final)
@@ -257,6 +291,9 @@ def build(dockerfile: str | Path, *, context: str | Path | None = None, log=None
         raise BuildError(f"{dockerfile}: cannot build here: {too_old}")
     say = log or (lambda text: None)
     p: ImagePlan = plan(dockerfile)
+    refused = network_refusal(p, str(dockerfile), network)
+    if refused is not None:
+        raise refused
     try:
         base = bases.resolve_base(p.base)
     except bases.BaseImageError as e:
@@ -279,13 +316,17 @@ def build(dockerfile: str | Path, *, context: str | Path | None = None, log=None
                     hashlib.sha256(e["data"]).hexdigest() if "data" in e else None)
                    for e in entries]
             chain = _h(chain, "copy", key, owner)
+        elif step["kind"] == "fetch":
+            entries, owner, chain = _fetch_entries(step, chain, stack(), where, say)
         elif step["kind"] == "mkdir":
             if _exists_in(stack(), host, step["path"]):
                 continue
             chain = _h(chain, "mkdir", step["path"])
         else:
             uid, gid, home = resolve_user(step["user"], stack(), where)
-            chain = _h(chain, "run", step["argv"], step["env"], step["workdir"], uid, gid)
+            # the step's own --network, when given, is part of its key (not the build's)
+            chain = _h(chain, "run", step["argv"], step["env"], step["workdir"], uid, gid,
+                       *([step["network"]] if "network" in step else []))
         final = cache_dir() / "layers" / chain
         if final.is_dir():
             say(f"{where}: cached {step['kind']} layer {chain[:12]}")
@@ -293,7 +334,9 @@ def build(dockerfile: str | Path, *, context: str | Path | None = None, log=None
             continue
         tmp = str(cache_dir() / "tmp" / uuid.uuid4().hex)
         t1 = time.monotonic()
-        if step["kind"] == "copy":
+        if step["kind"] in ("copy", "fetch"):
+            if step["kind"] == "fetch" and entries[0]["data"] is None:  # keyed by the checksum
+                entries = [{**entries[0], "data": _download(step, where)}]
             _write_copy_layer(tmp, entries, owner, stack())
         elif step["kind"] == "mkdir":
             os.makedirs(tmp + step["path"], 0o755)
@@ -305,21 +348,25 @@ def build(dockerfile: str | Path, *, context: str | Path | None = None, log=None
                             layers=list(layers), env=step["env"], uid=uid, gid=gid, home=home,
                             workdir=step["workdir"])
             try:
-                config = {**partial.sandbox_config(workspace=False), "network": network}
+                step_network = network and step.get("network") != "none"
+                config = {**partial.sandbox_config(workspace=False), "network": step_network}
                 with open_sandbox(limits, image=config, clock=None) as sb:
                     result = sb.run(step["argv"], timeout=RUN_TIMEOUT_S)
                     if not result.ok:
                         why = (f"exit {result.exit_code}" if result.limit is None
                                else f"the {result.limit.value} limit")
                         tail = (result.stdout + result.stderr)[-1500:]
-                        hint = "it ran with the host's network" if network else NETWORK_HINT
+                        hint = ("it ran with the host's network" if step_network else
+                                "it ran without network (RUN --network=none)" if network
+                                else NETWORK_HINT)
                         raise BuildError(f"{where}: RUN failed ({why}); {hint}.\n"
                                          f"Output (end):\n{tail}")
                     sb.commit(tmp)
             except SandboxError as e:
                 raise BuildError(f"{where}: the build sandbox failed: {e}") from e
         _publish(tmp, final)
-        net = " (with the host's network)" if network and step["kind"] == "run" else ""
+        net = (" (with the host's network)" if network and step["kind"] == "run"
+               and step.get("network") != "none" else "")
         say(f"{where}: built {step['kind']} layer {chain[:12]}{net} in {time.monotonic() - t1:.2f} s")
         layers.append(str(final))
     uid, gid, home = resolve_user(p.user, stack(), f"{dockerfile}:{p.user_line}")

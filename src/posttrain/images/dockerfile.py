@@ -5,12 +5,23 @@ line it starts on); `plan(path)` turns them into an `ImagePlan`: the base, the b
 the image's settings. What is honoured, and how (`posttrain.images.build` runs the steps):
 
     FROM debian|ubuntu|python:3.X   a base derived from the host (`base.py`); once, first
-    RUN cmd | RUN ["argv"]          as the current USER (root by default, in a user namespace),
-                                    in WORKDIR, with ENV and ARG set, without network
+    RUN [--network=default|none] cmd | RUN ["argv"]
+                                    as the current USER (root by default, in a user namespace),
+                                    in WORKDIR, with ENV and ARG set; without network unless the
+                                    build is allowed it (`build(network=True)`), then with it
+                                    unless the step says --network=none; --network=default in a
+                                    build without network is an error naming the line
     COPY/ADD [--chown] [--chmod] [--link] SRC... DEST
                                     local files of the build context (the Dockerfile's folder):
                                     bytes, modes, symlinks and empty directories exactly;
                                     wildcards; `.dockerignore`
+    ADD [--checksum=sha256:HEX] [--chown] [--chmod] http(s)://URL DEST
+                                    fetched by the host at build time, only in a build allowed
+                                    network (else an error naming the line); mode 0600 as in
+                                    Docker unless --chmod; never unpacked. With --checksum the
+                                    layer is keyed by URL + checksum (cached, verified when
+                                    fetched); without, the URL is fetched again on every build
+                                    and the layer keyed by the bytes it returned (see `build.py`)
     WORKDIR dir                     created, and the working directory of later steps/episodes
     ENV k=v ... | ENV k v           for later steps and the episode; `$VAR`/`${VAR}`/`${VAR:-x}`
     ARG name[=default]              substituted like ENV, in the environment of later RUNs only
@@ -19,8 +30,9 @@ the image's settings. What is honoured, and how (`posttrain.images.build` runs t
     ENTRYPOINT / CMD                the image's service: started before the first turn
     EXPOSE, LABEL, MAINTAINER       recorded (the sandbox's own loopback has every port)
 
-Refused, with the reason: a second FROM (multi-stage) or `COPY --from`; `ADD` of a URL, a git
-repository or an archive (no download, no auto-extraction); `RUN --mount/--network/--security`;
+Refused, with the reason: a second FROM (multi-stage) or `COPY --from`; `ADD` of a git
+repository, of several sources one of them a URL, or of a local archive (no auto-extraction);
+`RUN --mount/--security`, `RUN --network=host`;
 heredocs; VOLUME, HEALTHCHECK, STOPSIGNAL, ONBUILD; `# escape=`; anything else unknown.
 """
 
@@ -156,6 +168,44 @@ def _pairs(rest: str, where: str, op: str) -> dict[str, str]:
     return out
 
 
+def _fetch_step(words: list[str], flags: dict[str, str], scope: dict[str, str], workdir: str,
+                where: str, line: int) -> dict:
+    """`ADD [--checksum=sha256:HEX] URL DEST` as a "fetch" step (`build.py` downloads it)."""
+    if len(words) != 2 or not re.match(r"https?://[^/\s]+", words[0]):
+        raise DockerfileError(f"{where}: ADD of a URL takes one http(s) URL and a destination "
+                              f"(got {' '.join(words[:-1])!r}); --checksum only goes with a URL")
+    checksum = flags.get("checksum")
+    if checksum is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", checksum):
+        raise DockerfileError(f"{where}: ADD --checksum={checksum}: expected sha256:<64 hex digits>")
+    url, dest = words
+    if dest.endswith("/"):
+        name = posixpath.basename(url.split("?")[0].split("#")[0].rstrip("/"))
+        if not name or "://" in name or name.count(":"):
+            raise DockerfileError(f"{where}: ADD {url} {dest}: cannot name the file from the URL; "
+                                  "give a file name as the destination")
+        dest += name
+    return {"kind": "fetch", "line": line, "url": url, "checksum": checksum,
+            "path": posixpath.normpath(posixpath.join(workdir, dest)),
+            "chown": substitute(flags.get("chown", ""), scope), "chmod": flags.get("chmod")}
+
+
+def network_refusal(p: ImagePlan, where: str, network: bool) -> DockerfileError | None:
+    """The error for the first step that needs the network, in a build not allowed it (`where`:
+    the Dockerfile's name in messages), or None."""
+    if network:
+        return None
+    hint = "build with --network (or the source harbor:DIR?network=1)"
+    for step in p.steps:
+        if step["kind"] == "fetch":
+            return DockerfileError(f"{where}:{step['line']}: ADD of a URL ({step['url']}) needs "
+                                   f"the network, which this build does not have: {hint}, or "
+                                   "put the file in the task folder")
+        if step.get("network") == "default":
+            return DockerfileError(f"{where}:{step['line']}: RUN --network=default needs the "
+                                   f"network, which this build does not have: {hint}")
+    return None
+
+
 def plan(path: Path) -> ImagePlan:
     """The plan of the Dockerfile at `path` (see the module docstring)."""
     path = Path(path)
@@ -191,17 +241,19 @@ def plan(path: Path) -> ImagePlan:
             if "<<" in rest and re.search(r"<<-?\s*['\"]?\w+['\"]?\s*$", rest.split("\n")[0]):
                 raise DockerfileError(f"{where}: RUN heredocs are not supported")
             flags, rest = _flags(rest, where, ("network",))
-            if flags.get("network", "none") != "none":
-                raise DockerfileError(f"{where}: RUN --network={flags['network']}: a network "
-                                      "per step is not supported; build with --network "
-                                      "(or the source harbor:DIR?network=1) instead")
+            if "network" in flags and flags["network"] not in ("default", "none"):
+                raise DockerfileError(f"{where}: RUN --network={flags['network']} is not "
+                                      "supported (default or none: a step gets the host's "
+                                      "network with --network=default in a build allowed it)")
             argv = _json_or_shell(rest) or [*shell, rest]
+            # the key only when given: the recipes and layers of other RUN steps keep their hash
             result.steps.append({"kind": "run", "line": ins.line, "argv": argv,
                                  "env": {**args, **result.env}, "user": result.user,
-                                 "workdir": result.workdir})
+                                 "workdir": result.workdir,
+                                 **({"network": flags["network"]} if "network" in flags else {})})
         elif op in ("COPY", "ADD"):
             flags, rest = _flags(rest, where, ("chown", "chmod", "link") +
-                                 (("from",) if op == "COPY" else ()))
+                                 (("from",) if op == "COPY" else ("checksum",)))
             if "from" in flags:
                 raise DockerfileError(f"{where}: COPY --from (multi-stage) is not supported")
             words = _json_or_shell(rest) or shlex.split(rest)
@@ -211,6 +263,10 @@ def plan(path: Path) -> ImagePlan:
             mode = flags.get("chmod")
             if mode is not None and not re.fullmatch(r"[0-7]{3,4}", mode):
                 raise DockerfileError(f"{where}: {op} --chmod={mode}: only octal modes are supported")
+            urls = [w for w in words[:-1] if re.match(r"https?://", w)]
+            if urls or "checksum" in flags:
+                result.steps.append(_fetch_step(words, flags, scope, result.workdir, where, ins.line))
+                continue
             result.steps.append({"kind": "copy", "line": ins.line, "op": op, "sources": words[:-1],
                                  "dest": words[-1], "workdir": result.workdir,
                                  "chown": substitute(flags.get("chown", ""), scope),

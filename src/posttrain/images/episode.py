@@ -7,11 +7,21 @@ depend on the machine; the folder name is for messages. `image_for(task)` builds
 first time (later: a cache lookup, milliseconds) from the Dockerfile registered under that
 digest when the task folder was loaded in this process (`register`).
 
-`task_sandbox(task, limits)` opens a sandbox over the image (root, or the image's USER, inside
-a user namespace, in its WORKDIR), which starts the image's service (`ENTRYPOINT`/`CMD`) before
-the first turn and after every reset. The service's session is spared by `kill_processes()`
-(what an environment calls before grading), so a task's tests see it running, as they would in
-the container; what else the episode started is killed.
+`task_sandbox(task, limits)` gives an episode a sandbox over the image (root, or the image's
+USER, inside a user namespace, in its WORKDIR), which starts the image's service (`ENTRYPOINT`/
+`CMD`) before the first turn and after every reset. The service's session is spared by
+`kill_processes()` (what an environment calls before grading), so a task's tests see it
+running, as they would in the container; what else the episode started is killed.
+
+Where those sandboxes come from (`image_sandbox_mode()`, the environment variable
+`POSTTRAIN_IMAGE_SANDBOXES`): "reset" (the default) takes a booted sandbox of the same image and
+limits from this process's `episode_pool()` (a `ConfigPool`, the reset-to-pristine pool graders
+use, but its own: an episode's sandbox never grades) and gives it back reset when the episode
+ends: every process killed (daemons included), the whole root tree unmounted and mounted again
+over the same image layers with empty writable uppers (what the episode wrote to /etc, /usr,
+/home or /var, a user it added, is gone), /tmp and /dev/shm fresh, checked from the outside,
+the service started again; a reset that is not clean closes the sandbox. "fresh" boots one per
+episode and closes it after.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +38,7 @@ from posttrain.images.build import BuildError, build, copy_entries
 from posttrain.images.dockerfile import ImagePlan
 from posttrain.images.store import Image
 from posttrain.sandbox.base import SandboxUnavailable
+from posttrain.sandbox.keyed import ConfigPool
 
 _RECIPES: dict[str, tuple[Path, bool]] = {}
 """recipe digest -> (its Dockerfile, whether its RUN steps may use the host's network)"""
@@ -106,13 +118,50 @@ def limits_for(task):
                   pids=256, file_mb=1024, workspace_mb=2048)
 
 
+IMAGE_SANDBOXES_ENV = "POSTTRAIN_IMAGE_SANDBOXES"
+IMAGE_SANDBOX_MODES = ("reset", "fresh")
+_POOL: ConfigPool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def image_sandbox_mode() -> str:
+    """"reset" (pooled sandboxes reset to pristine between episodes) or "fresh" (see the module
+    docstring), from `POSTTRAIN_IMAGE_SANDBOXES`."""
+    mode = os.environ.get(IMAGE_SANDBOXES_ENV) or "reset"
+    if mode not in IMAGE_SANDBOX_MODES:
+        raise ValueError(f"{IMAGE_SANDBOXES_ENV}={mode!r}: must be one of {', '.join(IMAGE_SANDBOX_MODES)}")
+    return mode
+
+
+def episode_pool() -> ConfigPool:
+    """This process's pool of image sandboxes for episodes (created on first use)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ConfigPool()
+        return _POOL
+
+
+def close_episode_pool() -> None:
+    """Close the idle pooled image sandboxes (a later episode starts a new pool); those left at
+    exit are closed by their own finalizers."""
+    global _POOL
+    with _POOL_LOCK:
+        pool, _POOL = _POOL, None
+    if pool is not None:
+        pool.close()
+
+
 @contextlib.contextmanager
-def task_sandbox(task, limits=None) -> Iterator:
-    """A fresh sandbox over `task`'s image with its service started (closed afterwards)."""
+def task_sandbox(task, limits=None, *, fresh: bool | None = None) -> Iterator:
+    """A pristine sandbox over `task`'s image with its service started: pooled and reset after
+    the block, or booted for it and closed after (`fresh`; None: `image_sandbox_mode()`)."""
     from posttrain.sandbox import open_sandbox
 
     image = image_for(task)
     if image is None:
         raise ValueError(f"task {task.key} has no image")
-    with open_sandbox(limits or limits_for(task), image=image.sandbox_config()) as sb:
-        yield sb  # its service (if any) was started with it
+    fresh = image_sandbox_mode() == "fresh" if fresh is None else fresh
+    opener = open_sandbox if fresh else episode_pool().sandbox
+    with opener(limits or limits_for(task), image=image.sandbox_config()) as sb:
+        yield sb  # its service (if any) was started with it, or by its reset

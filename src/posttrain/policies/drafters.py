@@ -51,8 +51,10 @@ class PromptLookup:
         self.seqs, self.index = [], []
         self.add(seqs)
 
-    def add(self, seqs: Sequence[Sequence[int]]) -> None:
-        """Rows that join after the ones there (a continuous-batching server's new requests)."""
+    def add(self, seqs: Sequence[Sequence[int]], temps: Sequence[float] = (), top_ps: Sequence[float] = (),
+            generators: Sequence[torch.Generator | None] = ()) -> None:
+        """Rows that join after the ones there (a continuous-batching server's new requests);
+        their sampling settings do not matter to a deterministic drafter."""
         for seq in seqs:
             self.seqs.append(list(seq))
             self.index.append({})
@@ -110,6 +112,24 @@ class DraftModel:
         self.temps, self.top_ps, self.gens = list(temps), list(top_ps), list(generators)
         self.full, self.budgets, self.k = [[] for _ in seqs], [0] * len(seqs), 0
 
+    def add(self, seqs: Sequence[Sequence[int]], temps: Sequence[float], top_ps: Sequence[float],
+            generators: Sequence[torch.Generator | None]) -> None:
+        """Rows that join after the ones there (a continuous-batching server's new requests):
+        the rows in flight keep their keys/values, the new ones start empty (their sequence is
+        their backlog, computed by the next `propose`)."""
+        if len(temps) != len(seqs) or len(top_ps) != len(seqs) or len(generators) != len(seqs):
+            raise ValueError("DraftModel.add: one temperature, top_p and generator per sequence")
+        old = self.batch
+        prefixes = [] if old is None else [(old.fed[r], old.row_kv(r) if old.fed[r] else None)
+                                           for r in range(len(old))]
+        self.batch = RaggedBatch(self.model, self.pad_id, prefixes + [([], None)] * len(seqs))
+        self.backlog += [list(s) for s in seqs]
+        self.temps += list(temps)
+        self.top_ps += list(top_ps)
+        self.gens += list(generators)
+        self.full += [[] for _ in seqs]
+        self.budgets += [0] * len(seqs)  # nothing proposed yet: `commit` retracts nothing
+
     def _pick(self, logits: torch.Tensor, rows: Sequence[int]) -> tuple[dict[int, int], dict[int, torch.Tensor | None]]:
         """The next draft token (and q for sampled rows) of each row in `rows`."""
         device = logits.device
@@ -163,7 +183,11 @@ class DraftModel:
         self.backlog[row].append(emitted[-1])
 
     def select(self, keep: Sequence[int]) -> None:
-        assert self.batch is not None
+        if not keep:  # every row left: the next `add` starts afresh
+            self.batch, self.backlog, self.full, self.budgets = None, [], [], []
+            self.temps, self.top_ps, self.gens = [], [], []
+            return
+        assert self.batch is not None, "DraftModel.select before start"
         self.batch.select(keep)
         self.backlog = [self.backlog[i] for i in keep]
         self.full = [self.full[i] for i in keep]

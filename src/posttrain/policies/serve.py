@@ -17,8 +17,10 @@ A `VisionPolicy` (an image-text-to-text model, chosen when the model directory's
 batched `generate`; it has no continuous batch, so no completions or weight-update routes.
 
 `--mode fast` decodes with prompt-lookup speculative decoding inside the batch (same output
-distribution; `server/engine.py`); the prefix cache is on in both modes (`--prefix-cache-mb`),
-and each response's `usage` says how many prompt tokens it reused.
+distribution; `server/engine.py`), or with a draft model's proposals (`--draft DIR`, e.g.
+`models/tiny-base-draft`); the prefix cache (a radix tree shared by every request) is on in
+both modes (`--prefix-cache-mb`), and each response's `usage` says how many prompt tokens it
+reused.
 
 What it is *not*: a production server. No streaming, no authentication, no `best_of`/`echo`/
 penalties (refused with 400, not ignored). It binds 127.0.0.1 by default. Log-probs are those
@@ -49,13 +51,15 @@ class PolicyServer:
 
     def __init__(self, policy: TorchPolicy | VisionPolicy, host: str = "127.0.0.1", port: int = 0,
                  model_name: str | None = None, *, max_batch: int = 256,
-                 prefix_cache_mb: float = 64.0, mode: str = "standard") -> None:
+                 prefix_cache_mb: float = 64.0, mode: str = "standard", draft: str | None = None,
+                 max_draft: int | None = None) -> None:
         import uvicorn
 
         self.policy = policy
         self.model_name = model_name or policy.version.name
         vision = policy if isinstance(policy, VisionPolicy) else None
-        self.engine = (BatchEngine(policy, max_batch=max_batch, prefix_cache_mb=prefix_cache_mb, mode=mode)
+        self.engine = (BatchEngine(policy, max_batch=max_batch, prefix_cache_mb=prefix_cache_mb, mode=mode,
+                                   draft=draft, max_draft=max_draft)
                        if isinstance(policy, TorchPolicy) else None)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -112,7 +116,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="prefix cache budget (0 = off): an episode's next turn reuses its keys/values")
     parser.add_argument("--mode", choices=("standard", "fast"), default="standard",
                         help="fast: prompt-lookup speculative decoding in the batch, same output distribution")
+    parser.add_argument("--draft", default=None,
+                        help="with --mode fast: a draft model directory (same tokenizer) proposes the drafts")
+    parser.add_argument("--max-draft", type=int, default=None,
+                        help="draft tokens per row per step at most (default 16; 4 with --draft)")
     args = parser.parse_args(argv)
+    if args.draft is not None and args.mode != "fast":
+        parser.error("--draft needs --mode fast")
     if args.threads:
         import torch
 
@@ -126,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         policy = TorchPolicy(args.model, device=args.device)
     server = PolicyServer(policy, args.host, args.port, args.name,
-                          max_batch=args.max_batch, prefix_cache_mb=args.prefix_cache_mb, mode=args.mode)
+                          max_batch=args.max_batch, prefix_cache_mb=args.prefix_cache_mb, mode=args.mode,
+                          draft=args.draft, max_draft=args.max_draft)
     print(f"listening on {server.url}", flush=True)
     try:
         server.serve_forever()

@@ -5,8 +5,11 @@ engine thread runs the loop, one iteration at a time:
 
 1. **admit** waiting requests (up to `max_batch` rows in flight): each distinct prompt is
    prefilled once (a GRPO group's or an `n > 1` request's rows share it), starting from its
-   longest prefix in the prefix cache (an episode's earlier turns), and the new rows join the
-   running batch (`ragged.RaggedBatch`: rows of any length in one KV cache);
+   longest prefix in the prefix cache (a radix tree, `prefix_cache.py`: an episode's earlier
+   turns, or another episode's copy of the same instruction), and the new rows join the running
+   batch (`ragged.RaggedBatch`: rows of any length in one KV cache). The prompt's keys/values
+   enter the tree right after the prefill, pinned until the row finishes (then its completion
+   joins them), so requests that arrive meanwhile share them;
 2. **decode** one token for every row in flight in one forward pass; rows that finish (EOS, a
    stop string, `max_tokens`, the context) leave the batch at once and their futures resolve,
    so a short request never waits for a long one and a new one never waits for a batch to end.
@@ -24,8 +27,13 @@ are retracted from the row's KV cache. For a deterministic drafter this is the r
 speculative sampling (accept `d` with probability `p(d)`, else sample from `p` without `d`), so
 every token follows the target distribution, and greedy output is the standard output (up to
 the float rounding of a wider forward). A seed reproduces a fast-mode completion, not the
-standard mode's (the two draw their random numbers differently). No draft model here: only
-`TorchPolicy` runs one.
+standard mode's (the two draw their random numbers differently).
+
+With a draft model (`draft=DIR`, `drafters.DraftModel`, e.g. `models/tiny-base-draft`) the
+drafts come from a small LM batched over the same rows on its own KV cache (rows join and leave
+it with the target's); greedy rows are verified as above, sampled rows by the rejection test
+with the draft's distribution `q` (`speculative.accept_sampled`: accept with probability
+`min(1, p/q)`, else sample the residual), exactly `TorchPolicy`'s rule.
 
 **Weight updates** (vLLM's dev-mode semantics): `pause(mode='keep')` stops the loop between two
 iterations with every in-flight row kept as it is (its KV cache, its tokens); `reload_weights`
@@ -37,6 +45,7 @@ it is emptied on reload (and on `reset_prefix_cache`).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -49,11 +58,12 @@ import torch
 
 from posttrain.policies.base import PolicyError
 from posttrain.policies.decode import cut_at_stop, sample_next, sampling_dist
-from posttrain.policies.drafters import PromptLookup
+from posttrain.policies.drafters import DraftModel, PromptLookup
 from posttrain.policies.local import TorchPolicy
 from posttrain.policies.prefix_cache import PrefixCache, weights_fingerprint
 from posttrain.policies.ragged import RaggedBatch
 from posttrain.policies.server.weights import load_weights_into
+from posttrain.policies.speculative import accept_sampled
 from posttrain.values.generation import Completion, SamplingParams
 
 
@@ -79,6 +89,12 @@ class _Row:
     the row has no next-token logits until it is"""
     depth: int = 4
     """fast mode: the row's next draft length (doubles while drafts are accepted in full)"""
+    pin: Any = None
+    """the prefix cache's handle on the row's prompt path, kept from eviction while it runs"""
+    draft: list[int] = field(default_factory=list)
+    accepted: int = 0
+    """fast mode: the last step's draft and how much of it was accepted, told to the drafter
+    with the token fed next (a draft model retracts the rest and computes the rest at once)"""
 
 
 @dataclass
@@ -98,19 +114,29 @@ class EngineStats:
 class BatchEngine:
     """The loop described in the module docstring, on its own thread (`start`/`close`)."""
 
-    MAX_DRAFT = 16
     VERIFY_TOKENS = 256
     """positions one verification forward computes at most (rows x width): a large batch gets
     short drafts, and from this many rows on decodes one token per row, as standard does"""
 
     def __init__(self, policy: TorchPolicy, *, max_batch: int = 256, prefix_cache_mb: float = 64.0,
-                 mode: str = "standard") -> None:
+                 mode: str = "standard", draft: str | os.PathLike | torch.nn.Module | None = None,
+                 max_draft: int | None = None) -> None:
         if max_batch < 1:
             raise ValueError(f"BatchEngine max_batch must be >= 1, got {max_batch}")
         if mode not in ("standard", "fast"):
             raise ValueError(f"BatchEngine mode must be 'standard' or 'fast', got {mode!r}")
+        if draft is not None and mode != "fast":
+            raise ValueError(f"BatchEngine draft= is only used with mode='fast' (got mode={mode!r})")
+        if max_draft is not None and max_draft < 1:
+            raise ValueError(f"BatchEngine max_draft must be >= 1, got {max_draft}")
         self.mode = mode
-        self.drafter = PromptLookup() if mode == "fast" else None
+        # a draft model's every draft token costs one of its forwards: shorter drafts by default
+        self.max_draft = max_draft or (4 if draft is not None else 16)
+        self.draft_model = policy._load_draft(draft) if draft is not None else None
+        self.drafter: PromptLookup | DraftModel | None = None
+        if mode == "fast":
+            self.drafter = (PromptLookup() if self.draft_model is None
+                            else DraftModel(self.draft_model, policy.pad_id))
         self.policy = policy
         self.model = policy.model.eval()
         self.tokenizer = policy.tokenizer
@@ -277,6 +303,9 @@ class BatchEngine:
                 if self.drafter is not None:
                     self.drafter.select([])
                 for row in failed:
+                    if self.prefix_cache is not None:
+                        self.prefix_cache.release(row.pin)
+                        row.pin = None
                     if not row.future.done():
                         row.future.set_exception(PolicyError(f"generation failed: {type(e).__name__}: {e}"))
             with self._cv:
@@ -300,13 +329,23 @@ class BatchEngine:
             row_of.append(distinct[key])
         batch = RaggedBatch(self.model, self.policy.pad_id, [(p, kv) for p, kv, _ in starts])
         logits, _ = batch.forward([rest for _, _, rest in starts])
+        if cache is not None:
+            # each prompt enters the tree now, pinned while its rows run: a request arriving
+            # meanwhile (another episode of the same task) reuses it at once
+            pins = [cache.insert(batch.fed[s], batch.row_kv(s), lock=True) for s in range(len(starts))]
+            for row, s in zip(rows, row_of):
+                row.pin = pins[s]
+                cache.pin(row.pin)
+            for handle in pins:
+                cache.release(handle)
         index = torch.tensor(row_of, device=logits.device)
         last = logits[:, -1, :][index]
         batch.select(row_of)
         if self.drafter is not None:
             if not self._rows:
                 self.drafter.select([])
-            self.drafter.add([row.prompt for row in rows])
+            self.drafter.add([row.prompt for row in rows], [row.sampling.temperature for row in rows],
+                             [row.sampling.top_p for row in rows], [row.generator for row in rows])
         if self._batch is None or not self._rows:
             self._batch, self._logits, self._rows = batch, last, list(rows)
         else:  # join the running batch: every row's keys/values, right-aligned in one cache
@@ -346,24 +385,27 @@ class BatchEngine:
         fed = [int(toks[i]) for i in self._kept]  # type: ignore[arg-type]  # every row has one now
         # 2. feed them (fast mode: each with its row's draft) in one forward
         drafts: list[list[int]] = [[] for _ in rows]
+        qs: list[torch.Tensor | None] = [None] * len(rows)
         if self.drafter is not None:
-            for r in range(len(rows)):
-                self.drafter.commit(r, 0, [fed[r]])
+            for r, row in enumerate(rows):  # last step's accepted drafts, then the token fed now
+                self.drafter.commit(r, row.accepted, row.draft[:row.accepted] + [fed[r]])
+                row.draft, row.accepted = [], 0
             cap = self.VERIFY_TOKENS // len(rows) - 1
-            budgets = [max(0, min(row.depth, cap, row.limit - len(row.ids) - 1)) for row in rows]
-            drafts = self.drafter.propose(budgets)[0]
+            budgets = [max(0, min(row.depth, self.max_draft, cap, row.limit - len(row.ids) - 1)) for row in rows]
+            drafts, qs = self.drafter.propose(budgets)
         logits, lengths = batch.forward([[t] + d for t, d in zip(fed, drafts)])
         if not any(drafts):
             self._logits = logits[:, -1, :]
             return
-        self._logits = self._verify(rows, batch, drafts, logits, lengths)
+        self._logits = self._verify(rows, batch, drafts, qs, logits, lengths)
         self._retire()
 
-    def _verify(self, rows: list[_Row], batch: RaggedBatch, drafts: list[list[int]], logits: torch.Tensor,
-                lengths: list[int]) -> torch.Tensor:
+    def _verify(self, rows: list[_Row], batch: RaggedBatch, drafts: list[list[int]],
+                qs: list[torch.Tensor | None], logits: torch.Tensor, lengths: list[int]) -> torch.Tensor:
         """Fast mode: accept each row's draft while the token standard decoding picks (or
-        samples) at that position agrees; returns every row's next-token logits (stale for a
-        row whose disagreeing token is `pending`)."""
+        samples) at that position agrees -- or, for a sampled row with a draft model's
+        distribution `q`, by the rejection test (`speculative.accept_sampled`); returns every
+        row's next-token logits (stale for a row whose next token is already `pending`)."""
         width = logits.shape[1]
         nxt = []
         for r, (row, d) in enumerate(zip(rows, drafts)):
@@ -375,7 +417,13 @@ class BatchEngine:
             top_p = torch.full((len(d) + 1,), float(row.sampling.top_p), device=logits.device)
             logp, probs = sampling_dist(logits[r, off:off + len(d) + 1], temp, top_p)
             a = 0
-            while a < len(d) and not row.finish:
+            q = qs[r]
+            if q is not None and row.sampling.temperature > 0:
+                a, x = accept_sampled(probs, d, q, row.generator)
+                for i, tok in enumerate(d[:a] + [x]):
+                    self._emit(row, tok, float(logp[i, tok]))
+                row.pending = x  # emitted; fed with the next step's forward
+            while q is None and a < len(d) and not row.finish:
                 if row.sampling.temperature <= 0:
                     x = int(probs[a].argmax())
                 else:
@@ -388,9 +436,8 @@ class BatchEngine:
             self.stats.drafted += len(d)
             self.stats.accepted += a
             batch.retract(r, len(d) - a)
-            assert self.drafter is not None
-            self.drafter.commit(r, a, d[:a])
-            row.depth = min(self.MAX_DRAFT, 2 * row.depth) if a == len(d) else max(1, a)
+            row.draft, row.accepted = d, a
+            row.depth = min(self.max_draft, 2 * row.depth) if a == len(d) else max(1, a)
             nxt.append(logits[r, off + a])
         batch.compact()
         return torch.stack(nxt)
@@ -416,8 +463,10 @@ class BatchEngine:
             return True
         for i, row in enumerate(rows):
             if row.finish:
-                if self.prefix_cache is not None and row.epoch == self._epoch:
-                    self.prefix_cache.insert(batch.fed[i], batch.row_kv(i))
+                if self.prefix_cache is not None:
+                    if row.epoch == self._epoch:
+                        self.prefix_cache.insert(batch.fed[i], batch.row_kv(i))
+                    self.prefix_cache.release(row.pin)
                 self._finish(row)
         if self.drafter is not None:
             self.drafter.select(self._kept)

@@ -142,6 +142,13 @@ WRONG: dict[str, Callable[[str, dict], str]] = {"graph_color": _clashing_colouri
 # up to 6x6 they cost ~50 ms.
 CONFIG: dict[str, dict[str, Any]] = {"futoshiki": {"max_board_size": 6}}
 
+# Metadata a generator keeps that restates the answer at length and that no scorer reads
+# (count_primes lists every prime of the range). Two different problems with overlapping inputs
+# (ranges 1203-8515 and 1523-8489) then share most of their stored reference, and the
+# contamination guard rightly cannot tell them from one problem; the reference keeps only what
+# scoring needs. Checked against reasoning-gym 0.1.25's `score_answer` of each generator.
+UNSCORED_METADATA: dict[str, tuple[str, ...]] = {"count_primes": ("primes",)}
+
 # Undo what a JSON round trip changed, where a scorer cares.
 RESTORE: dict[str, Callable[[dict], dict]] = {"arc_agi": _tuple_boards, "rearc": _tuple_boards}
 
@@ -332,7 +339,9 @@ def _make(name: str) -> Domain:
         (key, item), _ = draw_in_split(domain_name, split, seed, draw, split_of)
         # default=str: some generators keep exact values in their metadata (gsm_symbolic's
         # `Fraction` variables); as text they stay informative, and no scorer reads them
-        entry = json.loads(json.dumps({"answer": item.get("answer"), "metadata": item["metadata"]},
+        dropped = UNSCORED_METADATA.get(name, ())
+        metadata = {k: v for k, v in item["metadata"].items() if k not in dropped}
+        entry = json.loads(json.dumps({"answer": item.get("answer"), "metadata": metadata},
                                       allow_nan=False, default=str))
         reference = {"answer": _oracle_answer(name, item), "entry": entry,
                      "rg": {"name": name, "key": key, "version": RG_VERSION}}

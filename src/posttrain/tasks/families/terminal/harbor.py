@@ -7,12 +7,17 @@
       environment/Dockerfile  built into an image without Docker (`posttrain.images`): FROM a
                               Debian/Ubuntu/Python base derived from the host, RUN (as root in
                               a user namespace; no network unless the source asks for it at
-                              build time: harbor:DIR?network=1), COPY/ADD, WORKDIR, ENV, USER,
+                              build time: harbor:DIR?network=1, then per step RUN
+                              --network=default|none), COPY/ADD (ADD of a URL: only with
+                              ?network=1, `--checksum` honoured), WORKDIR, ENV, USER,
                               ENTRYPOINT/CMD (a service started before the first turn); what
                               cannot be honoured is an error naming the line. The episode runs
                               over a writable copy of the image, in its WORKDIR, as its USER
       tests/test.sh           the verifier entry point (required) + any test_*.py / data files
       solution/solve.sh       the reference solution (required: it is the domain's oracle)
+                              (tests/ and solution/ arrive exactly: binary files byte for byte,
+                              modes, empty directories, symlinks that stay inside the folder;
+                              UTF-8 files get the path rewriting below, binary ones do not)
       solution/wrong.sh       optional (our extension): a plausible wrong solution (a negative)
 
 `load_harbor_task(dir)` returns a `Domain` named `terminal.harbor.<folder name>`. A malformed
@@ -41,7 +46,8 @@ import, or kills the tests after writing a reward) or that "passed" without runn
 voids a positive reward. Without an image, `test.sh` and everything it starts run as the
 grading sandbox's candidate uid (`verifiers/grading.py`, "Two uids"): the tested code cannot
 rewrite tests/ (a test file not collected yet), the shims or the ini, nor signal the grading
-program. Not covered: code under test runs inside the test process as the test's own uid, so
+program (it reads tests/ as "other": an entry without the other-read bit, mode 0600 or
+0750, is unreadable to it, where Harbor's root could read it). Not covered: code under test runs inside the test process as the test's own uid, so
 code written against this grader (writing the reward, forging the guard's record) is not
 stopped; with an image, tests and tested code share the grading program's uid; see the
 README's threat model.
@@ -58,15 +64,17 @@ for the other split raises `NoTasksInSplit` (a `ValueError`); every seed gives t
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.tasks.families.common import content_split
-from posttrain.tasks.families.terminal.harbor_grading import HARBOR, REWRITE
-from posttrain.values.task import Split, Task, TaskLimits
+from posttrain.tasks.families.terminal.harbor_grading import HARBOR, REWRITE, WRITE_TREE
+from posttrain.values.task import FileEntry, Split, Task, TaskLimits, check_workspace_path
 
 DEFAULT_AGENT_TIMEOUT_S = 600.0
 DEFAULT_VERIFIER_TIMEOUT_S = 120.0
@@ -77,18 +85,13 @@ class HarborTaskError(ValueError):
     """A task folder that does not follow the layout; the message names the file and field."""
 
 
-def _oracle_program(files: dict[str, str], script: str) -> str:
+def _oracle_program(files: dict[str, str | dict], script: str) -> str:
     """`<python>` code that writes solution/ to a temp dir (paths rewritten) and runs `script`."""
-    return REWRITE + f'''
-import os, subprocess, tempfile
+    return REWRITE + WRITE_TREE + f'''
+import json, subprocess, tempfile
 ws = os.getcwd()
 root = tempfile.mkdtemp(prefix="ptsolution-")
-files = {json.dumps(files)}
-for rel, content in files.items():
-    path = os.path.join(root, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(rewrite(content, ws, solution=root))
+write_tree(root, json.loads({json.dumps(json.dumps(files))}), lambda text: rewrite(text, ws, solution=root))
 r = subprocess.run(["bash", os.path.join(root, {script!r})], cwd=ws, stdin=subprocess.DEVNULL)
 print("{script} exited with", r.returncode)
 '''
@@ -109,9 +112,44 @@ def _read_text(path: Path, root: Path) -> str:
         raise HarborTaskError(f"{root.name}/{rel}: not UTF-8 text (binary files are not supported)") from None
 
 
-def _tree(base: Path, root: Path) -> dict[str, str]:
-    return {p.relative_to(base).as_posix(): _read_text(p, root)
-            for p in sorted(base.rglob("*")) if p.is_file() or p.is_symlink()}
+def _tree(base: Path, root: Path) -> dict[str, str | dict]:
+    """Every entry under `base` (tests/ or solution/): a UTF-8 file of mode 0644 as its text
+    (what a folder of text files always was: its task hash is unchanged), every other entry
+    exactly as a `FileEntry` (JSON): binary bytes, other modes (an executable helper, setuid
+    bits), empty directories, and symlinks that stay inside `base`."""
+    out: dict[str, str | dict] = {}
+    for path in sorted(base.rglob("*")):
+        rel = path.relative_to(base).as_posix()
+        where = f"{root.name}/{path.relative_to(root).as_posix()}"
+        st = path.lstat()
+        mode = stat.S_IMODE(st.st_mode)
+        try:
+            if stat.S_ISLNK(st.st_mode):
+                entry = FileEntry.symlink(os.readlink(path))
+                check_workspace_path(rel, entry)
+            elif stat.S_ISDIR(st.st_mode):
+                if mode == 0o755 and any(path.iterdir()):
+                    continue  # implied by what it holds
+                entry = FileEntry.directory(mode)
+            elif stat.S_ISREG(st.st_mode):
+                if st.st_size > MAX_FILE_BYTES:
+                    raise HarborTaskError(f"{where}: larger than {MAX_FILE_BYTES} bytes")
+                data = path.read_bytes()
+                try:
+                    if mode == 0o644:
+                        out[rel] = data.decode("utf-8")
+                        continue
+                except UnicodeDecodeError:
+                    pass
+                entry = FileEntry.file(data, mode)
+            else:
+                raise HarborTaskError(f"{where}: not a file, directory or symbolic link")
+        except ValueError as e:
+            if isinstance(e, HarborTaskError):
+                raise
+            raise HarborTaskError(f"{where}: {e}") from None
+        out[rel] = entry.model_dump(mode="json")
+    return out
 
 
 def _number(table: dict, section: str, key: str, default: float, where: str) -> float:
@@ -155,7 +193,7 @@ def _environment(root: Path, build_network: bool = False) -> tuple[dict | None, 
     (None, "/app", "") and the episode runs in a plain sandbox."""
     from posttrain.images.base import BaseImageError, resolve_base
     from posttrain.images.build import BuildError, copy_entries
-    from posttrain.images.dockerfile import DockerfileError, plan
+    from posttrain.images.dockerfile import DockerfileError, network_refusal, plan
     from posttrain.images.episode import recipe_digest, register
 
     dockerfile = root / "environment" / "Dockerfile"
@@ -164,6 +202,9 @@ def _environment(root: Path, build_network: bool = False) -> tuple[dict | None, 
     where = f"{root.name}/environment/Dockerfile"
     try:
         p = plan(dockerfile)
+        refused = network_refusal(p, str(dockerfile), build_network)
+        if refused is not None:
+            raise refused
         try:
             resolve_base(p.base)
         except BaseImageError as e:
@@ -178,6 +219,14 @@ def _environment(root: Path, build_network: bool = False) -> tuple[dict | None, 
         raise HarborTaskError(str(e).replace(str(dockerfile), where)) from None
     register(digest, dockerfile, network=build_network)
     return {"recipe": digest, "dockerfile": where}, p.workdir, _view(shown, p.workdir)
+
+
+def _is_utf8(entry: dict) -> bool:
+    try:
+        FileEntry.model_validate(entry).data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 MAX_SHOWN = 20
@@ -220,8 +269,12 @@ def load_harbor_task(path: str | Path, name: str | None = None, *,
     if "solve.sh" not in solution:
         raise HarborTaskError(f"{root.name}/solution/solve.sh: missing (the domain's oracle)")
     for rel, content in solution.items():
-        if "</python>" in content:
+        if isinstance(content, str) and "</python>" in content:
             raise HarborTaskError(f"{root.name}/solution/{rel}: contains '</python>', which the oracle cannot carry")
+    conftest = tests.get("conftest.py")
+    if isinstance(conftest, dict) and (conftest["kind"] != "file" or not _is_utf8(conftest)):
+        raise HarborTaskError(f"{root.name}/tests/conftest.py: must be a UTF-8 text file (the grader "
+                              "prepends its pytest guard to it)")
     image, workdir, view = _environment(root, build_network)
     files: dict[str, str] = {}
     slug = re.sub(r"[^a-z0-9-]+", "-", (name or root.name).lower()).strip("-")

@@ -29,6 +29,41 @@ def rewrite(text, app, tests=None, logs=None, solution=None):
     return text
 '''
 
+# In-sandbox writing of a task folder's tests/ or solution/ (source text, run there): a text
+# entry is written rewritten with the mode Harbor's images usually give it (0755 for a .sh,
+# else 0644); a `FileEntry` (JSON) with its exact mode: a UTF-8 file rewritten like text, any
+# other byte-exact; a symlink as it is; a directory's mode set after its contents are written.
+WRITE_TREE = r"""
+import base64 as _b64, os
+
+
+def write_tree(root, files, rewrite_text):
+    dirs = []
+    for rel, e in sorted(files.items(), key=lambda kv: kv[0].split("/")):
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if isinstance(e, str):
+            with open(path, "w") as f:
+                f.write(rewrite_text(e))
+            os.chmod(path, 0o755 if rel.endswith(".sh") else 0o644)
+        elif e["kind"] == "dir":
+            os.makedirs(path, exist_ok=True)
+            dirs.append((path, e["mode"]))
+        elif e["kind"] == "symlink":
+            os.symlink(e["target"], path)
+        else:
+            data = _b64.b64decode(e["b64"])
+            try:
+                data = rewrite_text(data.decode("utf-8")).encode("utf-8")
+            except UnicodeDecodeError:
+                pass
+            with open(path, "wb") as f:
+                f.write(data)
+            os.chmod(path, e["mode"])
+    for path, mode in reversed(dirs):
+        os.chmod(path, mode)
+"""
+
 # A pytest plugin (prepended to the tests' conftest.py, which only the grader writes): it records
 # that each pytest session started and how it finished. A session that started and never
 # finished means the tested code ended the test process (`os._exit(0)` on import): whatever
@@ -60,7 +95,7 @@ def pytest_sessionfinish(session, exitstatus):
     _ptg_write({"finish": _ptg_os.getpid(), "status": int(exitstatus), **_ptg_counts})
 '''
 
-GRADER = REWRITE + r'''
+GRADER = REWRITE + WRITE_TREE + r'''
 import signal, subprocess, tempfile, time
 
 p = _PAYLOAD
@@ -74,13 +109,11 @@ shim, home = os.path.join(root, "bin"), os.path.join(root, "home")
 for d in (logs, shim, home):
     os.makedirs(d)
 files = dict(p["tests"])
-files["conftest.py"] = p["guard"] + "\n" + files.get("conftest.py", "")
-for rel, content in files.items():
-    path = os.path.join(tests, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(rewrite(content, ws, tests, logs))
-    os.chmod(path, 0o755 if rel.endswith(".sh") else 0o644)
+conftest = files.get("conftest.py", "")
+if isinstance(conftest, dict):  # a UTF-8 file with another mode (the loader checked)
+    conftest = _b64.b64decode(conftest["b64"]).decode("utf-8")
+files["conftest.py"] = p["guard"] + "\n" + conftest
+write_tree(tests, files, lambda text: rewrite(text, ws, tests, logs))
 ini = os.path.join(root, "pytest.ini")
 with open(ini, "w") as f:
     f.write("[pytest]\n")
@@ -156,12 +189,13 @@ emit({"status": status, "returncode": proc.returncode, "seconds": round(time.mon
 class HarborVerifier:
     """Runs a Harbor task's `tests/test.sh` after the episode (see the module docstring).
 
-    `task.verifier`: `tests` (relative path -> text of every file under tests/), `timeout_s`,
+    `task.verifier`: `tests` (relative path under tests/ -> its text when it is a UTF-8 file of
+    mode 0644, else its `FileEntry` as JSON: bytes and mode, a directory, a symlink), `timeout_s`,
     `artifacts` (workspace globs the agent is meant to change; every other task input file is
     restored from the task before grading)."""
 
     name: str = "harbor"
-    version: str = "2"
+    version: str = "3"  # 3: tests/ carries binary files, modes, directories and symlinks
     needs_sandbox: bool = True
 
     def verify(self, task: Task, outcome: Outcome) -> Verdict:
