@@ -52,9 +52,10 @@ from posttrain.tasks.families.common import perturb
 
 CACHE_DIR = Path(__file__).resolve().parent / ".cache"
 
-# The agentic job's domains (configs/agentic.toml): trained by RL, and held out of RL (but in the
-# corpus, like tiny-base's held-out domains). They get many transcripts; every other tool-use
-# domain a few, so that the model has seen every family's tools and formats.
+# The domains that get many transcripts (every other tool-use domain gets a few, so that the model
+# has seen every family's tools and formats): the first agentic mix, and the domains held out of RL
+# (in the corpus, like tiny-base's held-out domains). configs/agentic.toml now trains the tool-use
+# domains where the committed model shows latent skill, which include some of these.
 TRAINED = ("terminal.count.words", "terminal.count.level-lines", "terminal.count.unique-ips",
            "terminal.find.largest", "code.repair.list.kth", "code.repair.str.rle",
            "code.repair.list.window", "geometry.sphere.radius", "geometry.cone.dims",

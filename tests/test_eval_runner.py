@@ -208,3 +208,15 @@ def test_eval_config_validation():
     assert EvalConfig(k=(8, 1, 8)).k == (1, 8) and EvalConfig(k=(1, 8)).n_samples == 8
     with pytest.raises(ValueError, match="unknown EvalConfig field"):
         EvalConfig.from_dict({"k": [1], "nope": 1})
+
+
+def test_a_long_list_of_domains_is_not_a_file_name():
+    """More than 255 bytes of comma-separated domains: the OS refuses the name (ENAMETOOLONG), so
+    it must be read as domain globs, not fail as a file."""
+    from posttrain.tasks.registry import match_domains
+
+    names = [d.name for d in match_domains("math.*,text.*")][:40]
+    spec = ",".join(names)
+    assert len(spec) > 255
+    tasks = resolve_tasks(spec, per_domain=1)
+    assert {d.name for d, _ in tasks} == set(names)

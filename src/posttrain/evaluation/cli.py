@@ -11,6 +11,7 @@ from typing import NoReturn
 
 import typer
 
+from posttrain.evaluation.tasksets import is_task_file
 from posttrain.tasks.sources.cli import apply_sources, source_option
 
 app = typer.Typer(add_completion=False, help="Evaluate a policy on the eval split; compare two; gate on a baseline.")
@@ -283,7 +284,7 @@ def _load_side(spec: str, run_dir: Path | None):
     if run_dir is not None:
         candidates.append(run_dir / EVALS_DIR / f"{safe_name(spec)}.json")
     for path in candidates:
-        if path.is_file():
+        if is_task_file(path):
             try:
                 return EvalResult.load(path)
             except ValueError as e:
@@ -380,7 +381,7 @@ def baseline_create(policy: str = typer.Option(..., "--policy", help="the versio
     from posttrain.tasks.registry import RegistryError, match_domains
 
     per_domain = 20
-    if not Path(tasks).is_file():
+    if not is_task_file(tasks):
         try:
             per_domain = max(1, math.ceil(size / len(match_domains(tasks))))
         except RegistryError as e:
@@ -427,10 +428,10 @@ def contamination(train: str = typer.Option(DEFAULT_TASKS, "--train", help="trai
     from posttrain.evaluation.tasksets import TaskSetError, load_task_file, tasks_from_domains
 
     def load(spec: str, n: int, split: str):
-        if not Path(spec).is_file() and (Path(spec).suffix in (".toml", ".json", ".jsonl") or "/" in spec):
+        if not is_task_file(spec) and (Path(spec).suffix in (".toml", ".json", ".jsonl") or "/" in spec):
             _fail(f"--{split}: {spec}: no such task file (and not a domain glob)")
         try:
-            return load_task_file(spec) if Path(spec).is_file() else tasks_from_domains(spec, n, split)  # type: ignore[arg-type]
+            return load_task_file(spec) if is_task_file(spec) else tasks_from_domains(spec, n, split)  # type: ignore[arg-type]
         except (TaskSetError, OSError) as e:
             _fail(f"--{split}: {e}")
 

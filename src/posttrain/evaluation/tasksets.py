@@ -107,12 +107,22 @@ def load_task_file(path: str | Path) -> TaskList:
     return _dedupe([(get_domain(t.domain), t) for t in tasks])
 
 
+def is_task_file(spec: str | Path) -> bool:
+    """Whether `spec` names an existing file. A long list of domain names is no file name: the
+    operating system refuses it (ENAMETOOLONG) rather than saying "no such file", so any OSError
+    here means "not a file" and the spec is read as domain globs."""
+    try:
+        return Path(spec).is_file()
+    except OSError:
+        return False
+
+
 def resolve_tasks(spec: str, per_domain: int = 20) -> TaskList:
     """`--tasks SET` -> (domain, task) pairs (see the module docstring)."""
     if not spec or not spec.strip():
         raise TaskSetError("--tasks is empty: give domain globs (e.g. 'math.*') or a task-set file")
     path = Path(spec)
-    if path.is_file():
+    if is_task_file(path):
         return load_task_file(path)
     if path.suffix in (".json", ".jsonl", ".toml") or "/" in spec:
         raise TaskSetError(f"{spec}: no such task-set file (and not a domain glob)")
