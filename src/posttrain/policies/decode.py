@@ -163,6 +163,13 @@ def start_rows(rows: Sequence[Any], max_positions: int | None) -> tuple[list[Row
     return results, todo
 
 
+def token_limit(row: Any, max_positions: int | None) -> int:
+    """How many tokens a row may generate: its `max_tokens`, cut to what the context has left."""
+    if max_positions is None:
+        return int(row.max_tokens)
+    return min(row.max_tokens, max_positions - len(row.prompt_ids))
+
+
 def decode(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids: set[int],
            max_positions: int | None, stop_check: Callable[[int, list[int]], bool] | None = None,
            use_cache: bool = True, prefill_inputs: dict[str, Any] | None = None,
@@ -184,8 +191,7 @@ def decode(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids:
     for i in todo:
         seed = rows[i].seed
         gens.append(None if seed is None else torch.Generator(device=device).manual_seed(seed))
-    limit = [rows[i].max_tokens if max_positions is None
-             else min(rows[i].max_tokens, max_positions - len(rows[i].prompt_ids)) for i in todo]
+    limit = [token_limit(rows[i], max_positions) for i in todo]
 
     # batch row r currently holds todo[slot[r]]; finished rows are dropped when the cache can
     # drop rows, else they ride along (their samples are ignored).

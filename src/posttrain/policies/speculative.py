@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from posttrain.policies.decode import RowResult, RowSpec, sample_next, sampling_dist, start_rows
+from posttrain.policies.decode import RowResult, RowSpec, sample_next, sampling_dist, start_rows, token_limit
 from posttrain.policies.prefix_cache import PrefixCache
 from posttrain.policies.ragged import RaggedBatch
 
@@ -105,8 +105,7 @@ def generate(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_id
     results, todo = start_rows(rows, max_positions)
     if not todo:
         return results
-    limit = {i: rows[i].max_tokens if max_positions is None
-             else min(rows[i].max_tokens, max_positions - len(rows[i].prompt_ids)) for i in todo}
+    limit = {i: token_limit(rows[i], max_positions) for i in todo}
 
     # Prefill: each distinct (prompt, reused prefix) once, from the prefix cache when it can.
     distinct: dict[tuple, int] = {}

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from posttrain.policies.decode import RowResult, RowSpec, sample_next, start_rows
+from posttrain.policies.decode import RowResult, RowSpec, sample_next, start_rows, token_limit
 from posttrain.policies.prefix_cache import PrefixCache
 from posttrain.policies.ragged import RaggedBatch
 from posttrain.values.image import Image
@@ -82,8 +82,7 @@ def decode_reusing(model: torch.nn.Module, rows: list[RowSpec], *, keys: Sequenc
     results, todo = start_rows(rows, max_positions)
     if not todo:
         return results
-    limit = {i: rows[i].max_tokens if max_positions is None
-             else min(rows[i].max_tokens, max_positions - len(rows[i].prompt_ids)) for i in todo}
+    limit = {i: token_limit(rows[i], max_positions) for i in todo}
 
     # the prompt pass: each distinct (key ids, reused length) once, from the cache where it can
     distinct: dict[tuple, int] = {}
