@@ -196,7 +196,7 @@ def test_lookup_task_split_follows_the_single_answer_problem():
     for seed in range(3):
         task = domain.task(seed, "eval")
         rng = task_rng(domain.name, "eval", seed)
-        problem = _draw(kind, "csv", rng)
+        problem = _draw(kind, "csv", rng, "eval")
         while content_split(problem.prompt, problem.files) != "eval":
-            problem = _draw(kind, "csv", rng)
+            problem = _draw(kind, "csv", rng, "eval")
         assert problem.files == task.files  # the same problem, judged by its single-answer form

@@ -4,6 +4,7 @@ applies it to `train = ["*"]` (`pipeline.checks.check_contamination`, never over
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 from rich.console import Console
@@ -30,6 +31,65 @@ def test_count_primes_splits_are_disjoint_under_the_guard():
     answer = task.reference["answer"]
     assert domain.verifier.verify(task, Outcome(answer=answer)).passed
     assert not domain.verifier.verify(task, Outcome(answer=str(int(answer) + 1))).passed
+
+
+def _guard(names: list[str], n_train: int, n_eval: int):
+    domains = [get_domain(n) for n in names]
+    train = [d.task(seed, "train") for d in domains for seed in range(n_train)]
+    evals = [d.task(seed, "eval") for d in domains for seed in range(n_eval)]
+    return check_contamination(train, evals)
+
+
+def test_drawing_prompts_name_their_drawing():
+    # the picture is the problem, and the guard reads text: a constant prompt made every eval
+    # drawing an exact duplicate of every training one
+    from posttrain.tasks.families.geometry.drawings import drawing_number
+
+    domain = get_domain("geometry.drawing.box.dims")
+    a, b, e = domain.task(0, "train"), domain.task(1, "train"), domain.task(0, "eval")
+    assert len({a.prompt, b.prompt, e.prompt}) == 3
+    assert drawing_number(a.reference["statement"]) in a.prompt
+    assert domain.task(0, "train").prompt == a.prompt  # same drawing, same number
+    report = _guard(["geometry.drawing.box.dims", "geometry.drawing.sphere.radius"], 12, 3)
+    assert report.ok, report.matches[:3]
+
+
+def test_code_templates_split_near_duplicate_functions_together():
+    # rotate left by k and right by k differ by a sign (each is the other's wrong version):
+    # one split for both, in the plain and the repair domains
+    from posttrain.tasks.families.code.lists import ROTATE
+    from posttrain.tasks.families.code.template import problem_split
+
+    for k in range(1, 13):
+        assert problem_split(ROTATE, {"dir": "left", "k": k}) == problem_split(ROTATE, {"dir": "right", "k": k})
+    assert {problem_split(ROTATE, {"dir": "left", "k": k}) for k in range(1, 13)} == {"train", "eval"}
+    report = _guard(["code.list.rotate", "code.repair.list.rotate", "code.str.rle", "code.repair.str.rle",
+                     "code.str.mask", "code.str.caesar"], 40, 5)
+    assert report.ok, report.matches[:3]
+
+
+def test_docs_companies_and_keyed_years_are_partitioned_by_split():
+    from posttrain.tasks.families.documents.statements import company_name, first_year
+
+    rng = random.Random(0)
+    eval_names = {company_name(rng, "eval") for _ in range(200)}
+    train_names = {company_name(rng, "train") for _ in range(200)}
+    assert eval_names and train_names and not eval_names & train_names
+    assert {first_year(rng, "eval", keyed=True) for _ in range(100)} == {2014, 2019}
+    assert {first_year(rng, "train", keyed=True) for _ in range(200)}.isdisjoint({2014, 2019})
+    assert len({first_year(rng, "eval", keyed=False) for _ in range(200)}) == 11  # free when unkeyed
+    # the two leaks this fixed: a revenue-by-year schema shared with a sibling format, and a
+    # peak/trough chart of one company
+    report = _guard(["docs.page.revenue-total", "docs.finance.revenue-total.csv", "docs.finance.revenue-total.html",
+                     "docs.chart.trough.line", "docs.chart.peak.line"], 40, 5)
+    assert report.ok, report.matches[:3]
+
+
+def test_sphere_placement_splits_by_radius():
+    domain = get_domain("geometry.place.sphere-center")
+    radii = {split: {domain.task(s, split).reference["oracle"].split("(")[2].split(")")[0] for s in range(15)}
+             for split in ("train", "eval")}
+    assert radii["eval"] <= {"2", "2.5"} and radii["train"].isdisjoint({"2", "2.5"})
 
 
 @pytest.mark.slow

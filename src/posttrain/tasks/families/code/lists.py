@@ -30,6 +30,7 @@ ROTATE = FunctionTemplate(
     case=lambda r, p: [ints(r, -9, 9, 9, 1)],
     edge=lambda p: [[[]], [[7]]],
     bug=lambda p: ("k = (", "k = 1 + ("),
+    split_by=('k',),
 )
 
 

@@ -57,6 +57,7 @@ CAESAR = FunctionTemplate(
     case=lambda r, p: [mixed(r)],
     edge=lambda p: [[""], ["Zz Aa!"]],
     bug=lambda p: ("% 26 + 65", "% 26 + 97"),  # uppercase letters come out lowercase
+    split_by=('k',),
 )
 
 _CLASSES = {
@@ -119,6 +120,7 @@ RLE = FunctionTemplate(
     case=lambda r, p: ["".join(r.choice("abc") * r.randint(1, p["m"] + 2) for _ in range(r.randint(0, 6)))],
     edge=lambda p: [[""], ["x" * p["m"]]],
     bug=lambda p: (f"if n >= {p['m']}", f"if n > {p['m']}"),
+    split_by=('m',),
 )
 
 
@@ -239,6 +241,7 @@ MASK = FunctionTemplate(
     wrong=lambda p: _mask_solution(p["k"], "first" if p["side"] == "last" else "last", p["ch"]),
     case=lambda r, p: ["".join(r.choice(string.digits + "abc") for _ in range(r.randint(0, 14)))],
     edge=lambda p: [[""]],
+    split_by=('k', 'ch'),
 )
 
 

@@ -6,7 +6,11 @@ host) computes the expected return values; the verifier compares them with what 
 returns in the sandbox (see `posttrain.verifiers.code`).
 
 Splits are by content: a problem is the template plus its parameters (not its examples or test
-inputs), so the same function never appears in both train and eval.
+inputs), so the same function never appears in both train and eval. A template whose parameters
+include a two-way choice that changes its solution by a token (rotate left or right, mask the
+first or the last characters) names the parameters that decide the split (`split_by`): the two
+functions are near-duplicates (one's wrong version is the other's solution, and the references
+the contamination guard compares differ by a word), so they belong to one split.
 
 Every generated task is checked against its plausible wrong solution (and, for repair tasks,
 its buggy version): test cases are added until one of them tells the two apart, so the
@@ -57,6 +61,9 @@ class FunctionTemplate:
     """(correct text, buggy text): a one-line bug in `solution`, for a repair variant"""
     n_cases: int = 10
     tags: tuple[str, ...] = field(default=())
+    split_by: tuple[str, ...] | None = None
+    """the parameters that decide the split (None: all); problems that differ only in the others
+    are near-duplicates and share a split"""
 
 
 @lru_cache(maxsize=4096)
@@ -76,7 +83,8 @@ def run_reference(source: str, entry: str, args: list[Any]) -> Any:
 
 
 def problem_split(template: FunctionTemplate, params: Params) -> Split:
-    return content_split(f"code/{template.name}\x00{canonical_json(dict(params))}")
+    keys = template.split_by if template.split_by is not None else tuple(params)
+    return content_split(f"code/{template.name}\x00{canonical_json({k: params[k] for k in keys})}")
 
 
 def draw_params(template: FunctionTemplate, domain: str, split: Split, seed: int) -> tuple[dict, random.Random]:

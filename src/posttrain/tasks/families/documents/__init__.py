@@ -33,7 +33,7 @@ from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import Problem, draw_problem
 from posttrain.tasks.families.documents.questions import KINDS, Kind, decoy
 from posttrain.tasks.families.documents.render import FORMATS, filename, render
-from posttrain.tasks.families.documents.statements import company_name, make_company
+from posttrain.tasks.families.documents.statements import company_name, first_year, make_company
 from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.verifiers.structured import STRUCTURED
 
@@ -73,14 +73,14 @@ def _float_fields(value: Any, prefix: str = "") -> list[str]:
     return [prefix.rstrip("/")] if isinstance(value, float) else []
 
 
-def _draw(kind: Kind, fmt: str, rng: random.Random) -> Problem:
-    first_year = rng.randint(2012, 2022)
+def _draw(kind: Kind, fmt: str, rng: random.Random, split: Split) -> Problem:
+    start = first_year(rng, split, keyed=kind.all_years)
     names: list[str] = []
     while len(names) < kind.companies:
-        name = company_name(rng)
+        name = company_name(rng, split)
         if name not in names:
             names.append(name)
-    companies = [make_company(rng, n, first_year) for n in names]
+    companies = [make_company(rng, n, start) for n in names]
     years = companies[0].years
     year = years[-1] if kind.all_years else rng.choice(years[1:] if kind.needs_prior_year else years)
     answer, rules = kind.build(companies, year)
@@ -121,7 +121,7 @@ def _domain(kind: Kind, fmt: str) -> Domain:
     name = f"docs.finance.{kind.name}.{fmt}"
 
     def generate(seed: int, split: Split) -> Task:
-        p = draw_problem(name, split, seed, lambda rng: _draw(kind, fmt, rng))
+        p = draw_problem(name, split, seed, lambda rng: _draw(kind, fmt, rng, split))
         return Task(domain=name, prompt=p.prompt, files=dict(p.files),
                     reference={"answer": p.data["answer"], "decoy": p.data["decoy"]},
                     verifier=verifier_settings(p), env="single",

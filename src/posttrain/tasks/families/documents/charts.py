@@ -120,9 +120,9 @@ def _series(metric: str, rng: random.Random) -> Series:
     return [round(scale * rng.uniform(-0.8, 1.2)) for _ in range(QUARTERS)]
 
 
-def _draw(kind: ChartKind, style: str, rng: random.Random) -> Problem:
+def _draw(kind: ChartKind, style: str, rng: random.Random, split: Split) -> Problem:
     while True:
-        company, first_year = company_name(rng), rng.randint(2012, 2022)
+        company, first_year = company_name(rng, split), rng.randint(2012, 2022)
         labels = [f"Q{q % 4 + 1} {first_year + q // 4}" for q in range(QUARTERS)]
         values = _series(kind.metric, rng)
         try:
@@ -172,7 +172,7 @@ def _domain(kind: ChartKind, style: str) -> Domain:
     name = f"docs.chart.{kind.name}.{style}"
 
     def generate(seed: int, split: Split) -> Task:
-        p = draw_problem(name, split, seed, lambda rng: _draw(kind, style, rng))
+        p = draw_problem(name, split, seed, lambda rng: _draw(kind, style, rng, split))
         return Task(domain=name, prompt=p.prompt, reference=dict(p.data), env="single", split=split,
                     seed=seed, limits=LIMITS, tags=("docs", "chart", "vision"),
                     verifier={"case_sensitive": False, "collapse_whitespace": True})

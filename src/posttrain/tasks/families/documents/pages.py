@@ -60,7 +60,7 @@ def _domain(kind: Kind) -> Domain:
     name = f"docs.page.{kind.name}"
 
     def generate(seed: int, split: Split) -> Task:
-        p = draw_problem(name, split, seed, lambda rng: _draw(kind, "md", rng))
+        p = draw_problem(name, split, seed, lambda rng: _draw(kind, "md", rng, split))
         attached = f"The {FORMAT_NAMES['md']} documents {', '.join(sorted(p.files))} are attached."
         if attached not in p.prompt:
             raise ValueError(f"domain {name}: the problem's prompt no longer names its documents as expected")

@@ -22,6 +22,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from posttrain.tasks.families.common import content_split
+from posttrain.values.task import Split
+
 INCOME_LINES: tuple[tuple[str, str], ...] = (
     ("revenue", "Revenue"), ("cost_of_revenue", "Cost of revenue"), ("gross_profit", "Gross profit"),
     ("sga", "Selling, general and administrative"), ("rnd", "Research and development"),
@@ -74,8 +77,26 @@ class Company:
         return {"income": self.income, "balance": self.balance, "cash_flow": self.cash_flow}[kind]
 
 
-def company_name(rng: random.Random) -> str:
-    return f"{rng.choice(_FIRST)}{rng.choice(_SECOND)} {rng.choice(_THIRD)}"
+def company_name(rng: random.Random, split: Split) -> str:
+    """A company name of `split`: the names are partitioned by split (a name's hash, as for
+    problems), so no eval problem is about a company that a training problem names. Without
+    this, two problems of sibling domains about one company (its peak and its trough quarter)
+    differ in their prompts only by the domains' template words, and read as duplicates."""
+    while True:
+        name = f"{rng.choice(_FIRST)}{rng.choice(_SECOND)} {rng.choice(_THIRD)}"
+        if content_split("docs.company\x00" + name) == split:
+            return name
+
+
+def first_year(rng: random.Random, split: Split, keyed: bool) -> int:
+    """The first fiscal year of a problem's statements (2012-2022). `keyed`: the answer is keyed
+    by year (its JSON schema, stored with the task, names the years), so the years are
+    partitioned by split -- eval problems start in 2014 or 2019, training ones in any other year
+    -- and no eval schema is a training one (eleven schemas in all, shared by many problems)."""
+    while True:
+        year = rng.randint(2012, 2022)
+        if not keyed or ("eval" if year % 5 == 4 else "train") == split:
+            return year
 
 
 def _close_balance(b: dict[str, int]) -> dict[str, int]:

@@ -56,7 +56,7 @@ def _tools_domain(kind: Kind, fmt: str) -> Domain:
     name = f"docs.lookup.{kind.name}.{fmt}"
 
     def generate(seed: int, split: Split) -> Task:
-        p = draw_problem(name, split, seed, lambda rng: _draw(kind, fmt, rng))
+        p = draw_problem(name, split, seed, lambda rng: _draw(kind, fmt, rng, split))
         # The single-answer prompt names the attached documents; here they are in the workspace.
         prompt = p.prompt.replace(" are attached.", " are in the workspace; use the tools to read them.")
         prompt += " Submit it with <submit>JSON</submit>."

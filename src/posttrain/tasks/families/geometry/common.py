@@ -66,6 +66,10 @@ class GeoProblem:
     """named plausible wrong ptgeo programs (each must fail)"""
     file: str = "model.json"
     data: dict[str, Any] = field(default_factory=dict)
+    split_key: str | None = None
+    """what decides the split when the statement is too fine a key (None: the statement): two
+    problems that differ in one number of several are near-duplicates to the contamination
+    guard (their checks share the rest), so such a domain splits by its part's size only"""
 
 
 def fmt(x: float) -> str:
@@ -79,7 +83,8 @@ def half(rng: random.Random, lo: float, hi: float) -> float:
 
 
 def _draw(name: str, split: Split, seed: int, draw: Callable[[random.Random], GeoProblem]) -> GeoProblem:
-    return draw_in_split(name, split, seed, draw, lambda p: content_split(p.prompt))[0]
+    return draw_in_split(name, split, seed, draw,
+                         lambda p: content_split(p.prompt if p.split_key is None else p.split_key))[0]
 
 
 def tool_domain(name: str, draw: Callable[[random.Random], GeoProblem], description: str) -> Domain:

@@ -9,10 +9,17 @@ as the text domain the problem comes from.
 
 Textual fallback (a text-only policy): the drawing is replaced by the text domain's statement,
 with its numbers -- the same task in words.
+
+The prompt names the drawing by a number taken from the statement's hash (`drawing_number`),
+as a real drawing carries its number: without it every task of a domain had the same text, and
+what tells two problems apart (the picture) is not in the text that the contamination guard
+compares -- every eval task was an exact duplicate of every train task. Same drawing, same
+number; the number says nothing about the sizes.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 from posttrain.tasks.domain import Domain
@@ -31,6 +38,12 @@ def target_drawing(task: Task) -> tuple[Image, ...]:
     return (draw_views(ptgeo_meshes(task.reference["oracle"]), "target part"),)
 
 
+def drawing_number(statement: str) -> str:
+    """The drawing's number: 8 hex digits of its statement's hash (the split is decided by the
+    same statement, so train and eval never share a number)."""
+    return "D-" + hashlib.sha256(statement.encode()).hexdigest()[:8].upper()
+
+
 def statement(task: Task) -> str:
     return "The drawing, in words: " + task.reference["statement"]
 
@@ -40,7 +53,7 @@ def drawing_domain(suffix: str, draw: Callable, description: str) -> Domain:
 
     def generate(seed: int, split: Split) -> Task:
         p: GeoProblem = _draw(name, split, seed, draw)
-        prompt = (f"Model the part shown in the drawing below ({description}). Units are cm, z is up; "
+        prompt = (f"Model the part shown in drawing {drawing_number(p.prompt)} below ({description}). Units are cm, z is up; "
                   f"the ticks of each view mark the part's extremes. Save it to {p.file} with save(...).\n"
                   f'Use the modeling tool <tool name="model">PYTHON</tool>; <tool name="render">{p.file}'
                   f"</tool> draws what you saved; then <submit></submit>. {API}")

@@ -149,7 +149,10 @@ def sphere_at(rng: random.Random) -> GeoProblem:
         prompt=f"Model a sphere of radius {fmt(r)} centred at ({fmt(cx)}, {fmt(cy)}, {fmt(cz)}).",
         checks=_solid((2 * r, 2 * r, 2 * r), (cx, cy, cz), 4 / 3 * math.pi * r ** 3),
         oracle=f"save(sphere({fmt(r)}).move_to({fmt(cx)}, {fmt(cy)}, {fmt(cz)}), 'model.json')",
-        wrong={"corner-there": f"save(sphere({fmt(r)}).translate({fmt(cx + r)}, {fmt(cy + r)}, {fmt(cz + r)}), 'model.json')"})
+        wrong={"corner-there": f"save(sphere({fmt(r)}).translate({fmt(cx + r)}, {fmt(cy + r)}, {fmt(cz + r)}), 'model.json')"},
+        # split by the radius: spheres of one size at centres one coordinate apart are near-duplicates;
+        # eval spheres have radius 2 or 2.5, training ones the other four sizes
+        split_key=f"sphere r={fmt(r)}")
 
 
 def rotated_box(rng: random.Random) -> GeoProblem:
