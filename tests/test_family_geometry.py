@@ -10,7 +10,6 @@ import pytest
 
 from posttrain.envs import play_actions
 from posttrain.tasks.families import geometry
-from posttrain.tasks.families.common import content_split
 from posttrain.tasks.families.geometry.common import PRELOAD, PTGEO_FILE
 from posttrain.values.task import Task
 from posttrain.verifiers.base import Outcome, VerifierError
@@ -181,12 +180,18 @@ def test_unknown_check_kind_is_an_infrastructure_error(sandbox):
         _verify(sandbox, [])
 
 
-def test_prompts_state_the_split_by_content():
+def test_prompts_state_the_split_by_their_sizes():
+    # every size a problem draws is a value of its split, so eval and train boxes differ in each
+    import re
+
+    from posttrain.tasks.families.geometry.common import value_split
+
     d = DOMAINS["geometry.box.dims"]
     for split in ("train", "eval"):
-        task = d.task(4, split)
-        statement = task.prompt.split(" Save it to")[0]
-        assert content_split(statement) == split
+        for seed in range(5):
+            statement = d.task(seed, split).prompt.split(" Save it to")[0]
+            sizes = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", statement)][:3]  # x, y, z
+            assert {value_split(x) for x in sizes} == {split}, statement
 
 
 def test_an_empty_part_fails_cleanly(sandbox):

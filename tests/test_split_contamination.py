@@ -85,11 +85,21 @@ def test_docs_companies_and_keyed_years_are_partitioned_by_split():
     assert report.ok, report.matches[:3]
 
 
-def test_sphere_placement_splits_by_radius():
+def test_geometry_sizes_are_partitioned_by_split():
+    # a stool 6.5 or 7 high (checks that do not read the height), a sphere one coordinate away:
+    # near-duplicates in a small space; every drawn size is now a value of the problem's split
+    from posttrain.tasks.families.geometry.common import half, value_split
+
+    assert half(random.Random(0), 0.5, 8) in {x / 2 for x in range(1, 17)}  # unpartitioned outside a draw
+    assert {value_split(x / 2) for x in range(-12, 13)} == {"train", "eval"}
     domain = get_domain("geometry.place.sphere-center")
-    radii = {split: {domain.task(s, split).reference["oracle"].split("(")[2].split(")")[0] for s in range(15)}
-             for split in ("train", "eval")}
-    assert radii["eval"] <= {"2", "2.5"} and radii["train"].isdisjoint({"2", "2.5"})
+    for split in ("train", "eval"):
+        for seed in range(10):
+            sizes = domain.task(seed, split).reference["oracle"].split("(")[2].split(")")[0]
+            assert value_split(float(sizes)) == split  # the radius
+    report = _guard(["geometry.furniture.stool", "geometry.stack.stairs", "geometry.place.sphere-center",
+                     "geometry.box.dims", "geometry.script.box.dims"], 60, 10)
+    assert report.ok, report.matches[:3]
 
 
 GUARD_LIMITS = {"rg.aiw", "rg.bf", "rg.binary_matrix", "rg.largest_island", "rg.n_queens"}

@@ -79,7 +79,9 @@ def table(rng: random.Random) -> GeoProblem:
 def stool(rng: random.Random) -> GeoProblem:
     rs, t = half(rng, 2, 5), rng.choice([0.5, 1.0])
     height, rl = half(rng, 3, 8), rng.choice([0.25, 0.5])
-    rr = rs - rl - half(rng, 0, 1)
+    # the legs' distance is drawn (a size of the split), not derived: its cos/sin coordinates are
+    # most of the reference, so two stools sharing it read as near-duplicates
+    rr = half(rng, 1, rs - 0.5)
     leg_h = height - t
     lines = [f"seat = cylinder({fmt(rs)}, {fmt(t)}).translate(0, 0, {fmt(height - t / 2)}).named('seat')"]
     for i, ang in enumerate((90, 210, 330), start=1):
@@ -138,7 +140,7 @@ def shelf(rng: random.Random) -> GeoProblem:
 
 def stairs(rng: random.Random) -> GeoProblem:
     n = rng.randint(3, 6)
-    w, run, rise = half(rng, 2, 6), rng.choice([0.5, 1.0, 1.5]), rng.choice([0.5, 1.0])
+    w, run, rise = half(rng, 2, 6), half(rng, 0.5, 1.5), rng.choice([0.5, 1.0])  # run: a size of the split
     names = [f"step{i + 1}" for i in range(n)]
     lines = [f"{nm} = box({fmt(w)}, {fmt(run)}, {fmt(rise * (i + 1))}).translate(0, {fmt(run * i + run / 2)}, "
              f"{fmt(rise * (i + 1) / 2)}).named('{nm}')" for i, nm in enumerate(names)]

@@ -1,9 +1,20 @@
-"""Building blocks of the geometry family: the `model` tool, problems, domain builders."""
+"""Building blocks of the geometry family: the `model` tool, problems, domain builders.
+
+Splits: every size a problem draws with `half` is a value of its split (`value_split`: the multiples of 0.5 whose double is
+3 mod 5 -- 1.5, 4, 6.5, -1, ... -- are eval values, the rest train ones), so an eval problem
+differs from every training problem in each drawn size. Without that, two problems one number
+apart (a stool 6.5 or 7 high, a sphere one coordinate away) are near-duplicates to the
+contamination guard -- and with checks that do not read that number, graded identically; in a
+small parameter space such pairs are found as soon as the sample grows. A range with no value
+of the split (0.5 to 1) is drawn whole, and counts (`rng.randint`) are not partitioned: a
+problem that drew no partitioned size is in the split its statement's hash says, as elsewhere.
+"""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,10 +77,6 @@ class GeoProblem:
     """named plausible wrong ptgeo programs (each must fail)"""
     file: str = "model.json"
     data: dict[str, Any] = field(default_factory=dict)
-    split_key: str | None = None
-    """what decides the split when the statement is too fine a key (None: the statement): two
-    problems that differ in one number of several are near-duplicates to the contamination
-    guard (their checks share the rest), so such a domain splits by its part's size only"""
 
 
 def fmt(x: float) -> str:
@@ -77,14 +84,47 @@ def fmt(x: float) -> str:
     return f"{round(x, 6):g}"
 
 
+@dataclass
+class _Drawing:
+    split: Split
+    partitioned: bool = False
+    """whether a size of the split was drawn (then the problem is in the split by construction)"""
+
+
+_DRAWING: ContextVar[_Drawing | None] = ContextVar("geometry_drawing", default=None)
+"""the problem being drawn (set by `_draw` around the generator)"""
+
+
+def value_split(value: float) -> Split:
+    """The split a drawn size belongs to (module docstring)."""
+    return "eval" if round(value * 2) % 5 == 3 else "train"
+
+
 def half(rng: random.Random, lo: float, hi: float) -> float:
-    """A multiple of 0.5 in [lo, hi]."""
+    """A multiple of 0.5 in [lo, hi]; while a problem is drawn for a split, one of that split's
+    values when the range has any."""
+    drawing = _DRAWING.get()
+    if drawing is not None:
+        own = [h for h in range(int(lo * 2), int(hi * 2) + 1) if value_split(h / 2) == drawing.split]
+        if own:
+            drawing.partitioned = True
+            return rng.choice(own) / 2
     return rng.randint(int(lo * 2), int(hi * 2)) / 2
 
 
 def _draw(name: str, split: Split, seed: int, draw: Callable[[random.Random], GeoProblem]) -> GeoProblem:
-    return draw_in_split(name, split, seed, draw,
-                         lambda p: content_split(p.prompt if p.split_key is None else p.split_key))[0]
+    """A problem of `split`: its sizes are the split's values; one with no partitioned size (all
+    its ranges too small) is in the split its statement's hash says."""
+    def in_split(rng: random.Random) -> tuple[GeoProblem, bool]:
+        drawing = _Drawing(split)
+        token = _DRAWING.set(drawing)
+        try:
+            return draw(rng), drawing.partitioned
+        finally:
+            _DRAWING.reset(token)
+
+    return draw_in_split(name, split, seed, in_split,
+                         lambda d: split if d[1] else content_split(d[0].prompt))[0][0]
 
 
 def tool_domain(name: str, draw: Callable[[random.Random], GeoProblem], description: str) -> Domain:

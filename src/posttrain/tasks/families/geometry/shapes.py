@@ -61,7 +61,9 @@ def cylinder_dims(rng: random.Random) -> GeoProblem:
 
 
 def cylinder_diameter(rng: random.Random) -> GeoProblem:
-    d, h = half(rng, 1, 8), half(rng, 0.5, 8)
+    # the radius is the drawn size (whole diameters 1 to 8), as for every round part: a diameter
+    # drawn as a size of its own can be twice a radius of the other split (the extents checked)
+    d, h = 2 * half(rng, 0.5, 4), half(rng, 0.5, 8)
     return GeoProblem(
         prompt=f"Model a disc (a cylinder) with a diameter of {fmt(d)} and a thickness of {fmt(h)}, "
                f"centred on the origin, its axis along z.",
@@ -149,10 +151,7 @@ def sphere_at(rng: random.Random) -> GeoProblem:
         prompt=f"Model a sphere of radius {fmt(r)} centred at ({fmt(cx)}, {fmt(cy)}, {fmt(cz)}).",
         checks=_solid((2 * r, 2 * r, 2 * r), (cx, cy, cz), 4 / 3 * math.pi * r ** 3),
         oracle=f"save(sphere({fmt(r)}).move_to({fmt(cx)}, {fmt(cy)}, {fmt(cz)}), 'model.json')",
-        wrong={"corner-there": f"save(sphere({fmt(r)}).translate({fmt(cx + r)}, {fmt(cy + r)}, {fmt(cz + r)}), 'model.json')"},
-        # split by the radius: spheres of one size at centres one coordinate apart are near-duplicates;
-        # eval spheres have radius 2 or 2.5, training ones the other four sizes
-        split_key=f"sphere r={fmt(r)}")
+        wrong={"corner-there": f"save(sphere({fmt(r)}).translate({fmt(cx + r)}, {fmt(cy + r)}, {fmt(cz + r)}), 'model.json')"})
 
 
 def rotated_box(rng: random.Random) -> GeoProblem:
