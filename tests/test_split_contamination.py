@@ -68,6 +68,22 @@ def test_code_templates_split_near_duplicate_functions_together():
     assert report.ok, report.matches[:3]
 
 
+def test_names_and_free_numbers_do_not_decide_the_split():
+    # fizz with 'Buzz' or 'Zap' for multiples of 7 is one function; 300 or 1300 dollars at one
+    # rate and term is one short prompt a few characters apart: each pair shares a split
+    from posttrain.tasks.families.code.numbers import FIZZ
+    from posttrain.tasks.families.code.template import problem_split
+
+    assert problem_split(FIZZ, {"a": 7, "b": 9, "w1": "Buzz", "w2": "Fizz"}) == \
+        problem_split(FIZZ, {"a": 7, "b": 9, "w1": "Zap", "w2": "Fizz"})
+    interest = get_domain("math.word.interest")
+    terms = {split: {(t.reference["r"], t.reference["n"]) for t in (interest.task(s, split) for s in range(30))}
+             for split in ("train", "eval")}
+    assert terms["train"].isdisjoint(terms["eval"])
+    report = _guard(["code.num.fizz", "math.word.interest"], 200, 10)
+    assert report.ok, report.matches[:3]
+
+
 def test_docs_companies_and_keyed_years_are_partitioned_by_split():
     from posttrain.tasks.families.documents.statements import company_name, first_year
 

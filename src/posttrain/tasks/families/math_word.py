@@ -177,13 +177,20 @@ KINDS: dict[str, tuple[Callable[[random.Random], Problem], Callable, dict, str]]
 }
 
 
+SPLIT_BY: dict[str, tuple[str, ...]] = {"interest": ("r", "n")}
+"""kinds whose split goes by some of their numbers only: a principal of 300 or 1300 dollars at the
+same rate and term is one short prompt a few characters apart (a near-duplicate to the
+contamination guard), so the rate and the term decide the split and the principal is free"""
+
+
 def _by_numbers(kind: str, draw: Callable[[random.Random], Problem]) -> Callable[[random.Random], Problem]:
     """A word problem is its numbers: who buys it, or which ingredient, does not change it. So
     the train/eval split goes by the numbers (two problems that differ only in their nouns land
-    in the same split)."""
+    in the same split), or by those `SPLIT_BY` names."""
     def draw_by_numbers(rng: random.Random) -> Problem:
         p = draw(rng)
-        return dataclasses.replace(p, identity=f"math.word.{kind}\x00{canonical_json(dict(p.data))}")
+        keys = SPLIT_BY.get(kind, tuple(p.data))
+        return dataclasses.replace(p, identity=f"math.word.{kind}\x00{canonical_json({k: p.data[k] for k in keys})}")
     return draw_by_numbers
 
 

@@ -68,6 +68,7 @@ FIZZ = FunctionTemplate(
     case=lambda r, p: [r.randint(0, math.lcm(p["a"], p["b"]) + 12)],
     edge=lambda p: [[0], [math.lcm(p["a"], p["b"])]],
     bug=lambda p: (f"i % {p['a']} == 0 and i % {p['b']} == 0", f"i % {p['a']} == 0 and i % {p['b']} == 1"),
+    split_by=("a", "b"),  # the words are names: 'Buzz' or 'Zap' for multiples of 7 is one problem
 )
 
 _DIGIT_OPS = {"sum": ("sum", "sum(ds)"), "product": ("product", "math.prod(ds)"),
