@@ -33,7 +33,9 @@ def test_generation_is_deterministic_and_split_by_content():
             for seed in range(3):
                 task = d.task(seed, split)
                 assert task.model_dump_json() == d.task(seed, split).model_dump_json()
-                assert content_split(task.prompt, task.files) == split == task.split
+                assert task.split == split
+                if d.name != "terminal.proc.timeout":  # split by its answer (test_split_contamination)
+                    assert content_split(task.prompt, task.files) == split
                 seen[split].add(task.hash)
         assert not seen["train"] & seen["eval"], d.name
 

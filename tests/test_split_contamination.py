@@ -84,6 +84,18 @@ def test_names_and_free_numbers_do_not_decide_the_split():
     assert report.ok, report.matches[:3]
 
 
+def test_timeout_statuses_are_partitioned_by_split():
+    # seven possible answers: by content, an eval task's expected status.txt (and its script
+    # and oracle) were a training task's; now the answer decides the split
+    domain = get_domain("terminal.proc.timeout")
+    status = {split: {domain.task(s, split).verifier["args"]["files"]["status.txt"].strip() for s in range(40)}
+              for split in ("train", "eval")}
+    assert status["eval"] == {"143", "2", "7", "9"} and status["train"] >= {"124", "137", "0"}
+    assert status["train"].isdisjoint(status["eval"])
+    report = _guard(["terminal.proc.timeout"], 200, 10)
+    assert report.ok, report.matches[:3]
+
+
 def test_docs_companies_and_keyed_years_are_partitioned_by_split():
     from posttrain.tasks.families.documents.statements import company_name, first_year
 

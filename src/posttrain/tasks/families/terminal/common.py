@@ -2,7 +2,8 @@
 
 A domain's `draw(rng)` returns a `ShellProblem`: the prompt, the initial workspace, the hidden
 expected state (check script + args), the oracle (tool-call turns that really do the job in the
-sandbox) and named wrong attempts (each must fail). The split is by content (prompt + files).
+sandbox) and named wrong attempts (each must fail). The split is by content (prompt + files),
+or, for a domain whose answers take a handful of values, by its answer (`ShellProblem.split`).
 """
 
 from __future__ import annotations
@@ -33,12 +34,16 @@ class ShellProblem:
     """named wrong attempts (action lists); 'empty' is added automatically"""
     check: str = STATE_CHECK
     limits: TaskLimits = field(default=LIMITS)
+    split: Split | None = None
+    """the split the problem belongs to by construction (its answer is one of that split's);
+    None: by content (prompt + files)"""
 
 
 def terminal_domain(name: str, draw: Callable[[random.Random], ShellProblem], description: str,
                     tags: tuple[str, ...] = ()) -> Domain:
     def generate(seed: int, split: Split) -> Task:
-        p, _ = draw_in_split(name, split, seed, draw, lambda p: content_split(p.prompt, p.files))
+        p, _ = draw_in_split(name, split, seed, draw,
+                             lambda p: p.split if p.split is not None else content_split(p.prompt, p.files))
         return Task(domain=name, prompt=p.prompt, files=p.files, env="tools", split=split,
                     seed=seed, limits=p.limits, tags=("terminal",) + tags,
                     reference={"oracle": p.oracle, "wrong": p.wrong},

@@ -11,6 +11,7 @@ import random
 
 from posttrain.tasks.families.terminal.checks import TAR_CHECK
 from posttrain.tasks.families.terminal.common import ShellProblem, ident, submit, text, word
+from posttrain.values.task import Split
 
 
 def executable(rng: random.Random) -> ShellProblem:
@@ -59,22 +60,36 @@ def exit_codes(rng: random.Random) -> ShellProblem:
         wrong={"all-zero": [f'<write path="results.txt">{text([f"{n} 0" for n in names])}</write>', submit("")]})
 
 
+TIMEOUT_SPLITS: dict[str, Split] = {"endless": "train", "kill": "train", "preserve": "eval"}
+FINISH_CODES: dict[Split, tuple[int, ...]] = {"train": (0, 1, 3, 5, 42), "eval": (2, 7, 9)}
+
+
 def timeout_status(rng: random.Random) -> ShellProblem:
     """What `timeout` returns depends on the program and on the signal: 124 when the limit ends
-    it, the program's own status when it finishes first, 128+9 with `-s KILL`. The prompt does
-    not say which case this is: the script (or running it) does."""
-    name = f"{word(rng)}.sh"
+    it, the program's own status when it finishes first, 128+9 with `-s KILL`, 128+15 with
+    `--preserve-status`. The prompt does not say which case this is: the script (or running it)
+    does.
+
+    The answer is one of a handful of statuses, so the split goes by it: eval problems are the
+    `--preserve-status` case (143) and programs that exit 2, 7 or 9, training ones the rest --
+    by content, an eval problem's expected status.txt, script and oracle were each a training
+    problem's. Scripts and their names carry a random tag, so no two problems share a file."""
+    tag = ident(rng)
+    name = f"{word(rng)}-{tag}.sh"
     secs = rng.choice([2, 3])
-    case = rng.choice(["endless", "finishes", "finishes", "kill"])
+    case = rng.choice(["endless", "finishes", "finishes", "kill", "preserve"])
     if case == "finishes":  # done in about 0.2-0.4 s, far inside the limit
-        ticks, code = rng.randint(1, 2), rng.choice([0, 1, 3, 5, 42])
-        script = f"i=0\nwhile [ $i -lt {ticks} ]; do echo tick; sleep 0.2; i=$((i+1)); done\nexit {code}\n"
+        split: Split = "eval" if rng.random() < 0.5 else "train"
+        ticks, code = rng.randint(1, 2), rng.choice(FINISH_CODES[split])
+        script = f"i=0\nwhile [ $i -lt {ticks} ]; do echo {tag}; sleep 0.2; i=$((i+1)); done\nexit {code}\n"
         status = str(code)
     else:
-        script = "while true; do echo tick; sleep 0.2; done\n"
-        status = "137" if case == "kill" else "124"
-    how = " sending it SIGKILL (`timeout -s KILL`)" if case == "kill" else ""
-    flag = "-s KILL " if case == "kill" else ""
+        split = TIMEOUT_SPLITS[case]
+        script = f"while true; do echo {tag}; sleep 0.2; done\n"
+        status = {"endless": "124", "kill": "137", "preserve": "143"}[case]
+    how = {"kill": " sending it SIGKILL (`timeout -s KILL`)",
+           "preserve": " with `--preserve-status` (timeout then returns the program's own status)"}.get(case, "")
+    flag = {"kill": "-s KILL ", "preserve": "--preserve-status "}.get(case, "")
     other = "124" if status != "124" else "0"
     return ShellProblem(
         prompt=f"Run {name} with sh under a time limit of {secs} second(s) using the `timeout` "
@@ -84,7 +99,8 @@ def timeout_status(rng: random.Random) -> ShellProblem:
         oracle=[f"<bash>timeout {flag}{secs} sh {name} > /dev/null; echo $? > status.txt; cat status.txt</bash>",
                 submit("")],
         wrong={"other-status": [f'<write path="status.txt">{other}\n</write>', submit("")],
-               "not-run": ['<write path="status.txt">\n</write>', submit("")]})
+               "not-run": ['<write path="status.txt">\n</write>', submit("")]},
+        split=split)
 
 
 def env_var(rng: random.Random) -> ShellProblem:
