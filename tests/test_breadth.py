@@ -15,8 +15,9 @@ from posttrain.tasks.registry import get_domain
 class CharPolicy:
     """A policy whose 'tokens' are characters, with a small context."""
 
-    def __init__(self, max_positions: int) -> None:
+    def __init__(self, max_positions: int, accepts_images: bool = False) -> None:
         self.max_positions = max_positions
+        self.accepts_images = accepts_images
         self.version = SimpleNamespace(name="chars")
 
     def render(self, request):
@@ -38,6 +39,19 @@ def test_unfit_domains_are_refused_or_left_out_once(capsys):
     out = capsys.readouterr().out
     assert out.count("code.list.chunk (domains.train)") == 1 and "left out (--skip-unfit)" in out
     assert checks.check_context(CharPolicy(10_000), [short, long_], evals) == set()
+
+
+def test_a_text_policy_is_measured_with_the_text_that_stands_in_for_images():
+    # docs.page shows statement pages as images; a text-only policy gets them as text (most of
+    # its prompt): the smoke run of configs/breadth-agent.toml found these prompts measured
+    # without it, and every episode an infra_error ("prompt of 1769 tokens does not fit")
+    page = get_domain("docs.page.balance-totals")
+    task = page.task(0, "train")
+    with_text = len(task.prompt) + len(page.text_fallback(task))
+    assert len(task.prompt) < 1000 < with_text
+    assert checks.unfit_domains(CharPolicy(1000), [page], [], per_domain=1) == {
+        "docs.page.balance-totals": (pytest.approx(with_text, abs=10), task.key)}
+    assert checks.unfit_domains(CharPolicy(1000, accepts_images=True), [page], [], per_domain=1) == {}
 
 
 @pytest.mark.slow

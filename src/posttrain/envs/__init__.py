@@ -52,8 +52,13 @@ def default_sandbox_factory(domains: Sequence[Domain] = (), *,
 
 def initial_observation(domain: Domain, task: Task, config: EnvConfig = EnvConfig()) -> str:
     """The text of the first observation an episode of `task` shows the policy, without opening
-    a sandbox (e.g. to check before a run that every domain's prompts fit the model's context)."""
-    return env_kind(domain).first_observation(domain, task, config)
+    a sandbox (e.g. to check before a run that every domain's prompts fit the model's context).
+    Under `config.text_only` it includes the text that stands in for the domain's images (as
+    `vision.with_task_images` appends it): that text is most of a page-image task's prompt."""
+    text = env_kind(domain).first_observation(domain, task, config)
+    if config.text_only and domain.images is not None and domain.text_fallback is not None:
+        text += "\n\n" + domain.text_fallback(task)
+    return text
 
 
 def make_env(domain: Domain, config: EnvConfig = EnvConfig(),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from posttrain.envs import initial_observation
+from posttrain.envs import EnvConfig, initial_observation
 from posttrain.evaluation.contamination import check_contamination as _contamination
 from posttrain.evaluation.contamination import guard_training
 from posttrain.pipeline.config import ConfigError
@@ -63,11 +63,13 @@ def unfit_domains(policy: Policy, train_domains: Sequence[Domain], evals: Sequen
     if limit is None:
         return {}  # the backend does not say (a server checks on its own)
     tasks = [(d, d.task(seed, "train")) for d in train_domains for seed in range(per_domain)]
+    # a policy that reads no images gets the text that stands in for them, as episodes do
+    config = EnvConfig(text_only=not policy.accepts_images)
     worst: dict[str, tuple[int, str]] = {}
     for d, task in tasks + list(evals):
         if d.name in worst:
             continue  # one prompt that does not fit is enough to leave the domain out
-        text = initial_observation(d, task)
+        text = initial_observation(d, task, config)
         ids = policy.render(GenerationRequest((Message("user", text),), SamplingParams()))
         if ids is None:
             return {}  # no tokenizer to measure with
