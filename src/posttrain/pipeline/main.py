@@ -235,6 +235,7 @@ class Job:
 
     async def train(self, trainer: Any, sched_state: dict, store: Any, sandbox_factory: Any) -> None:
         from posttrain.envs import EnvConfig
+        from posttrain.envs.vision import for_policy
         from posttrain.pipeline.progress import RoundProgress
         from posttrain.scheduling import Scheduler, SchedulerStalled
         from posttrain.scheduling.episodes import RolloutEpisodeFactory
@@ -256,14 +257,16 @@ class Job:
         scfg = cfg.scheduler  # group shape, seed and batch sizes filled in from the run (config.py)
         # Ray actors are other processes: they open their own sandboxes (a pool's handles
         # cannot be pickled to them)
-        factory = RolloutEpisodeFactory(lookup, sampling=sampling, run_id=cfg.name,
-                                        env_config=EnvConfig(context_policy=cfg.rollout.context),
-                                        sandbox_factory=sandbox_factory if scfg.backend == "local" else None)
-        specs = mix.domain_specs(cfg, self.train_domains, left_out=self.unfit)
         # The sampler reads its own copy of the weights when samples may be stale (generation
         # then overlaps training); with staleness 0 it shares the trained module.
         served = self._served_policy(trainer) if cfg.rollout.engine != "local" else None
         policy = served or PolicyPublisher(trainer, copy=scfg.max_staleness != 0, mode=cfg.rollout.mode)
+        # a text-only policy gets image domains' textual fallbacks, as in evaluation (without
+        # this every training episode of an image domain was an infra_error)
+        env_config = for_policy(EnvConfig(context_policy=cfg.rollout.context), policy, list(lookup.values()))
+        factory = RolloutEpisodeFactory(lookup, sampling=sampling, run_id=cfg.name, env_config=env_config,
+                                        sandbox_factory=sandbox_factory if scfg.backend == "local" else None)
+        specs = mix.domain_specs(cfg, self.train_domains, left_out=self.unfit)
 
         def on_group(group: Any) -> None:  # results arrive intact: task and final workspace
             if served is not None:  # the version each episode was really served under
