@@ -9,13 +9,23 @@ the default run; `pytest -m "not slow" -n 2` leaves them out for a quick check, 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-base"
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "models" / "tiny-base"
 """the shipped base model"""
+
+if sys.dont_write_bytecode:
+    # PYTHONDONTWRITEBYTECODE (set in some shells) makes every test process compile the package
+    # and parse and rewrite the asserts of every test module again: half of collection's CPU,
+    # paid by each xdist worker. The tests keep their compiled files under .pytest_cache instead
+    # (out of the source tree, as the setting wants; ignored by git).
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = str(ROOT / ".pytest_cache" / "pycache")
 
 
 @pytest.fixture(scope="module")
