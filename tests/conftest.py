@@ -9,6 +9,7 @@ the default run; `pytest -m "not slow" -n 2` leaves them out for a quick check, 
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,10 +23,13 @@ MODEL = ROOT / "models" / "tiny-base"
 if sys.dont_write_bytecode:
     # PYTHONDONTWRITEBYTECODE (set in some shells) makes every test process compile the package
     # and parse and rewrite the asserts of every test module again: half of collection's CPU,
-    # paid by each xdist worker. The tests keep their compiled files under .pytest_cache instead
-    # (out of the source tree, as the setting wants; ignored by git).
+    # paid by each xdist worker, and a CLI subprocess compiles the package again each time. The
+    # tests and the Python processes they start keep their compiled files under .pytest_cache
+    # instead (out of the source tree, as the setting wants; ignored by git).
     sys.dont_write_bytecode = False
     sys.pycache_prefix = str(ROOT / ".pytest_cache" / "pycache")
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix
 
 
 @pytest.fixture(scope="module")
