@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import itertools
 import os
+import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -59,21 +59,22 @@ def _where(exc: BaseException) -> str:
 
 
 class _EpisodeIds:
-    """Unique episode ids of 32 hex digits (as `uuid4().hex` was): a random per-process prefix
-    and a counter (a uuid4 per episode cost a system call for randomness every time)."""
+    """Random episode ids of 32 hex digits, as `uuid4().hex` gave (any prefix of one picks it
+    out, as the store's and the CLI's short ids need), drawn from a per-process generator seeded
+    by the OS: a uuid4 per episode cost a system call for randomness every time."""
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
-        self.prefix, self.count = os.urandom(8).hex(), itertools.count()
+        self._rng = random.Random(os.urandom(16))
 
     def new(self) -> str:
-        return f"{self.prefix}{next(self.count):016x}"
+        return f"{self._rng.getrandbits(128):032x}"
 
 
 _IDS = _EpisodeIds()
-os.register_at_fork(after_in_child=_IDS.reset)  # a forked child must not reuse its parent's ids
+os.register_at_fork(after_in_child=_IDS.reset)  # a forked child must not repeat its parent's ids
 
 
 @functools.lru_cache(maxsize=1024)
