@@ -1,5 +1,5 @@
 """Fixtures shared by many test files: a warm sandbox reset between tests, the shipped tiny
-model as a policy, and a registry with extra domains for one test.
+model as a policy, a tiny BPE model, and a registry with extra domains for one test.
 
 Test tiers: tests marked `slow` (a full job, a live server, a sandboxed family sweep) are part of
 the default run; `pytest -m "not slow" -n 2` leaves them out for a quick check, on two processes
@@ -61,6 +61,15 @@ def tiny_policy():
 
     torch.set_num_threads(1)
     return TorchPolicy(MODEL, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def bpe_model_dir(tmp_path_factory) -> Path:
+    """A randomly initialised GPT-2 with a small byte-level BPE (`test_token_in_out.bpe_dir`),
+    built once per test process (tests only read it)."""
+    from tests.test_token_in_out import bpe_dir
+
+    return bpe_dir(tmp_path_factory.mktemp("bpe"))
 
 
 @pytest.fixture
