@@ -188,3 +188,27 @@ def test_a_dead_idle_sandbox_is_replaced_and_uses_are_bounded():
     with pool.sandbox() as c:
         assert c is b
     assert b.closed and pool.idle() == 0  # its second use was its last
+
+
+@needs_bwrap
+def test_the_first_grading_program_copies_the_artifacts_itself(mode, monkeypatch):
+    """One program per grade: the copy runs at the start of the grader, which sees the declared
+    artifacts (and counts as having used the policy's files from its first statement)."""
+    mode("reset")
+    with open_sandbox(Limits(wall_s=20)) as episode:
+        episode.write_file("out.txt", "the answer")
+        episode.write_file("other.txt", "not declared")
+        with grading.grading_context(Outcome(None, episode), include=["out.txt"]) as grader:
+            inner = grader.sandbox
+            runs = []
+            real = inner.run_python
+            monkeypatch.setattr(inner, "run_python", lambda *a, **k: runs.append(1) or real(*a, **k))
+            found = grading.run_grader(grader, "emit({'files': sorted(os.listdir('.')), "
+                                               "'text': open('out.txt').read()})", {}, timeout=20, label="t")
+            assert found == {"files": ["out.txt"], "text": "the answer"} and len(runs) == 1
+            # a second program in the same context copies nothing again
+            assert grading.run_grader(grader, "emit({'n': len(os.listdir('.'))})", {}, timeout=20,
+                                      label="t") == {"n": 1} and len(runs) == 2
+        with grading.grading_context(Outcome(None, episode), include=["out.txt"]) as grader:
+            with pytest.raises(grading.GradingFailed):  # died after the copy: the policy's failure
+                grading.run_grader(grader, "raise SystemExit(3)", {}, timeout=20, label="t")
