@@ -212,3 +212,20 @@ def test_the_first_grading_program_copies_the_artifacts_itself(mode, monkeypatch
         with grading.grading_context(Outcome(None, episode), include=["out.txt"]) as grader:
             with pytest.raises(grading.GradingFailed):  # died after the copy: the policy's failure
                 grading.run_grader(grader, "raise SystemExit(3)", {}, timeout=20, label="t")
+
+
+def test_a_checkout_does_not_ping_a_sandbox_that_just_answered_its_reset():
+    class Counting(Fake):
+        def alive(self, probe=True):
+            self.pings = getattr(self, "pings", 0) + probe
+            return not self.dead
+
+    pool = ConfigPool(opener=Counting)
+    with pool.sandbox() as a:
+        pass
+    with pool.sandbox() as again:
+        assert again is a
+    a.dead = True  # its supervisor exited while idle: seen without a round trip
+    with pool.sandbox() as b:
+        assert b is not a and a.closed
+    assert getattr(a, "pings", 0) == 0 and pool.stats["replaced"] == 1

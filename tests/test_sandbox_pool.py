@@ -143,6 +143,7 @@ def test_broken_sandbox_is_replaced_and_caller_carries_on():
             time.sleep(0.05)
         waiting = pool._ready.queue[0]
         os.kill(waiting._sup_pid, signal.SIGKILL)
+        waiting._proc.wait(timeout=30)  # it has died (the pool checks without a round trip)
         with pool.sandbox() as sb:
             assert sb is not waiting
             assert sb.run("echo fine").stdout == "fine\n"

@@ -30,7 +30,7 @@ from typing import Any
 
 from posttrain.sandbox.base import DEFAULT_CLOCK, Limits, Sandbox
 from posttrain.sandbox.pool import MAX_EPISODES
-from posttrain.sandbox.reset import after_episode
+from posttrain.sandbox.reset import after_episode, still_alive
 
 MAX_IDLE_PER_KEY = 2
 """idle sandboxes kept per configuration (graders run `workers` at a time: 2 on this machine)"""
@@ -101,7 +101,7 @@ class ConfigPool:
                 if i is None:
                     return None
                 _, sb = self._idle.pop(i)
-            if sb.alive():
+            if still_alive(sb):
                 with self._lock:
                     self.stats["reused"] += 1
                 return sb

@@ -18,8 +18,9 @@ so `pool.sandbox()` normally returns at once. Two ways to serve episodes:
   ends and the pool boots a new one (~150 ms each, off the caller's clock while `size` are
   ready).
 
-Before handing a sandbox out the pool checks that its supervisor answers; a dead one is closed
-and replaced (`stats["replaced"]`). If a sandbox breaks *during* an episode, the caller sees
+Before handing a sandbox out the pool checks that its supervisor is still running (no round trip:
+every sandbox in the pool answered a moment ago, at its boot or its reset; `reset.still_alive`);
+a dead one is closed and replaced (`stats["replaced"]`). If a sandbox breaks *during* an episode, the caller sees
 `SandboxBroken` (an infrastructure failure, not a wrong answer), the broken sandbox is closed,
 and the next request gets another.
 """
@@ -34,7 +35,7 @@ from collections.abc import Iterator, Sequence
 
 from posttrain.sandbox.base import DEFAULT_CLOCK, Limits, Sandbox, SandboxError, SandboxUnavailable
 from posttrain.sandbox.factory import open_sandbox
-from posttrain.sandbox.reset import after_episode
+from posttrain.sandbox.reset import after_episode, still_alive
 
 TAKE_TIMEOUT_S = 120.0
 """how long `sandbox()` waits for a booted sandbox before giving up"""
@@ -150,7 +151,7 @@ class SandboxPool:
                 if isinstance(item, SandboxError):
                     raise item
                 raise SandboxUnavailable(f"booting a sandbox failed: {item!r}") from item
-            if item.alive():
+            if still_alive(item):
                 self.stats["handed_out"] += 1
                 return item
             self.stats["replaced"] += 1
