@@ -32,8 +32,9 @@ from posttrain.sandbox.base import DEFAULT_CLOCK, Limits, Sandbox
 from posttrain.sandbox.pool import MAX_EPISODES
 from posttrain.sandbox.reset import after_episode, still_alive
 
-MAX_IDLE_PER_KEY = 2
-"""idle sandboxes kept per configuration (graders run `workers` at a time: 2 on this machine)"""
+MAX_IDLE_PER_KEY = 4
+"""idle sandboxes kept per configuration (graders run as many at a time as episodes end at
+once: a self-check plays two tasks' episodes on two workers each)"""
 MAX_IDLE = 8
 """idle sandboxes kept in all, over every configuration"""
 

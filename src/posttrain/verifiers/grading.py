@@ -9,9 +9,10 @@ pristine input files over them (`pristine`), except those the task declares as o
 (`writable`). The copy runs in the grading sandbox, at the start of the first grading program
 (`run_grader`) of the context: one program per grade, not a copy program and then the grader
 (each is a fork of the warm interpreter and a round trip). There is no fallback to the episode's
-workspace or `/tmp`: when no grading sandbox can be had, grading is an infrastructure error. Candidate code that a grader only *runs* (the
-`unit-tests` verifier's candidate process, a geometry script) runs in the episode's own sandbox
-(`candidate_sandbox`), which is then never used to grade.
+workspace or `/tmp`: when no grading sandbox can be had, grading is an infrastructure error.
+Candidate code that a grader only *runs* (the `unit-tests` verifier's candidate process, a
+geometry script) runs in the episode's own sandbox (`candidate_sandbox`), which is then never
+used to grade.
 
 **Where grading sandboxes come from.** By default (`grading_mode()` "reset") from a per-process
 pool keyed by configuration (`posttrain.sandbox.keyed.ConfigPool`): booted by the pool itself,
@@ -430,7 +431,8 @@ class _CopyPending:
     runs in the grading sandbox, announces `policy_input()` first, and happens once."""
 
     def __init__(self, sandbox: Sandbox, payload: dict[str, Any], label: str) -> None:
-        self.sandbox, self._payload, self._label = sandbox, payload, label
+        self.sandbox, self._label = sandbox, label
+        self._payload: dict[str, Any] | None = payload
 
     def take(self) -> dict[str, Any] | None:
         payload, self._payload = self._payload, None
