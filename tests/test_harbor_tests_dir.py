@@ -28,6 +28,9 @@ echo "{hashlib.sha256(PNG_LIKE).hexdigest()}  data/pixel.png" | sha256sum -c --q
 [ "$(stat -c %a check)" = 755 ] && [ "$(stat -c %a data)" = 711 ] || ok=0
 [ "$(readlink expected.gz)" = fixture.gz ] && [ -d empty ] && [ -z "$(ls -A empty)" ] || ok=0
 ./check || ok=0   # runs only with its exec bit
+# Harbor's root reads a 0600 file and enters a 0700 directory; the test uid may too (group bits)
+[ "$(cat secret.txt)" = sealed ] && [ "$(cat private/inner.txt)" = inner ] || ok=0
+[ "$(stat -c %a secret.txt)" = 640 ] && [ "$(stat -c %a private)" = 750 ] || ok=0
 echo $ok > /logs/verifier/reward.txt
 """
 CHECK = """#!/bin/sh
@@ -44,12 +47,15 @@ def _folder(tmp_path: Path) -> Path:
                       "tests/test.sh": TEST_SH, "tests/fixture.gz": FIXTURE, "tests/check": CHECK,
                       "tests/data/pixel.png": PNG_LIKE, "solution/payload.gz": FIXTURE,
                       "solution/unpack": UNPACK, "solution/solve.sh": "/solution/run-unpack\n",
-                      "solution/wrong.sh": "echo wrong > /app/out.txt\n"}.items():
+                      "solution/wrong.sh": "echo wrong > /app/out.txt\n",
+                      "tests/secret.txt": "sealed", "tests/private/inner.txt": "inner"}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data if isinstance(data, bytes) else data.encode())
     os.chmod(root / "tests" / "check", 0o755)
     os.chmod(root / "solution" / "unpack", 0o755)
     os.chmod(root / "tests" / "data", 0o711)
+    os.chmod(root / "tests" / "secret.txt", 0o600)
+    os.chmod(root / "tests" / "private", 0o700)
     (root / "tests" / "empty").mkdir()
     (root / "tests" / "expected.gz").symlink_to("fixture.gz")
     (root / "solution" / "run-unpack").symlink_to("unpack")

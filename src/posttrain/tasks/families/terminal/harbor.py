@@ -46,8 +46,8 @@ import, or kills the tests after writing a reward) or that "passed" without runn
 voids a positive reward. Without an image, `test.sh` and everything it starts run as the
 grading sandbox's candidate uid (`verifiers/grading.py`, "Two uids"): the tested code cannot
 rewrite tests/ (a test file not collected yet), the shims or the ini, nor signal the grading
-program (it reads tests/ as "other": an entry without the other-read bit, mode 0600 or
-0750, is unreadable to it, where Harbor's root could read it). Not covered: code under test runs inside the test process as the test's own uid, so
+program (it reads tests/ as "other"; an entry other could not read or enter, a 0600 file or
+a 0700 directory, gets its group with read/exec group bits, so it reads what Harbor's root could). Not covered: code under test runs inside the test process as the test's own uid, so
 code written against this grader (writing the reward, forging the guard's record) is not
 stopped; with an image, tests and tested code share the grading program's uid; see the
 README's threat model.

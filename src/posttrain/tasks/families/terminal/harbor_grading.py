@@ -98,6 +98,26 @@ def pytest_sessionfinish(session, exitstatus):
 GRADER = REWRITE + WRITE_TREE + r'''
 import signal, subprocess, tempfile, time
 
+
+def readable_to_tests(top):
+    """Let test.sh (the candidate uid, which reads tests/ as "other") read and run what Harbor's
+    root could: a file other cannot read (0600) or a directory other cannot enter (0700) gets
+    the test uid's group, with the owner's read/exec bits as its group bits and never write
+    (0600 shows as 0640 then: the one visible change). Everything else keeps its exact mode;
+    setuid/setgid entries are left as they are (a chown would clear those bits)."""
+    if _CANDIDATE_UID < 0:
+        return
+    for d, dirs, names in os.walk(top):
+        for n in dirs + names:
+            path = os.path.join(d, n)
+            st = os.lstat(path)
+            kind, mode = st.st_mode & 0o170000, st.st_mode & 0o7777
+            need = 0o004 if kind == 0o100000 else 0o001 if kind == 0o040000 else 0
+            if not need or mode & (need | 0o6000) or not mode & (need << 6):
+                continue
+            os.lchown(path, -1, _CANDIDATE_UID)
+            os.chmod(path, (mode & ~0o070) | ((mode >> 3) & 0o050))
+
 p = _PAYLOAD
 ws = os.getcwd()
 # A fresh grading sandbox: its /tmp held nothing of the episode's, and only this program and
@@ -114,6 +134,7 @@ if isinstance(conftest, dict):  # a UTF-8 file with another mode (the loader che
     conftest = _b64.b64decode(conftest["b64"]).decode("utf-8")
 files["conftest.py"] = p["guard"] + "\n" + conftest
 write_tree(tests, files, lambda text: rewrite(text, ws, tests, logs))
+readable_to_tests(tests)
 ini = os.path.join(root, "pytest.ini")
 with open(ini, "w") as f:
     f.write("[pytest]\n")
@@ -195,7 +216,8 @@ class HarborVerifier:
     restored from the task before grading)."""
 
     name: str = "harbor"
-    version: str = "3"  # 3: tests/ carries binary files, modes, directories and symlinks
+    version: str = "4"  # 3: tests/ carries binary files, modes, directories and symlinks;
+    # 4: test.sh can read a tests/ entry other could not (0600 files, 0700 directories)
     needs_sandbox: bool = True
 
     def verify(self, task: Task, outcome: Outcome) -> Verdict:
