@@ -50,12 +50,14 @@ def test_grader_after_an_adversarial_episode_and_grade_sees_none_of_it(mode):
             assert grader.run(PLANT, env=ENV).ok
             assert "leakmark" in grader.run(LOOK, env=ENV).stdout
         pool = grading.grading_pool()
+        assert pool.settle()  # the reset runs after the grade, in the background
         assert pool.stats["resets"] == 1 and pool.idle() == 1
         with grading.grading_context(Outcome(None, episode), include=["none-such"]) as grader:
             assert grader.id == first, "the reset sandbox serves the next grade"
             seen = grader.run(LOOK, env=ENV)
             assert seen.stdout.strip() == "found:nothing", seen
             assert grader.list_files() == []
+        assert pool.settle()
         assert pool.stats == {**pool.stats, "booted": 1, "reused": 1, "resets": 2, "discards": 0}
         assert episode.id not in {sb.id for _, sb in pool._idle}
 
@@ -81,6 +83,7 @@ def test_a_grading_sandbox_that_does_not_reset_cleanly_is_discarded(mode, monkey
         # a reset that found the sandbox unclean (what it found is `test_sandbox_reset`'s)
         monkeypatch.setattr(grader, "reset", lambda: ResetReport(False, "job server: gone"))
     pool = grading.grading_pool()
+    assert pool.settle()
     assert pool.stats["discards"] == 1 and "job server" in pool.stats["discard_reasons"]
     assert pool.idle() == 0
     with grading.grading_sandbox(None, ()) as grader:
@@ -229,3 +232,34 @@ def test_a_checkout_does_not_ping_a_sandbox_that_just_answered_its_reset():
     with pool.sandbox() as b:
         assert b is not a and a.closed
     assert getattr(a, "pings", 0) == 0 and pool.stats["replaced"] == 1
+
+
+def test_a_background_reset_is_waited_for_never_skipped():
+    """With background resets a grade returns before its sandbox is reset; the next user of that
+    configuration waits for the reset (no boot) and gets the sandbox only once it is clean."""
+    import threading
+
+    gate = threading.Event()
+
+    class Slow(Fake):
+        def reset(self):
+            gate.wait(10)
+            return super().reset()
+
+    pool = ConfigPool(opener=Slow, background_reset=True)
+    with pool.sandbox() as a:
+        pass
+    assert a.resets == 0 and pool.idle() == 0  # returned at once: the reset is still in flight
+    threading.Timer(0.2, gate.set).start()
+    with pool.sandbox() as again:
+        assert again is a and a.resets == 1  # waited for it, then reused it
+    assert pool.settle() and pool.stats["booted"] == 1
+    gate.clear()
+    with pool.sandbox() as b:
+        b.reset_ok = False
+    threading.Timer(0.2, gate.set).start()
+    with pool.sandbox() as c:  # the reset in flight fails: not handed out, another boots
+        assert c is not b and b.closed
+    gate.set()
+    pool.close()
+    assert c.closed and pool.stats["discards"] == 1

@@ -18,8 +18,9 @@ used to grade.
 pool keyed by configuration (`posttrain.sandbox.keyed.ConfigPool`): booted by the pool itself,
 reset to pristine after each grade (every process killed, /ws, /tmp, /dev/shm and $HOME restored,
 then checked from the outside; a sandbox whose reset is not clean is discarded), so a grade costs
-a reset (~5 ms) instead of a boot (~150-400 ms). An episode's sandbox never enters that pool.
-"fresh" (`set_grading_mode`, or `POSTTRAIN_GRADING_SANDBOXES=fresh`) boots one per grade.
+a reset (~5 ms) instead of a boot (~150-400 ms), and the reset runs after the grade has returned
+(`background_reset`: the next grade of that configuration takes a sandbox whose reset is done).
+An episode's sandbox never enters that pool. "fresh" (`set_grading_mode`, or `POSTTRAIN_GRADING_SANDBOXES=fresh`) boots one per grade.
 
 **Grading programs** (`run_grader`) are sent into the grading sandbox and read back one line:
 
@@ -335,7 +336,7 @@ def grading_pool() -> ConfigPool:
         if _pool is None:
             from posttrain.sandbox.keyed import ConfigPool
 
-            _pool = ConfigPool()
+            _pool = ConfigPool(background_reset=True)  # a grade does not wait for the reset
         return _pool
 
 
