@@ -20,7 +20,8 @@ reset to pristine after each grade (every process killed, /ws, /tmp, /dev/shm an
 then checked from the outside; a sandbox whose reset is not clean is discarded), so a grade costs
 a reset (~5 ms) instead of a boot (~150-400 ms), and the reset runs after the grade has returned
 (`background_reset`: the next grade of that configuration takes a sandbox whose reset is done).
-An episode's sandbox never enters that pool. "fresh" (`set_grading_mode`, or `POSTTRAIN_GRADING_SANDBOXES=fresh`) boots one per grade.
+An episode's sandbox never enters that pool. "fresh" (`set_grading_mode`, or
+`POSTTRAIN_GRADING_SANDBOXES=fresh`) boots one per grade.
 
 **Grading programs** (`run_grader`) are sent into the grading sandbox and read back one line:
 
