@@ -15,7 +15,9 @@ For each domain and each sampled (seed, split):
 at one task at once (so a caller can play them as one batch of episodes). Domains whose verifier
 needs nothing but the answer are graded directly (`grade_directly`: `verifier.verify(task,
 Outcome(answer=actions[-1]))`), and every outcome is graded twice. Others are played as
-episodes; to keep that affordable only the oracle is played twice. An exception while grading
+episodes; to keep that affordable only the oracle is played twice, and the batches of up to
+`TASKS_AT_ONCE` tasks are played at once (each task generated, and its results counted, in
+sample order: the report is the task-by-task one). An exception while grading
 is an *infrastructure* failure: it is counted as such, never as a pass or a fail; after
 `MAX_BROKEN_TASKS_IN_A_ROW` tasks that failed on infrastructure alone, the domain's remaining
 tasks are skipped.
@@ -293,16 +295,6 @@ def _judge(domain: Domain, seed: int, split: Split, prep: _Prepared, out: Domain
 
     graded += check_adversaries(domain, prep.task, out, fail, graded_hack)
     return graded
-
-
-def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck, grade: Grade,
-                regrade_all: bool) -> int | None:
-    """Check one task; returns how many attempts were graded (0: nothing, or only infra errors;
-    None: the domain has no tasks in `split`, e.g. an imported single task)."""
-    prep = _prepare(domain, seed, split, out, regrade_all)
-    if not isinstance(prep, _Prepared):
-        return prep
-    return _judge(domain, seed, split, prep, out, grade(domain, prep.task, prep.batch), regrade_all)
 
 
 TASKS_AT_ONCE = 2
