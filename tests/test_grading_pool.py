@@ -263,3 +263,17 @@ def test_a_background_reset_is_waited_for_never_skipped():
     gate.set()
     pool.close()
     assert c.closed and pool.stats["discards"] == 1
+
+
+@needs_bwrap
+def test_copying_first_adds_little_to_the_graders_own_timeout(mode):
+    import time
+
+    mode("reset")
+    with open_sandbox(Limits(wall_s=20)) as episode:
+        episode.write_file("out.txt", "x")
+        with grading.grading_context(Outcome(None, episode), include=["out.txt"]) as grader:
+            t = time.monotonic()
+            with pytest.raises(grading.GradingFailed, match="timeout"):
+                grading.run_grader(grader, "import time; time.sleep(30)", {}, timeout=0.5, label="t")
+            assert time.monotonic() - t < 0.5 + grading.COPY_S + 5  # not the copy's own 60 s

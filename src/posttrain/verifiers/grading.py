@@ -173,7 +173,7 @@ def run_grader(sandbox: Sandbox, program: str, payload: Mapping[str, Any], *, ti
         artifacts, sandbox = sandbox.take(), sandbox.sandbox
         if artifacts is not None:
             program = f"{EXTRACT}_copy_artifacts(_PAYLOAD.pop({ARTIFACTS!r}))\n{program}"
-            payload, timeout = {**payload, ARTIFACTS: artifacts}, timeout + EXTRACT_TIMEOUT_S
+            payload, timeout = {**payload, ARTIFACTS: artifacts}, timeout + copy_allowance(artifacts)
     marker = f"@@ptgrade:{secrets.token_hex(16)}@@"
     stdin = json.dumps({**payload, "marker": marker})
     touched, found, garbled = False, None, None
@@ -422,7 +422,15 @@ def grading_context(outcome: Outcome, *, include: Sequence[str] | None = None,
 ARTIFACTS = "__artifacts__"
 """the payload key under which `run_grader` hands a grading program the artifacts to copy"""
 EXTRACT_TIMEOUT_S = 60.0
-"""what copying the artifacts may add to a grading program's timeout"""
+"""the timeout of the copy as a program of its own"""
+COPY_S, COPY_BYTES_PER_S = 1.0, 8 << 20
+"""what a grading program that copies the artifacts first gets beyond its own timeout: a second,
+and one more per 8 MiB of artifacts (a few files take milliseconds); the grader's own budget is
+otherwise unchanged"""
+
+
+def copy_allowance(artifacts: Mapping[str, Any]) -> float:
+    return COPY_S + len(artifacts.get("tar", "")) * 3 / 4 / COPY_BYTES_PER_S
 
 
 class _CopyPending:
