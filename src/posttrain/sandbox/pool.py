@@ -12,10 +12,10 @@ so `pool.sandbox()` normally returns at once. Two ways to serve episodes:
   does not cost a boot: the reset starts a new one (`stats["server_restarts"]`). While
   callers use at most `size` at once, the pool boots `size` sandboxes and nothing more; a
   caller that asks for more (a driver that opens every episode at once) is not left waiting:
-  the pool boots for it, and closes what comes back beyond `size` idle ones
-  (`stats["closed_idle"]`) once no caller has had to wait for `IDLE_GRACE_S` (demand that comes
-  and goes, e.g. a check grading two tasks' episodes at once and then one, keeps its sandboxes
-  instead of closing and booting them again).
+  unless a sandbox is being reset (it comes back in milliseconds), the pool boots for it, and
+  closes what comes back beyond `size` idle ones (`stats["closed_idle"]`) once no caller has
+  had to wait for `IDLE_GRACE_S` (demand that comes and goes, e.g. a check grading two tasks'
+  episodes at once and then one, keeps its sandboxes instead of closing and booting them again).
 * `reuse=False`: a sandbox is never reused; the one an episode used is closed when its block
   ends and the pool boots a new one (~150 ms each, off the caller's clock while `size` are
   ready).
@@ -41,7 +41,7 @@ from posttrain.sandbox.reset import after_episode, still_alive
 
 TAKE_TIMEOUT_S = 120.0
 """how long `sandbox()` waits for a booted sandbox before giving up"""
-IDLE_GRACE_S = 5.0
+IDLE_GRACE_S = 30.0
 """how long sandboxes beyond `size` stay idle after a caller last had to wait for one"""
 MAX_EPISODES = 1000
 """episodes one sandbox serves before it is replaced by a fresh boot (pid numbers, cgroup event
@@ -70,6 +70,8 @@ class SandboxPool:
         self._live = 0
         """sandboxes booting, ready or in use"""
         self._booting = 0
+        self._resetting = 0
+        """sandboxes being reset: each comes back in a few milliseconds (or is replaced)"""
         self._waiting = 0
         """callers blocked in `sandbox()` for want of a ready sandbox"""
         self._surplus_until = 0.0
@@ -91,7 +93,7 @@ class SandboxPool:
         """Whether the filler should boot another sandbox now (called under the lock)."""
         ready = self._ready.qsize()
         if self.reuse:  # sandboxes come back: boot for a waiting caller only if none will
-            return self._live < self.size or self._waiting > ready + self._booting
+            return self._live < self.size or self._waiting > ready + self._booting + self._resetting
         return ready < self.size
 
     def _fill(self) -> None:
@@ -189,8 +191,20 @@ class SandboxPool:
         action = after_episode(reuse=self.reuse, closed=sb.closed, episodes=episodes,
                                max_episodes=self.max_episodes)
         if action == "reset" and not self._closed:
-            report = sb.reset()
+            with self._cond:
+                self._resetting += 1
+            try:
+                report = sb.reset()
+            except BaseException:
+                with self._cond:
+                    self._resetting -= 1
+                    self._cond.notify()
+                raise
             with self._cond:  # episodes end on several threads at once
+                # back in the queue (or known to be discarded) in the same step: the filler
+                # boots for a waiting caller only if this one does not come back
+                self._resetting -= 1
+                self._cond.notify()
                 self.stats["reset_s_total"] += report.seconds
                 self.stats["server_restarts"] += bool(report.details.get("server_restarted"))
                 if report.reusable:
