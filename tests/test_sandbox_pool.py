@@ -168,3 +168,22 @@ def test_pool_rejects_bad_settings():
         SandboxPool(size=1, reuse="yes")
     with pytest.raises(ValueError, match="max_episodes"):
         SandboxPool(size=1, max_episodes=0)
+
+
+def test_a_caller_waits_for_a_sandbox_being_reset_rather_than_a_boot(monkeypatch):
+    import threading
+
+    with SandboxPool(size=1, limits=Limits(wall_s=5), backend="bwrap") as pool:
+        got = []
+
+        def take():
+            with pool.sandbox() as again:
+                got.append(again.id)
+
+        taker = threading.Timer(0.2, take)  # asks while the (slow) reset below runs
+        with pool.sandbox() as sb:
+            real = sb.reset
+            monkeypatch.setattr(sb, "reset", lambda: time.sleep(0.5) or real())
+            taker.start()
+        taker.join()
+        assert got == [sb.id] and pool.stats["booted"] == 1  # it waited: no boot
