@@ -1,5 +1,5 @@
 """Fixtures shared by many test files: a warm sandbox reset between tests, the shipped tiny
-model as a policy, and a registry with extra domains for one test.
+model as a policy, a tiny BPE model, and a registry with extra domains for one test.
 
 Test tiers: tests marked `slow` (a full job, a live server, a sandboxed family sweep) are part of
 the default run; `pytest -m "not slow" -n 2` leaves them out for a quick check, on two processes
@@ -9,13 +9,27 @@ the default run; `pytest -m "not slow" -n 2` leaves them out for a quick check, 
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny-base"
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "models" / "tiny-base"
 """the shipped base model"""
+
+if sys.dont_write_bytecode:
+    # PYTHONDONTWRITEBYTECODE (set in some shells) makes every test process compile the package
+    # and parse and rewrite the asserts of every test module again: half of collection's CPU,
+    # paid by each xdist worker, and a CLI subprocess compiles the package again each time. The
+    # tests and the Python processes they start keep their compiled files under .pytest_cache
+    # instead (out of the source tree, as the setting wants; ignored by git).
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = str(ROOT / ".pytest_cache" / "pycache")
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +61,15 @@ def tiny_policy():
 
     torch.set_num_threads(1)
     return TorchPolicy(MODEL, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def bpe_model_dir(tmp_path_factory) -> Path:
+    """A randomly initialised GPT-2 with a small byte-level BPE (`test_token_in_out.bpe_dir`),
+    built once per test process (tests only read it)."""
+    from tests.test_token_in_out import bpe_dir
+
+    return bpe_dir(tmp_path_factory.mktemp("bpe"))
 
 
 @pytest.fixture

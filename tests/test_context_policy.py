@@ -22,7 +22,6 @@ from posttrain.storage.store import Store
 from posttrain.tasks.registry import get_domain
 from posttrain.values.generation import Completion, GenerationRequest, PolicyVersion, SamplingParams
 from posttrain.values.trajectory import Trajectory
-from tests.test_token_in_out import bpe_dir
 
 
 def action(turn: int) -> str:
@@ -100,8 +99,8 @@ def test_context_policy_is_validated_naming_the_field():
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return TorchPolicy(bpe_dir(tmp_path_factory.mktemp("bpe")), device="cpu")
+def tiny(bpe_model_dir):
+    return TorchPolicy(bpe_model_dir, device="cpu")
 
 
 def test_an_overflowing_episode_continues_by_dropping_and_replays_identically(tiny, tmp_path):

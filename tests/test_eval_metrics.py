@@ -5,7 +5,6 @@ from math import comb
 
 import numpy as np
 import pytest
-from scipy.stats import binomtest
 
 from posttrain.evaluation.metrics import (
     bootstrap_mean_interval,
@@ -91,11 +90,13 @@ def test_bootstrap_interval_is_seeded_and_brackets_the_mean():
 
 
 def test_mcnemar_exact_values():
+    from scipy import stats  # imported here: scipy is slow to import at collection
+
     assert mcnemar_exact(1, 9) == pytest.approx(22 / 1024)
     assert mcnemar_exact(0, 5) == pytest.approx(2 / 32)
     assert mcnemar_exact(4, 4) == 1.0 and mcnemar_exact(0, 0) == 1.0
     for b, c in [(3, 12), (20, 7), (0, 1), (50, 71)]:
-        assert mcnemar_exact(b, c) == pytest.approx(binomtest(b, b + c, 0.5).pvalue, rel=1e-9)
+        assert mcnemar_exact(b, c) == pytest.approx(stats.binomtest(b, b + c, 0.5).pvalue, rel=1e-9)
 
 
 def test_holm_adjustment():

@@ -1,25 +1,42 @@
 """Exports other trainers read (verl, TRL, SFT): they load with `datasets`, every row maps back to
 its trajectory, and the counts match the store."""
 
+import contextlib
+import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from posttrain.storage.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-datasets = pytest.importorskip("datasets")
+
+# `datasets` is imported by the tests that load an export, not when the module is collected
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("datasets") is None, reason="needs datasets")
 
 
 def _cli(args, cwd):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    p = subprocess.run([sys.executable, "-m", "posttrain.cli", *args], capture_output=True, text=True,
-                       env=env, cwd=cwd, timeout=600)
-    return p
+    """The CLI in this process (what is tested is the files it writes, not the process): its exit
+    code as `returncode`, its stderr; an exception it raised is re-raised."""
+    from typer.testing import CliRunner
+
+    from posttrain import runlock
+    from posttrain.cli import app
+    from posttrain.tasks import registry
+    from posttrain.tasks.sources import _loaded
+
+    with contextlib.chdir(cwd):
+        r = CliRunner().invoke(app, [str(a) for a in args])
+    if "--run-dir" in args:  # a writer holds its run directory's lock for the process's life
+        runlock.release(Path(cwd) / args[args.index("--run-dir") + 1])
+    if "--source" in args:  # its domains were registered for the process: forget them again
+        registry.reset_cache()
+        _loaded.clear()
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return SimpleNamespace(returncode=r.exit_code, stderr=r.stderr, stdout=r.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +55,8 @@ def run_dir(tmp_path_factory):
 
 
 def _load(path: Path):
+    import datasets
+
     kind = "json" if path.suffix == ".jsonl" else "parquet"
     return datasets.load_dataset(kind, data_files=str(path), split="train")
 

@@ -50,12 +50,14 @@ def test_grader_after_an_adversarial_episode_and_grade_sees_none_of_it(mode):
             assert grader.run(PLANT, env=ENV).ok
             assert "leakmark" in grader.run(LOOK, env=ENV).stdout
         pool = grading.grading_pool()
+        assert pool.settle()  # the reset runs after the grade, in the background
         assert pool.stats["resets"] == 1 and pool.idle() == 1
         with grading.grading_context(Outcome(None, episode), include=["none-such"]) as grader:
             assert grader.id == first, "the reset sandbox serves the next grade"
             seen = grader.run(LOOK, env=ENV)
             assert seen.stdout.strip() == "found:nothing", seen
             assert grader.list_files() == []
+        assert pool.settle()
         assert pool.stats == {**pool.stats, "booted": 1, "reused": 1, "resets": 2, "discards": 0}
         assert episode.id not in {sb.id for _, sb in pool._idle}
 
@@ -81,6 +83,7 @@ def test_a_grading_sandbox_that_does_not_reset_cleanly_is_discarded(mode, monkey
         # a reset that found the sandbox unclean (what it found is `test_sandbox_reset`'s)
         monkeypatch.setattr(grader, "reset", lambda: ResetReport(False, "job server: gone"))
     pool = grading.grading_pool()
+    assert pool.settle()
     assert pool.stats["discards"] == 1 and "job server" in pool.stats["discard_reasons"]
     assert pool.idle() == 0
     with grading.grading_sandbox(None, ()) as grader:
@@ -188,3 +191,89 @@ def test_a_dead_idle_sandbox_is_replaced_and_uses_are_bounded():
     with pool.sandbox() as c:
         assert c is b
     assert b.closed and pool.idle() == 0  # its second use was its last
+
+
+@needs_bwrap
+def test_the_first_grading_program_copies_the_artifacts_itself(mode, monkeypatch):
+    """One program per grade: the copy runs at the start of the grader, which sees the declared
+    artifacts (and counts as having used the policy's files from its first statement)."""
+    mode("reset")
+    with open_sandbox(Limits(wall_s=20)) as episode:
+        episode.write_file("out.txt", "the answer")
+        episode.write_file("other.txt", "not declared")
+        with grading.grading_context(Outcome(None, episode), include=["out.txt"]) as grader:
+            inner = grader.sandbox
+            runs = []
+            real = inner.run_python
+            monkeypatch.setattr(inner, "run_python", lambda *a, **k: runs.append(1) or real(*a, **k))
+            found = grading.run_grader(grader, "emit({'files': sorted(os.listdir('.')), "
+                                               "'text': open('out.txt').read()})", {}, timeout=20, label="t")
+            assert found == {"files": ["out.txt"], "text": "the answer"} and len(runs) == 1
+            # a second program in the same context copies nothing again
+            assert grading.run_grader(grader, "emit({'n': len(os.listdir('.'))})", {}, timeout=20,
+                                      label="t") == {"n": 1} and len(runs) == 2
+        with grading.grading_context(Outcome(None, episode), include=["out.txt"]) as grader:
+            with pytest.raises(grading.GradingFailed):  # died after the copy: the policy's failure
+                grading.run_grader(grader, "raise SystemExit(3)", {}, timeout=20, label="t")
+
+
+def test_a_checkout_does_not_ping_a_sandbox_that_just_answered_its_reset():
+    class Counting(Fake):
+        def alive(self, probe=True):
+            self.pings = getattr(self, "pings", 0) + probe
+            return not self.dead
+
+    pool = ConfigPool(opener=Counting)
+    with pool.sandbox() as a:
+        pass
+    with pool.sandbox() as again:
+        assert again is a
+    a.dead = True  # its supervisor exited while idle: seen without a round trip
+    with pool.sandbox() as b:
+        assert b is not a and a.closed
+    assert getattr(a, "pings", 0) == 0 and pool.stats["replaced"] == 1
+
+
+def test_a_background_reset_is_waited_for_never_skipped():
+    """With background resets a grade returns before its sandbox is reset; the next user of that
+    configuration waits for the reset (no boot) and gets the sandbox only once it is clean."""
+    import threading
+
+    gate = threading.Event()
+
+    class Slow(Fake):
+        def reset(self):
+            gate.wait(10)
+            return super().reset()
+
+    pool = ConfigPool(opener=Slow, background_reset=True)
+    with pool.sandbox() as a:
+        pass
+    assert a.resets == 0 and pool.idle() == 0  # returned at once: the reset is still in flight
+    threading.Timer(0.2, gate.set).start()
+    with pool.sandbox() as again:
+        assert again is a and a.resets == 1  # waited for it, then reused it
+    assert pool.settle() and pool.stats["booted"] == 1
+    gate.clear()
+    with pool.sandbox() as b:
+        b.reset_ok = False
+    threading.Timer(0.2, gate.set).start()
+    with pool.sandbox() as c:  # the reset in flight fails: not handed out, another boots
+        assert c is not b and b.closed
+    gate.set()
+    pool.close()
+    assert c.closed and pool.stats["discards"] == 1
+
+
+@needs_bwrap
+def test_copying_first_adds_little_to_the_graders_own_timeout(mode):
+    import time
+
+    mode("reset")
+    with open_sandbox(Limits(wall_s=20)) as episode:
+        episode.write_file("out.txt", "x")
+        with grading.grading_context(Outcome(None, episode), include=["out.txt"]) as grader:
+            t = time.monotonic()
+            with pytest.raises(grading.GradingFailed, match="timeout"):
+                grading.run_grader(grader, "import time; time.sleep(30)", {}, timeout=0.5, label="t")
+            assert time.monotonic() - t < 0.5 + grading.COPY_S + 5  # not the copy's own 60 s

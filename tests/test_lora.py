@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -9,7 +11,9 @@ from posttrain.training.config import LoraSettings, TrainerConfig
 from posttrain.training.engines.parity import MODEL, batches
 from posttrain.training.trainer import Trainer
 
-pytest.importorskip("peft", reason="LoRA needs peft (pip install 'posttrain[lora]')")
+# checked without importing peft (and transformers with it) when the module is collected
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("peft") is None,
+                                reason="LoRA needs peft (pip install 'posttrain[lora]')")
 
 
 @pytest.fixture(autouse=True)

@@ -331,3 +331,18 @@ def test_processes_killed_from_outside_are_replaced():
         r = box.run("echo back")
         assert r.stdout == "back\n"  # a new job server was started
         assert box.run_python("print(2)").stdout == "2\n"
+
+
+def test_numerical_thread_pools_match_the_cpu_quota():
+    """A BLAS pool wider than the sandbox's CPU quota only spins (OpenBLAS busy-waits) and is
+    throttled: sandboxes size it to `Limits.cpus`, rounded up."""
+    from posttrain.sandbox import Limits, open_sandbox
+    from posttrain.sandbox.bwrap import bwrap_problem
+
+    if bwrap_problem() is not None:
+        pytest.skip(f"bubblewrap unavailable: {bwrap_problem()}")
+    for cpus, want in ((1.0, "1"), (1.5, "2")):
+        with open_sandbox(Limits(cpus=cpus), backend="bwrap") as sb:
+            seen = sb.run_python("import os; print(os.environ['OPENBLAS_NUM_THREADS'], "
+                                 "os.environ['OMP_NUM_THREADS'])").stdout.split()
+            assert seen == [want, want]

@@ -99,15 +99,26 @@ def test_reuse_mode_boots_no_more_than_size_for_size_workers():
         assert pool.stats["resets"] == 8
 
 
-def test_reuse_mode_serves_a_caller_that_holds_more_than_size():
+def test_reuse_mode_serves_a_caller_that_holds_more_than_size(monkeypatch):
     import contextlib
 
+    from posttrain.sandbox import pool as pool_module
+
+    monkeypatch.setattr(pool_module, "IDLE_GRACE_S", 1.0)
     with SandboxPool(size=1, limits=Limits(wall_s=5), backend="bwrap") as pool:
         with contextlib.ExitStack() as stack:  # a driver that opens every episode at once
             held = [stack.enter_context(pool.sandbox()) for _ in range(3)]
             assert len({sb.id for sb in held}) == 3
-        assert pool._ready.qsize() == 1  # at most `size` idle ones are kept
-        assert pool.stats["closed_idle"] == 2
+        # demand that comes back within the grace finds them booted ...
+        assert pool._ready.qsize() == 3 and pool.stats["closed_idle"] == 0
+        with pool.sandbox() as again:
+            assert again.id in {sb.id for sb in held}
+        # ... and once no caller has waited for the grace, at most `size` idle ones are kept
+        deadline = time.monotonic() + 30
+        while pool._ready.qsize() > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool._ready.qsize() == 1 and pool.stats["closed_idle"] == 2
+        assert pool.stats["booted"] == 3
 
 
 def test_a_sandbox_serves_at_most_max_episodes():
@@ -143,6 +154,7 @@ def test_broken_sandbox_is_replaced_and_caller_carries_on():
             time.sleep(0.05)
         waiting = pool._ready.queue[0]
         os.kill(waiting._sup_pid, signal.SIGKILL)
+        waiting._proc.wait(timeout=30)  # it has died (the pool checks without a round trip)
         with pool.sandbox() as sb:
             assert sb is not waiting
             assert sb.run("echo fine").stdout == "fine\n"
@@ -156,3 +168,22 @@ def test_pool_rejects_bad_settings():
         SandboxPool(size=1, reuse="yes")
     with pytest.raises(ValueError, match="max_episodes"):
         SandboxPool(size=1, max_episodes=0)
+
+
+def test_a_caller_waits_for_a_sandbox_being_reset_rather_than_a_boot(monkeypatch):
+    import threading
+
+    with SandboxPool(size=1, limits=Limits(wall_s=5), backend="bwrap") as pool:
+        got = []
+
+        def take():
+            with pool.sandbox() as again:
+                got.append(again.id)
+
+        taker = threading.Timer(0.2, take)  # asks while the (slow) reset below runs
+        with pool.sandbox() as sb:
+            real = sb.reset
+            monkeypatch.setattr(sb, "reset", lambda: time.sleep(0.5) or real())
+            taker.start()
+        taker.join()
+        assert got == [sb.id] and pool.stats["booted"] == 1  # it waited: no boot

@@ -272,3 +272,14 @@ def test_no_domain_starves_under_an_adversarial_cost_mix():
     m = core.metrics()
     assert m["max_wait_s"] <= 50.0 + 2.0
     assert all(d["max_service_gap_s"] <= 52.0 for d in m["domains"].values())
+
+
+def test_a_seed_prefix_gives_exactly_derive_seeds_seeds():
+    from posttrain.scheduling.work import SeedPrefix, derive_seed
+
+    for seed, domain in [(0, "math.arith"), (1234, "text.äöü#x"), (-7, "")]:
+        prefix = SeedPrefix(seed, domain)
+        for index in (0, 1, 17, 10**9):
+            assert prefix(index, "task") == derive_seed(seed, domain, index, "task")
+    with pytest.raises(ValueError, match="at least one"):
+        SeedPrefix()

@@ -189,3 +189,36 @@ def test_check_episodes_take_no_per_turn_snapshots(monkeypatch):
     check = check_domain(domain, per_domain=1)
     assert check.tasks == 1 and check.oracle_passed == 1 and check.hacks > 0, check.failures
     assert not check.failures and snapshots == []
+
+
+def test_tasks_graded_at_once_give_the_task_by_task_report():
+    """Several tasks' batches in flight (an engine grader waits on sandboxes): generated and
+    counted in sample order, so the report is the task-by-task one, given-up domains included."""
+    import time
+    from dataclasses import asdict
+
+    from posttrain.tasks.check import check_with, grade_directly
+
+    finished = []
+
+    def slow_grade(domain, task, attempts):  # the later tasks' batches finish first
+        time.sleep(0.04 * (6 - task.seed))
+        finished.append(task.seed)
+        return grade_directly(domain, task, attempts)
+
+    def report(c):
+        return {k: v for k, v in asdict(c).items() if k != "seconds"}
+
+    for domain in (_good(), _good(verifier=_Raising()), _good(oracle=lambda t: ["nope"]),
+                   _good(generate=lambda seed, split: 1 / 0)):
+        finished.clear()
+        one = check_with(domain, slow_grade, regrade_all=False, per_domain=6, tasks_at_once=1)
+        assert finished == sorted(finished)
+        finished.clear()
+        three = check_with(domain, slow_grade, regrade_all=False, per_domain=6, tasks_at_once=3)
+        assert report(three) == report(one), domain.verifier
+        if domain.verifier.name != "raising" and one.tasks:
+            assert finished != sorted(finished)  # they did overlap
+    given_up = check_with(_good(verifier=_Raising()), slow_grade, regrade_all=False, per_domain=6,
+                          tasks_at_once=3)
+    assert given_up.tasks == 2 and "stopped" in given_up.failures[-1].detail

@@ -41,8 +41,8 @@ def bpe_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_continue_ids_appends_only_the_new_messages(tmp_path):
-    policy = TorchPolicy(bpe_dir(tmp_path), device="cpu")
+def test_continue_ids_appends_only_the_new_messages(bpe_model_dir):
+    policy = TorchPolicy(bpe_model_dir, device="cpu")
     tok = policy.tokenizer
     first = render_ids(tok, [Message("user", "How many words?")])
     sampled = [5, 9, 300]  # any ids the model produced, canonical or not
@@ -57,8 +57,8 @@ def test_continue_ids_appends_only_the_new_messages(tmp_path):
         GenerationRequest(msgs, prefix_ids=(1, 2), prefix_messages=3)
 
 
-def test_turn_prompts_extend_the_sampled_history(tmp_path):
-    policy = TorchPolicy(bpe_dir(tmp_path), device="cpu")
+def test_turn_prompts_extend_the_sampled_history(bpe_model_dir):
+    policy = TorchPolicy(bpe_model_dir, device="cpu")
     domain = get_domain("terminal.count.words")
     tasks = []
     for seed in range(3):

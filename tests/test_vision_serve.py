@@ -98,6 +98,7 @@ def test_the_batcher_decodes_every_waiting_connection_together():
         batcher.close()
 
 
+@pytest.mark.slow  # a live server process, like the text model's (its answers: the first test here)
 def test_the_serve_command_serves_a_saved_vision_model_as_it_answers_in_process(tmp_path):
     import os
     import subprocess

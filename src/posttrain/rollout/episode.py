@@ -28,9 +28,11 @@ of 0, and it never escapes to crash the other episodes of a batch.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
+import random
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -56,6 +58,36 @@ def _where(exc: BaseException) -> str:
     return "env"
 
 
+class _EpisodeIds:
+    """Random episode ids of 32 hex digits, as `uuid4().hex` gave (any prefix of one picks it
+    out, as the store's and the CLI's short ids need), drawn from a per-process generator seeded
+    by the OS: a uuid4 per episode cost a system call for randomness every time."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._rng = random.Random(os.urandom(16))
+
+    def new(self) -> str:
+        return f"{self._rng.getrandbits(128):032x}"
+
+
+_IDS = _EpisodeIds()
+os.register_at_fork(after_in_child=_IDS.reset)  # a forked child must not repeat its parent's ids
+
+
+@functools.lru_cache(maxsize=1024)
+def _with_stop(sampling: SamplingParams, stop: tuple[str, ...]) -> SamplingParams:
+    # cached: `replace` re-validates, and a workload's episodes share a few settings
+    return replace(sampling, stop=stop)
+
+
+@functools.lru_cache(maxsize=1024)
+def _with_max_tokens(sampling: SamplingParams, max_tokens: int) -> SamplingParams:
+    return replace(sampling, max_tokens=max_tokens)
+
+
 class Episode:
     def __init__(self, domain: Domain, task: Task, *, policy_version: str,
                  sampling: SamplingParams = SamplingParams(), env_config: EnvConfig = EnvConfig(),
@@ -67,14 +99,14 @@ class Episode:
         self.domain, self.task = domain, task
         self.policy_version = policy_version
         stop = tuple(dict.fromkeys(sampling.stop + stop_strings(domain)))
-        # the same frozen value when nothing changes: `replace` re-validates, per episode
-        self.sampling = sampling if stop == sampling.stop else replace(sampling, stop=stop)
+        # the same frozen value when nothing changes
+        self.sampling = sampling if stop == sampling.stop else _with_stop(sampling, stop)
         self.env_config = env_config
         self.sandbox_factory = sandbox_factory
         self.group_id, self.attempt, self.run_id = group_id, attempt, run_id
         self.policy_staleness = policy_staleness
         self.tokenizer_hash = tokenizer_hash
-        self.id = uuid.uuid4().hex
+        self.id = _IDS.new()
         self.turns: list[Turn] = []
         self.messages: list[Message] = []
         self.counters: dict[str, int] = {}
@@ -260,7 +292,7 @@ class Episode:
         max_tokens = max(1, min(self.sampling.max_tokens, limits.max_tokens, remaining))
         sampling = self.sampling
         if max_tokens != sampling.max_tokens:
-            sampling = replace(sampling, max_tokens=max_tokens)
+            sampling = _with_max_tokens(sampling, max_tokens)
         meta = {"episode": self.id, "domain": self.domain.name, "task_key": self.task.key,
                 "turn": len(self.turns), "group_id": self.group_id}
         prefix = self._prefix if message_ids is None else None

@@ -8,6 +8,7 @@ import os
 
 from posttrain.sandbox.base import clock_env
 from posttrain.sandbox.bwrap import CANDIDATE_UID, CANDIDATE_UID_ENV, INSIDE_UID, WS
+from posttrain.sandbox.rlimits import thread_env
 
 DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ROOT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
@@ -46,7 +47,8 @@ def _setenv(env: dict[str, str]) -> list[str]:
     return out
 
 
-def plain_args(layout: dict, mnt: str, clock: int | None, userns_fd: int | None = None) -> list[str]:
+def plain_args(layout: dict, mnt: str, clock: int | None, userns_fd: int | None = None,
+               cpus: float = 1.0) -> list[str]:
     """A plain sandbox: every namespace unshared, uid 1000 inside, no capabilities, the tree
     `rootfs.py` built at `mnt`/root as `/`, the project's Python on PATH.
 
@@ -69,7 +71,7 @@ def plain_args(layout: dict, mnt: str, clock: int | None, userns_fd: int | None 
     a += ["--dev-bind", f"{mnt}/root", "/", "--proc", "/proc", "--chdir", WS]
     env = {"PATH": path, "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
            "USER": "sandbox", "PYTHONPATH": "/opt/posttrain/inside",
-           "PYTHONDONTWRITEBYTECODE": "1", **clock_env(clock)}
+           "PYTHONDONTWRITEBYTECODE": "1", **clock_env(clock), **thread_env(cpus)}
     if userns_fd is not None:
         env[CANDIDATE_UID_ENV] = str(CANDIDATE_UID)
     env.update(_libpath(layout, "/opt/python"))

@@ -204,7 +204,7 @@ class BwrapRunner:
             return bwrap_args.image_args(self.image, self.layout, self.mnt, self.inside_ws,
                                          self.extra_fds[0], clock)
         return bwrap_args.plain_args(self.layout, self.mnt, clock,
-                                     self.extra_fds[0] if self.extra_fds else None)
+                                     self.extra_fds[0] if self.extra_fds else None, self.limits.cpus)
 
     # -- processes -----------------------------------------------------------------------
     def spawn(self, argv: list[str], *, stdin: int, stdout: int, stderr: int,

@@ -347,8 +347,12 @@ class SupervisedSandbox:
         except SandboxError as e:
             return ResetReport(False, f"{type(e).__name__}: {e}")
 
-    def alive(self) -> bool:
-        """True if the supervisor answers (used by the pool before handing a sandbox out)."""
+    def alive(self, probe: bool = True) -> bool:
+        """True if the supervisor answers. `probe=False`: without a round trip, only whether
+        the sandbox is open, not broken and its supervisor has not exited (what a pool checks
+        before handing out a sandbox that answered a moment ago: its boot or its reset)."""
+        if not probe:
+            return not (self._closed or self._broken is not None or self._proc.poll() is not None)
         try:
             self._call({"op": "ping"}, 10.0)
             return True

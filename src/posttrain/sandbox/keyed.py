@@ -14,6 +14,11 @@ sandboxes it booted after use, keyed by their configuration:
   user of that configuration. A sandbox whose reset is not clean is closed and counted
   (`stats["discards"]`, the reason in `stats["discard_reasons"]`): the next user boots another.
 
+With `background_reset=True` the reset runs on a thread of its own once the block ends, so the
+caller (a grader) does not wait for it (a reset is ~10-30 ms, most of it the kernel settling the
+unmounts); a later user of that configuration waits for a reset in flight rather than booting,
+and only a sandbox whose reset was clean is ever handed out. `settle()` waits for those resets.
+
 Only sandboxes this pool booted ever enter it (never one a caller brings). At most
 `max_idle_per_key` idle sandboxes of one configuration and `max_idle` in all are kept; beyond
 that the least recently used are closed (`stats["closed_idle"]`), so a run over many images
@@ -25,17 +30,21 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from posttrain.sandbox.base import DEFAULT_CLOCK, Limits, Sandbox
 from posttrain.sandbox.pool import MAX_EPISODES
-from posttrain.sandbox.reset import after_episode
+from posttrain.sandbox.reset import ResetReport, after_episode, still_alive
 
-MAX_IDLE_PER_KEY = 2
-"""idle sandboxes kept per configuration (graders run `workers` at a time: 2 on this machine)"""
+MAX_IDLE_PER_KEY = 4
+"""idle sandboxes kept per configuration (graders run as many at a time as episodes end at
+once: a self-check plays two tasks' episodes on two workers each)"""
 MAX_IDLE = 8
 """idle sandboxes kept in all, over every configuration"""
+RESET_WAIT_S = 120.0
+"""how long a user waits for a reset in flight (a reset's own limit is 60 s) before booting"""
 
 
 def config_key(limits: Limits, backend: str, allow_unsandboxed: bool, preload: Sequence[str],
@@ -48,7 +57,8 @@ def config_key(limits: Limits, backend: str, allow_unsandboxed: bool, preload: S
 
 class ConfigPool:
     def __init__(self, *, max_idle_per_key: int = MAX_IDLE_PER_KEY, max_idle: int = MAX_IDLE,
-                 max_episodes: int = MAX_EPISODES, opener: Callable[..., Sandbox] | None = None) -> None:
+                 max_episodes: int = MAX_EPISODES, opener: Callable[..., Sandbox] | None = None,
+                 background_reset: bool = False) -> None:
         for name, value in (("max_idle_per_key", max_idle_per_key), ("max_idle", max_idle),
                             ("max_episodes", max_episodes)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -58,6 +68,11 @@ class ConfigPool:
 
         self._opener: Callable[..., Sandbox] = opener if opener is not None else open_sandbox
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)
+        """notified whenever a reset in flight ends"""
+        self.background_reset = background_reset
+        self._resetting: dict[tuple, int] = {}
+        """resets in flight, per configuration"""
         self._idle: list[tuple[tuple, Any]] = []
         """(key, sandbox), least recently given back first (`SupervisedSandbox`es: `alive`,
         `close(wait=)`, beyond the `Sandbox` protocol)"""
@@ -71,6 +86,11 @@ class ConfigPool:
         """How many reset sandboxes wait for a user now."""
         with self._lock:
             return len(self._idle)
+
+    def settle(self, timeout: float = RESET_WAIT_S) -> bool:
+        """Wait until no reset is in flight; False if some still were after `timeout` seconds."""
+        with self._lock:
+            return self._settled.wait_for(lambda: not any(self._resetting.values()), timeout)
 
     @contextlib.contextmanager
     def sandbox(self, limits: Limits = Limits(), *, backend: str = "auto",
@@ -95,13 +115,19 @@ class ConfigPool:
             self._give_back(key, sb)
 
     def _take(self, key: tuple) -> Any:
+        deadline = time.monotonic() + RESET_WAIT_S
         while True:
             with self._lock:
-                i = next((i for i in range(len(self._idle) - 1, -1, -1) if self._idle[i][0] == key), None)
+                while True:
+                    i = next((i for i in range(len(self._idle) - 1, -1, -1) if self._idle[i][0] == key), None)
+                    left = deadline - time.monotonic()
+                    if i is not None or not self._resetting.get(key) or left <= 0:
+                        break
+                    self._settled.wait(left)  # a reset of this configuration is in flight
                 if i is None:
                     return None
                 _, sb = self._idle.pop(i)
-            if sb.alive():
+            if still_alive(sb):
                 with self._lock:
                     self.stats["reused"] += 1
                 return sb
@@ -127,7 +153,27 @@ class ConfigPool:
         if action != "reset":
             self._close(sb)
             return
-        report = sb.reset()
+        if not self.background_reset:
+            self._reset_and_keep(key, sb)
+            return
+        with self._lock:
+            self._resetting[key] = self._resetting.get(key, 0) + 1
+        threading.Thread(target=self._reset_in_background, args=(key, sb), name=f"reset-{sb.id}").start()
+
+    def _reset_in_background(self, key: tuple, sb: Any) -> None:
+        try:
+            self._reset_and_keep(key, sb)
+        finally:
+            with self._lock:
+                self._resetting[key] -= 1
+                self._settled.notify_all()
+
+    def _reset_and_keep(self, key: tuple, sb: Any) -> None:
+        """Reset `sb`; keep it idle if the reset was clean (and bounds allow), else close it."""
+        try:
+            report = sb.reset()
+        except Exception as error:  # noqa: BLE001 - a Sandbox whose reset raises: not reusable
+            report = ResetReport(False, f"{type(error).__name__}: {error}")
         evicted: list[Any] = []
         with self._lock:
             self.stats["reset_s_total"] += report.seconds
@@ -156,6 +202,8 @@ class ConfigPool:
         """Close every idle sandbox; sandboxes in use are closed when they come back."""
         with self._lock:
             self._closed = True
+        self.settle()  # a sandbox whose reset is in flight is closed when that reset ends
+        with self._lock:
             idle, self._idle = self._idle, []
         for _, sb in idle:
             self._uses.pop(sb.id, None)

@@ -12,14 +12,17 @@ so `pool.sandbox()` normally returns at once. Two ways to serve episodes:
   does not cost a boot: the reset starts a new one (`stats["server_restarts"]`). While
   callers use at most `size` at once, the pool boots `size` sandboxes and nothing more; a
   caller that asks for more (a driver that opens every episode at once) is not left waiting:
-  the pool boots for it, and closes what comes back beyond `size` idle ones
-  (`stats["closed_idle"]`).
+  unless a sandbox is being reset (it comes back in milliseconds), the pool boots for it, and
+  closes what comes back beyond `size` idle ones (`stats["closed_idle"]`) once no caller has
+  had to wait for `IDLE_GRACE_S` (demand that comes and goes, e.g. a check grading two tasks'
+  episodes at once and then one, keeps its sandboxes instead of closing and booting them again).
 * `reuse=False`: a sandbox is never reused; the one an episode used is closed when its block
   ends and the pool boots a new one (~150 ms each, off the caller's clock while `size` are
   ready).
 
-Before handing a sandbox out the pool checks that its supervisor answers; a dead one is closed
-and replaced (`stats["replaced"]`). If a sandbox breaks *during* an episode, the caller sees
+Before handing a sandbox out the pool checks that its supervisor is still running (no round trip:
+every sandbox in the pool answered a moment ago, at its boot or its reset; `reset.still_alive`);
+a dead one is closed and replaced (`stats["replaced"]`). If a sandbox breaks *during* an episode, the caller sees
 `SandboxBroken` (an infrastructure failure, not a wrong answer), the broken sandbox is closed,
 and the next request gets another.
 """
@@ -34,10 +37,12 @@ from collections.abc import Iterator, Sequence
 
 from posttrain.sandbox.base import DEFAULT_CLOCK, Limits, Sandbox, SandboxError, SandboxUnavailable
 from posttrain.sandbox.factory import open_sandbox
-from posttrain.sandbox.reset import after_episode
+from posttrain.sandbox.reset import after_episode, still_alive
 
 TAKE_TIMEOUT_S = 120.0
 """how long `sandbox()` waits for a booted sandbox before giving up"""
+IDLE_GRACE_S = 30.0
+"""how long sandboxes beyond `size` stay idle after a caller last had to wait for one"""
 MAX_EPISODES = 1000
 """episodes one sandbox serves before it is replaced by a fresh boot (pid numbers, cgroup event
 counters and the devpts instance keep counting across resets; a bound keeps them small)"""
@@ -65,8 +70,13 @@ class SandboxPool:
         self._live = 0
         """sandboxes booting, ready or in use"""
         self._booting = 0
+        self._resetting = 0
+        """sandboxes being reset: each comes back in a few milliseconds (or is replaced)"""
         self._waiting = 0
         """callers blocked in `sandbox()` for want of a ready sandbox"""
+        self._surplus_until = 0.0
+        """until when (monotonic) idle sandboxes beyond `size` are kept: IDLE_GRACE_S after a
+        caller last had to wait"""
         self._episodes: dict[str, int] = {}
         self._closed = False
         self.stats: dict = {"booted": 0, "handed_out": 0, "replaced": 0, "boot_errors": 0,
@@ -83,7 +93,7 @@ class SandboxPool:
         """Whether the filler should boot another sandbox now (called under the lock)."""
         ready = self._ready.qsize()
         if self.reuse:  # sandboxes come back: boot for a waiting caller only if none will
-            return self._live < self.size or self._waiting > ready + self._booting
+            return self._live < self.size or self._waiting > ready + self._booting + self._resetting
         return ready < self.size
 
     def _fill(self) -> None:
@@ -91,7 +101,12 @@ class SandboxPool:
         while True:
             with self._cond:
                 while not self._closed and not self._wanted():
-                    self._cond.wait()
+                    surplus = self.reuse and self._ready.qsize() > self.size
+                    left = self._surplus_until - time.monotonic()
+                    if surplus and left <= 0:
+                        self._trim()
+                        continue
+                    self._cond.wait(timeout=left if surplus else None)
                 if self._closed:
                     return
                 self._live += 1
@@ -117,6 +132,19 @@ class SandboxPool:
                 self.stats["booted"] += 1
                 self._ready.put(sb)
 
+    def _trim(self) -> None:
+        """Close idle sandboxes beyond `size` (called by the filler, under the lock)."""
+        while self._ready.qsize() > self.size:
+            try:
+                item = self._ready.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, Exception):  # a boot error waits for a caller: keep it
+                self._ready.put(item)
+                return
+            self.stats["closed_idle"] += 1
+            self._retire(item, wait=False)
+
     def _retire(self, sb: Sandbox, *, wait: bool) -> None:
         """Close a sandbox the pool will not hand out again; the filler boots a replacement."""
         self._episodes.pop(sb.id, None)
@@ -135,6 +163,7 @@ class SandboxPool:
             except queue.Empty:
                 with self._cond:
                     self._waiting += 1
+                    self._surplus_until = time.monotonic() + IDLE_GRACE_S
                     self._cond.notify()
                 try:
                     item = self._ready.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -150,7 +179,7 @@ class SandboxPool:
                 if isinstance(item, SandboxError):
                     raise item
                 raise SandboxUnavailable(f"booting a sandbox failed: {item!r}") from item
-            if item.alive():
+            if still_alive(item):
                 self.stats["handed_out"] += 1
                 return item
             self.stats["replaced"] += 1
@@ -162,14 +191,28 @@ class SandboxPool:
         action = after_episode(reuse=self.reuse, closed=sb.closed, episodes=episodes,
                                max_episodes=self.max_episodes)
         if action == "reset" and not self._closed:
-            report = sb.reset()
+            with self._cond:
+                self._resetting += 1
+            try:
+                report = sb.reset()
+            except BaseException:
+                with self._cond:
+                    self._resetting -= 1
+                    self._cond.notify()
+                raise
             with self._cond:  # episodes end on several threads at once
+                # back in the queue (or known to be discarded) in the same step: the filler
+                # boots for a waiting caller only if this one does not come back
+                self._resetting -= 1
+                self._cond.notify()
                 self.stats["reset_s_total"] += report.seconds
                 self.stats["server_restarts"] += bool(report.details.get("server_restarted"))
                 if report.reusable:
                     self.stats["resets"] += 1
-                    if self._ready.qsize() < self.size or self._waiting:
+                    if (self._ready.qsize() < self.size or self._waiting
+                            or time.monotonic() < self._surplus_until):
                         self._ready.put(sb)
+                        self._cond.notify()  # the filler closes a surplus once the grace ends
                         return
                     self.stats["closed_idle"] += 1  # more idle sandboxes than the pool keeps
                 else:

@@ -28,7 +28,7 @@ import time
 
 from posttrain.sandbox.base import Limits, clock_env
 from posttrain.sandbox.reset import PlaceState, ResetFacts
-from posttrain.sandbox.rlimits import apply_self, rlimit_table
+from posttrain.sandbox.rlimits import apply_self, rlimit_table, thread_env
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -101,6 +101,7 @@ class ProcessRunner:
             "PYTHONPATH": cfg["inside_dir"],
             "PYTHONDONTWRITEBYTECODE": "1",
             **clock_env(cfg.get("clock")),
+            **thread_env(self.limits.cpus),
         }
         self.next_id = 1
         self.trash: list[str] = []

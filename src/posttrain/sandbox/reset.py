@@ -124,3 +124,14 @@ def after_episode(*, reuse: bool, closed: bool, episodes: int, max_episodes: int
     if not reuse or closed or episodes >= max_episodes:
         return "close"
     return "reset"
+
+
+def still_alive(sandbox) -> bool:
+    """Whether a pool may hand out `sandbox`, which answered its supervisor's last request (its
+    boot, or a clean reset): the supervisor has not exited since. No round trip (a ping costs
+    a few milliseconds on a busy machine, at every checkout); a supervisor that hangs instead is
+    found by the first request, which then fails as `SandboxBroken`."""
+    try:
+        return bool(sandbox.alive(probe=False))
+    except TypeError:  # a Sandbox implementation without the cheap check
+        return bool(sandbox.alive())

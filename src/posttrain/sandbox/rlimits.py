@@ -7,6 +7,7 @@ sleeping process: the wall timeout does.
 
 from __future__ import annotations
 
+import math
 import resource
 
 from posttrain.sandbox.base import Limits
@@ -44,3 +45,11 @@ def apply_self(table: dict[int, tuple[int, int]]) -> None:
     for res, value in table.items():
         resource.setrlimit(res, value)
 
+
+def thread_env(cpus: float) -> dict[str, str]:
+    """Numerical libraries' thread pools sized to the sandbox's CPU quota (`Limits.cpus`, rounded
+    up) rather than to the machine's cores: a pool wider than the quota only spins and yields
+    (OpenBLAS busy-waits after every call) and is throttled by the cgroup. Without it a numpy
+    grading program in a one-core sandbox spent ~8 % of a self-check's CPU in idle BLAS threads."""
+    n = str(max(1, math.ceil(cpus)))
+    return {"OPENBLAS_NUM_THREADS": n, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}

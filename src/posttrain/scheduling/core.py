@@ -65,7 +65,8 @@ class SchedulerCore(CoreState):
         before new groups. None when there is no free slot or nothing may run now."""
         if self.running_total >= self.config.max_running:
             return None
-        self._release_retries()
+        if self.backoff:
+            self._release_retries()
         for tier in self.config.tiers:
             spec = self._launch_from(tier)
             if spec is not None:
@@ -126,7 +127,7 @@ class SchedulerCore(CoreState):
                 if self.quarantine.record(d, True, error) is not None:
                     self._quarantine(d)
         else:
-            self.outage.record(False, "", self.clock())
+            self.outage.ended()
             self.quarantine.record(d, False)
         if g is None or g.status != "open" or g.attempts[spec.member] != spec.attempt:
             if traj.status != "infra_error":
@@ -276,10 +277,11 @@ class SchedulerCore(CoreState):
         amount = float(size) if mode == "samples" else est if mode == "cost" else est_tokens
         self.fair[tier].charge(domain, amount, size, est)
         gid = named or f"{domain}#{index}"
+        now = self.clock()
         g = GroupState(gid=gid, domain=domain, tier=tier, index=index, size=size,
-                       task_seed=derive_seed(self.config.seed, domain, index, "task"),
+                       task_seed=ds.task_seed(index, "task"),
                        version=self.staleness.version, policy_version=self.version_name,
-                       admitted_at=self.clock(), est_cost=est, est_tokens=est_tokens,
+                       admitted_at=now, est_cost=est, est_tokens=est_tokens,
                        seq=next(self._seq))
         self.counters["groups_admitted"] += 1
         if trainer:
@@ -290,7 +292,6 @@ class SchedulerCore(CoreState):
         if self._is_completed(gid):
             self._recover(g, running=True)
             return g
-        now = self.clock()
         for m in range(size):
             g.unlaunched.append(m)
             g.ready_since[m] = now
@@ -327,7 +328,7 @@ class SchedulerCore(CoreState):
     def _check_budget(self, d: str) -> None:
         """Retire `d` for the run once it has spent an absolute budget; its groups in flight
         finish (their work is done or paid for), no new one is drawn."""
-        if d in self.exhausted:
+        if not self.dom[d].budgeted or d in self.exhausted:
             return
         why = self._over_budget(d)
         if why is not None:

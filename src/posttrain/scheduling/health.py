@@ -80,11 +80,15 @@ class PolicyOutage:
 
     def record(self, failed_in_policy: bool, error: str, now: float) -> None:
         if not failed_in_policy:
-            self.since = None
+            self.ended()
             return
         if self.since is None:
             self.since = now
         self.last_error = error[:500]
+
+    def ended(self) -> None:
+        """A completion came back: no outage (needs no clock reading, unlike a failure)."""
+        self.since = None
 
     def reason(self, now: float) -> str | None:
         """Why the scheduler gives up, once the backend has failed everything for `limit_s`."""

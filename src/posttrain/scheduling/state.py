@@ -25,7 +25,7 @@ from posttrain.scheduling.health import Quarantine, SignalTracker
 from posttrain.scheduling.quotas import FairQueue
 from posttrain.scheduling.staleness import StalenessController
 from posttrain.scheduling.strata import stratified_ranks
-from posttrain.scheduling.work import Group, Usage
+from posttrain.scheduling.work import Group, SeedPrefix, Usage
 from posttrain.values.episode import EpisodeResult
 
 Completed = Callable[[str], bool] | Collection[str]
@@ -49,10 +49,16 @@ class DomainState:
     infra_errors: int
     retries: int
     signal_groups: int
-    __slots__ = ("spec", "next_index", "running", "queued", "est_cost", "est_tokens", "waits") + STATS
+    __slots__ = ("spec", "next_index", "running", "queued", "est_cost", "est_tokens", "waits",
+                 "budgeted", "task_seed") + STATS
 
-    def __init__(self, spec: DomainSpec) -> None:
+    def __init__(self, spec: DomainSpec, seed: int) -> None:
         self.spec = spec
+        self.budgeted = (spec.max_samples is not None or spec.max_tokens is not None
+                         or spec.max_sandbox_s is not None)
+        """whether the domain has an absolute budget to check after each episode"""
+        self.task_seed = SeedPrefix(seed, spec.name)
+        """its groups' task seeds by index: `derive_seed(run seed, domain, index, 'task')`"""
         self.next_index = 0
         """groups drawn so far: the next one is '<domain>#<next_index>'"""
         self.running = 0
@@ -170,7 +176,7 @@ class CoreState:
         self.signal = SignalTracker(config.adaptive)
         self._completed = completed
 
-        self.dom = {name: DomainState(spec) for name, spec in self.specs.items()}
+        self.dom = {name: DomainState(spec, config.seed) for name, spec in self.specs.items()}
         """per-domain counters, one object each (one look-up per event)"""
         self._est_sum = 0.0
         self._est_n = 0

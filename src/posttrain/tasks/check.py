@@ -15,7 +15,9 @@ For each domain and each sampled (seed, split):
 at one task at once (so a caller can play them as one batch of episodes). Domains whose verifier
 needs nothing but the answer are graded directly (`grade_directly`: `verifier.verify(task,
 Outcome(answer=actions[-1]))`), and every outcome is graded twice. Others are played as
-episodes; to keep that affordable only the oracle is played twice. An exception while grading
+episodes; to keep that affordable only the oracle is played twice, and the batches of up to
+`TASKS_AT_ONCE` tasks are played at once (each task generated, and its results counted, in
+sample order: the report is the task-by-task one). An exception while grading
 is an *infrastructure* failure: it is counted as such, never as a pass or a fail; after
 `MAX_BROKEN_TASKS_IN_A_ROW` tasks that failed on infrastructure alone, the domain's remaining
 tasks are skipped.
@@ -23,11 +25,13 @@ tasks are skipped.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from posttrain.tasks.adversaries import adversaries, check_adversaries
@@ -202,10 +206,20 @@ def _sample(per_domain: int, seeds: Sequence[int] | None) -> list[tuple[int, Spl
     return [(s, "train" if i % 2 == 0 else "eval") for i, s in enumerate(chosen)]
 
 
-def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck, grade: Grade,
-                regrade_all: bool) -> int | None:
-    """Check one task; returns how many attempts were graded (0: nothing, or only infra errors;
-    None: the domain has no tasks in `split`, e.g. an imported single task)."""
+@dataclass
+class _Prepared:
+    """One task's attempts, ready to be graded as one batch."""
+
+    task: Task
+    attempts: list[tuple[str, list[str], bool]]
+    """(name, actions, should_pass): the oracle, then each negative"""
+    hacks: dict[tuple[str, ...], list[str]]
+    batch: list[list[str]]
+
+
+def _prepare(domain: Domain, seed: int, split: Split, out: DomainCheck, regrade_all: bool) -> _Prepared | int | None:
+    """Generate one task and its attempts (in the caller's thread: generators need not be
+    thread-safe). None: the domain has no tasks in `split`; 1: generation failed (recorded)."""
 
     def fail(kind: str, detail: str) -> None:
         out.failures.append(Failure(domain.name, kind, seed, split, detail))
@@ -221,7 +235,6 @@ def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck, grade
         fail("generate_error", f"{type(e).__name__}: {e}")
         return 1  # generation, not infrastructure, failed
     out.tasks += 1
-    graded = 0
     if task.model_dump_json() != again.model_dump_json() or task.split != split:
         fail("nondeterministic", f"generate({seed}, {split!r}) differs between calls or has split "
                                  f"{task.split!r}")
@@ -235,8 +248,20 @@ def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck, grade
     for _, actions, should_pass in attempts:
         batch += [actions, actions] if (regrade_all or should_pass) else [actions]
     batch += hacks.values()
-    results = iter(grade(domain, task, batch))
-    for name, actions, should_pass in attempts:
+    return _Prepared(task, attempts, hacks, batch)
+
+
+def _judge(domain: Domain, seed: int, split: Split, prep: _Prepared, out: DomainCheck,
+           graded_batch: Sequence[Verdict | BaseException], regrade_all: bool) -> int:
+    """Count one task's graded batch into `out`; returns how many attempts were graded (0:
+    only infrastructure errors)."""
+
+    def fail(kind: str, detail: str) -> None:
+        out.failures.append(Failure(domain.name, kind, seed, split, detail))
+
+    graded = 0
+    results = iter(graded_batch)
+    for name, actions, should_pass in prep.attempts:
         first = next(results)
         second = next(results) if (regrade_all or should_pass) else None
         error = next((r for r in (first, second) if isinstance(r, BaseException)), None)
@@ -260,7 +285,7 @@ def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck, grade
             out.negatives_failed += not first.passed
             if first.passed:
                 fail("negative_passed", f"negative {name!r} = {str(actions[-1] if actions else None)[:120]!r} passed")
-    hacked = dict(zip(hacks, results))
+    hacked = dict(zip(prep.hacks, results))
 
     def graded_hack(actions: list[str]) -> Verdict:
         result = hacked[tuple(actions)]
@@ -268,30 +293,90 @@ def _check_task(domain: Domain, seed: int, split: Split, out: DomainCheck, grade
             raise result
         return result
 
-    graded += check_adversaries(domain, task, out, fail, graded_hack)
+    graded += check_adversaries(domain, prep.task, out, fail, graded_hack)
     return graded
 
 
+TASKS_AT_ONCE = 2
+"""tasks of one domain whose attempts are graded at once when `grade` plays them elsewhere (as
+episodes in sandboxes: it mostly waits), so that one task's episodes start while another's last
+ones finish and its grading sandboxes reset; `grade_directly` (this process's CPU, under one
+interpreter lock) grades one task at a time"""
+
+
+@dataclass
+class _Unit:
+    """One sampled (seed, split) on its way: generated, its batch being graded."""
+
+    seed: int
+    split: Split
+    part: DomainCheck
+    """what this task adds to the domain's check (merged in sample order)"""
+    prep: _Prepared | int | None
+    graded: Future[list[Verdict | BaseException]] | None = None
+
+
+def _start(domain: Domain, seed: int, split: Split, grade: Grade, regrade_all: bool,
+           pool: ThreadPoolExecutor | None) -> _Unit:
+    part = DomainCheck(domain.name, domain.family, domain.env)
+    prep = _prepare(domain, seed, split, part, regrade_all)
+    if prep is None:  # a one-split domain (an imported task): check it in its split
+        split = "eval" if split == "train" else "train"
+        prep = _prepare(domain, seed, split, part, regrade_all)
+    unit = _Unit(seed, split, part, prep)
+    if isinstance(prep, _Prepared) and pool is not None:
+        unit.graded = pool.submit(grade, domain, prep.task, prep.batch)
+    return unit
+
+
+def _finish(domain: Domain, unit: _Unit, grade: Grade, regrade_all: bool) -> int | None:
+    if not isinstance(unit.prep, _Prepared):
+        return unit.prep
+    results = (unit.graded.result() if unit.graded is not None
+               else grade(domain, unit.prep.task, unit.prep.batch))
+    return _judge(domain, unit.seed, unit.split, unit.prep, unit.part, results, regrade_all)
+
+
+def _merge(into: DomainCheck, part: DomainCheck) -> None:
+    for f in fields(DomainCheck):
+        if f.type == "int":
+            setattr(into, f.name, getattr(into, f.name) + getattr(part, f.name))
+    into.failures += part.failures
+
+
 def check_with(domain: Domain, grade: Grade, *, regrade_all: bool, per_domain: int = 5,
-               seeds: Sequence[int] | None = None) -> DomainCheck:
+               seeds: Sequence[int] | None = None, tasks_at_once: int | None = None) -> DomainCheck:
     """Check one domain on `per_domain` tasks (see the module docstring), its attempts graded by
-    `grade`; `regrade_all`: grade every outcome twice (else only the oracle's)."""
+    `grade`; `regrade_all`: grade every outcome twice (else only the oracle's).
+
+    Up to `tasks_at_once` tasks' batches are graded at once (default: `TASKS_AT_ONCE`, or 1
+    for `grade_directly`), on threads; tasks are generated, and their results counted, in
+    sample order in this thread, so the report is the one a task-by-task run gives (a batch
+    started past the point where the domain is given up on is graded, then left out)."""
     out = DomainCheck(domain.name, domain.family, domain.env)
     t0 = time.perf_counter()
-    broken_in_a_row = 0
-    for seed, split in _sample(per_domain, seeds):
-        if broken_in_a_row == MAX_BROKEN_TASKS_IN_A_ROW:
-            out.failures.append(Failure(domain.name, "infra_error", seed, split, (
-                f"stopped: {broken_in_a_row} tasks in a row failed on infrastructure only")))
-            break
-        graded = _check_task(domain, seed, split, out, grade, regrade_all)
-        if graded is None:  # a one-split domain (an imported task): check it in its split
-            other: Split = "eval" if split == "train" else "train"
-            graded = _check_task(domain, seed, other, out, grade, regrade_all)
-        if graded is None:
-            out.failures.append(Failure(domain.name, "no_tasks", seed, split,
-                                        "the domain has no tasks in either split"))
-            break
-        broken_in_a_row = broken_in_a_row + 1 if graded == 0 else 0
+    width = tasks_at_once if tasks_at_once is not None else (1 if grade is grade_directly else TASKS_AT_ONCE)
+    if width < 1:
+        raise ValueError(f"tasks_at_once must be >= 1, got {width}")
+    samples = _sample(per_domain, seeds)
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(ThreadPoolExecutor(width, "check-task")) if width > 1 else None
+        units: dict[int, _Unit] = {}
+        broken_in_a_row = 0
+        for i, (seed, split) in enumerate(samples):
+            for j in range(len(units) + i, min(len(samples), i + width)):  # keep `width` in flight
+                units[j] = _start(domain, *samples[j], grade, regrade_all, pool)
+            unit = units.pop(i)
+            graded = _finish(domain, unit, grade, regrade_all)
+            _merge(out, unit.part)
+            if graded is None:
+                out.failures.append(Failure(domain.name, "no_tasks", seed, split,
+                                            "the domain has no tasks in either split"))
+                break
+            broken_in_a_row = broken_in_a_row + 1 if graded == 0 else 0
+            if broken_in_a_row == MAX_BROKEN_TASKS_IN_A_ROW and i + 1 < len(samples):
+                out.failures.append(Failure(domain.name, "infra_error", *samples[i + 1], (
+                    f"stopped: {broken_in_a_row} tasks in a row failed on infrastructure only")))
+                break
     out.seconds = time.perf_counter() - t0
     return out

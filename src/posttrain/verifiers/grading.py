@@ -6,17 +6,22 @@ and workspace; nothing the episode started or planted is there) and copies in on
 declared artifacts from the episode's workspace (`include`: globs, default the whole workspace,
 regular files, directories and symbolic links with their modes), then restores the task's
 pristine input files over them (`pristine`), except those the task declares as outputs
-(`writable`). There is no fallback to the episode's workspace or `/tmp`: when no grading sandbox
-can be had, grading is an infrastructure error. Candidate code that a grader only *runs* (the
-`unit-tests` verifier's candidate process, a geometry script) runs in the episode's own sandbox
-(`candidate_sandbox`), which is then never used to grade.
+(`writable`). The copy runs in the grading sandbox, at the start of the first grading program
+(`run_grader`) of the context: one program per grade, not a copy program and then the grader
+(each is a fork of the warm interpreter and a round trip). There is no fallback to the episode's
+workspace or `/tmp`: when no grading sandbox can be had, grading is an infrastructure error.
+Candidate code that a grader only *runs* (the `unit-tests` verifier's candidate process, a
+geometry script) runs in the episode's own sandbox (`candidate_sandbox`), which is then never
+used to grade.
 
 **Where grading sandboxes come from.** By default (`grading_mode()` "reset") from a per-process
 pool keyed by configuration (`posttrain.sandbox.keyed.ConfigPool`): booted by the pool itself,
 reset to pristine after each grade (every process killed, /ws, /tmp, /dev/shm and $HOME restored,
 then checked from the outside; a sandbox whose reset is not clean is discarded), so a grade costs
-a reset (~5 ms) instead of a boot (~150-400 ms). An episode's sandbox never enters that pool.
-"fresh" (`set_grading_mode`, or `POSTTRAIN_GRADING_SANDBOXES=fresh`) boots one per grade.
+a reset (~5 ms) instead of a boot (~150-400 ms), and the reset runs after the grade has returned
+(`background_reset`: the next grade of that configuration takes a sandbox whose reset is done).
+An episode's sandbox never enters that pool. "fresh" (`set_grading_mode`, or
+`POSTTRAIN_GRADING_SANDBOXES=fresh`) boots one per grade.
 
 **Grading programs** (`run_grader`) are sent into the grading sandbox and read back one line:
 
@@ -36,6 +41,8 @@ a reset (~5 ms) instead of a boot (~150-400 ms). An episode's sandbox never ente
 candidate code, candidate results) it calls `policy_input()`. If it then dies, hangs or garbles
 its result, `run_grader` raises `GradingFailed` (a failed verdict, reason recorded); before that
 point, and when the sandbox itself fails, it raises `VerifierError` (infrastructure, retried).
+A grading program that starts by copying a context's artifacts has used the policy's files from
+its first statement on: all of it counts as after `policy_input()` (as the copy alone did).
 
 **Two uids.** A grading sandbox (bubblewrap, no image) has a user namespace of its own with
 two uids, each a host uid of its own: the grading program runs as 1000, and the policy programs
@@ -68,7 +75,7 @@ import secrets
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from posttrain.values.task import FileEntry
 from posttrain.verifiers.base import GradingFailed, Outcome, VerifierError
@@ -162,6 +169,11 @@ def run_grader(sandbox: Sandbox, program: str, payload: Mapping[str, Any], *, ti
     (the policy may be the cause), else `VerifierError` (infrastructure)."""
     from posttrain.sandbox.base import LimitReason, SandboxError
 
+    if isinstance(sandbox, _CopyPending):  # copy the artifacts first, in this same program
+        artifacts, sandbox = sandbox.take(), sandbox.sandbox
+        if artifacts is not None:
+            program = f"{EXTRACT}_copy_artifacts(_PAYLOAD.pop({ARTIFACTS!r}))\n{program}"
+            payload, timeout = {**payload, ARTIFACTS: artifacts}, timeout + copy_allowance(artifacts)
     marker = f"@@ptgrade:{secrets.token_hex(16)}@@"
     stdin = json.dumps({**payload, "marker": marker})
     touched, found, garbled = False, None, None
@@ -204,80 +216,78 @@ MAX_ARTIFACT_BYTES = 32 << 20
 (the policy filled it), never an infrastructure error"""
 
 # Copies the episode's artifacts into the fresh grading workspace (trusted; the tar was made by
-# the episode sandbox's supervisor, its contents by the policy).
+# the episode sandbox's supervisor, its contents by the policy). A function, so that its names
+# never mix with the grading program's: `run_grader` runs it at the start of that program.
 EXTRACT = r'''
-import base64, fnmatch, io, shutil, stat, tarfile
-p = _PAYLOAD
-ws = os.path.realpath(os.getcwd())
-policy_input()
-include = p["include"]
+def _copy_artifacts(p):
+    import base64, fnmatch, io, shutil, stat, tarfile
+    ws = os.path.realpath(os.getcwd())
+    policy_input()
+    include = p["include"]
 
+    def wanted(name):
+        return include is None or any(fnmatch.fnmatchcase(name, g) for g in include)
 
-def wanted(name):
-    return include is None or any(fnmatch.fnmatchcase(name, g) for g in include)
+    def inside(path):
+        parent = os.path.realpath(os.path.dirname(path))
+        return parent == ws or parent.startswith(ws + "/")
 
-
-def inside(path):
-    parent = os.path.realpath(os.path.dirname(path))
-    return parent == ws or parent.startswith(ws + "/")
-
-
-pristine_dirs = []
-for rel, entry in p["pristine"].items():  # the task's inputs first: they win over the episode's
-    target = os.path.join(ws, rel)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    if not inside(target) or os.path.lexists(target):
-        continue
-    if isinstance(entry, str):
-        with open(target, "w") as f:
-            f.write(entry)
-    elif entry["kind"] == "dir":
-        os.makedirs(target)
-        pristine_dirs.append((target, entry["mode"]))
-    elif entry["kind"] == "symlink":
-        os.symlink(entry["target"], target)
-    else:
-        with open(target, "wb") as f:
-            f.write(base64.b64decode(entry["b64"]))
-        os.chmod(target, entry["mode"])  # after the last write, which would clear setuid/setgid
-
-
-def writable(name):
-    return any(fnmatch.fnmatchcase(name, g) for g in p["writable"])
-
-
-dirs, copied = [], 0
-tf = tarfile.open(fileobj=io.BytesIO(base64.b64decode(p["tar"])), mode="r:")
-for m in tf:
-    name = os.path.normpath(m.name)
-    if name.startswith("/") or name.split("/")[0] in ("..", ".") or not wanted(name):
-        continue
-    target = os.path.join(ws, name)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    if not inside(target):
-        continue
-    if os.path.lexists(target) and not (os.path.isdir(target) and not os.path.islink(target)):
-        # a task input (written above, or in the grading sandbox's image): kept pristine unless
-        # the task declares it as the agent's to change
-        if not (p["protect"] is False or writable(name)):
+    pristine_dirs = []
+    for rel, entry in p["pristine"].items():  # the task's inputs first: they win over the episode's
+        target = os.path.join(ws, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not inside(target) or os.path.lexists(target):
             continue
-        os.unlink(target)
-    if m.isdir():
-        os.makedirs(target, exist_ok=True)
-        dirs.append((target, m.mode & 0o7777))
-    elif m.isfile():
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            shutil.copyfileobj(tf.extractfile(m), f)
-            f.flush()  # the last write: it would clear setuid/setgid set before it
-            os.fchmod(f.fileno(), m.mode & 0o7777)
-        copied += 1
-    elif m.issym():
-        os.symlink(m.linkname, target)
-for d, mode in reversed(pristine_dirs + dirs):  # last: a read-only directory must not block its own contents
-    os.chmod(d, mode)
-emit({"copied": copied})
+        if isinstance(entry, str):
+            with open(target, "w") as f:
+                f.write(entry)
+        elif entry["kind"] == "dir":
+            os.makedirs(target)
+            pristine_dirs.append((target, entry["mode"]))
+        elif entry["kind"] == "symlink":
+            os.symlink(entry["target"], target)
+        else:
+            with open(target, "wb") as f:
+                f.write(base64.b64decode(entry["b64"]))
+            os.chmod(target, entry["mode"])  # after the last write, which would clear setuid/setgid
+
+    def writable(name):
+        return any(fnmatch.fnmatchcase(name, g) for g in p["writable"])
+
+    dirs, copied = [], 0
+    tf = tarfile.open(fileobj=io.BytesIO(base64.b64decode(p["tar"])), mode="r:")
+    for m in tf:
+        name = os.path.normpath(m.name)
+        if name.startswith("/") or name.split("/")[0] in ("..", ".") or not wanted(name):
+            continue
+        target = os.path.join(ws, name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not inside(target):
+            continue
+        if os.path.lexists(target) and not (os.path.isdir(target) and not os.path.islink(target)):
+            # a task input (written above, or in the grading sandbox's image): kept pristine unless
+            # the task declares it as the agent's to change
+            if not (p["protect"] is False or writable(name)):
+                continue
+            os.unlink(target)
+        if m.isdir():
+            os.makedirs(target, exist_ok=True)
+            dirs.append((target, m.mode & 0o7777))
+        elif m.isfile():
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                shutil.copyfileobj(tf.extractfile(m), f)
+                f.flush()  # the last write: it would clear setuid/setgid set before it
+                os.fchmod(f.fileno(), m.mode & 0o7777)
+            copied += 1
+        elif m.issym():
+            os.symlink(m.linkname, target)
+    for d, mode in reversed(pristine_dirs + dirs):  # last: a read-only directory must not block its own contents
+        os.chmod(d, mode)
+    return copied
 '''
+EXTRACT_ALONE = EXTRACT + 'emit({"copied": _copy_artifacts(_PAYLOAD)})\n'
+"""the copy as a program of its own (when the sandbox is used before any grading program)"""
 
 
 @contextmanager
@@ -327,7 +337,7 @@ def grading_pool() -> ConfigPool:
         if _pool is None:
             from posttrain.sandbox.keyed import ConfigPool
 
-            _pool = ConfigPool()
+            _pool = ConfigPool(background_reset=True)  # a grade does not wait for the reset
         return _pool
 
 
@@ -389,21 +399,63 @@ def grading_context(outcome: Outcome, *, include: Sequence[str] | None = None,
     glob (the task's outputs): edited or deleted input data is restored. `preload`: modules the
     grading sandbox's warm interpreter imports; `image`, `limits`: as for `open_sandbox`.
 
-    Raises `GradingFailed` when the workspace is too large to copy (the policy filled it)."""
+    The copy happens when the sandbox is first used: inside the first `run_grader` program,
+    or before any other call (`_CopyPending`). Raises `GradingFailed` when the workspace is too
+    large to copy (the policy filled it), or (from that first use) when the copy fails."""
     protect = pristine is not None or image is not None
     blob = outcome.sandbox.archive() if outcome.sandbox is not None else b""
     if len(blob) > MAX_ARTIFACT_BYTES:
         raise GradingFailed(f"the workspace is larger than {MAX_ARTIFACT_BYTES >> 20} MiB "
                             f"({len(blob) >> 20} MiB as a tar)")
     with grading_sandbox(outcome.sandbox, preload, image, limits) as sandbox:
-        if blob or pristine:
-            payload = {"tar": base64.b64encode(blob or _EMPTY_TAR).decode(), "include":
-                       None if include is None else list(include), "pristine": {
-                           rel: e if isinstance(e, str) else e.model_dump(mode="json")
-                           for rel, e in (pristine or {}).items()},
-                       "writable": list(writable), "protect": protect}
-            run_grader(sandbox, EXTRACT, payload, timeout=60.0, label=f"{label}: copying artifacts")
-        yield sandbox
+        if not (blob or pristine):
+            yield sandbox
+            return
+        payload = {"tar": base64.b64encode(blob or _EMPTY_TAR).decode(), "include":
+                   None if include is None else list(include), "pristine": {
+                       rel: e if isinstance(e, str) else e.model_dump(mode="json")
+                       for rel, e in (pristine or {}).items()},
+                   "writable": list(writable), "protect": protect}
+        yield cast("Sandbox", _CopyPending(sandbox, payload, label))
+
+
+ARTIFACTS = "__artifacts__"
+"""the payload key under which `run_grader` hands a grading program the artifacts to copy"""
+EXTRACT_TIMEOUT_S = 60.0
+"""the timeout of the copy as a program of its own"""
+COPY_S, COPY_BYTES_PER_S = 1.0, 8 << 20
+"""what a grading program that copies the artifacts first gets beyond its own timeout: a second,
+and one more per 8 MiB of artifacts (a few files take milliseconds); the grader's own budget is
+otherwise unchanged"""
+
+
+def copy_allowance(artifacts: Mapping[str, Any]) -> float:
+    return COPY_S + len(artifacts.get("tar", "")) * 3 / 4 / COPY_BYTES_PER_S
+
+
+class _CopyPending:
+    """A grading context's sandbox whose artifacts are not copied yet. The first `run_grader`
+    copies them at the start of its own grading program (one program, one fork of the warm
+    interpreter, instead of two per grade); any other use of the sandbox first copies them with
+    a program of their own, so every caller sees the artifacts in place. Either way the copy
+    runs in the grading sandbox, announces `policy_input()` first, and happens once."""
+
+    def __init__(self, sandbox: Sandbox, payload: dict[str, Any], label: str) -> None:
+        self.sandbox, self._label = sandbox, label
+        self._payload: dict[str, Any] | None = payload
+
+    def take(self) -> dict[str, Any] | None:
+        payload, self._payload = self._payload, None
+        return payload
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.sandbox, name)
+        if callable(value):  # a method (run, read_file, ...): the artifacts must be there first
+            payload = self.take()
+            if payload is not None:
+                run_grader(self.sandbox, EXTRACT_ALONE, payload, timeout=EXTRACT_TIMEOUT_S,
+                           label=f"{self._label}: copying artifacts")
+        return value
 
 
 def _empty_tar() -> bytes:

@@ -50,65 +50,21 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from posttrain.policies.base import PolicyError
-from posttrain.policies.decode import cut_at_stop, sample_next, sampling_dist
+from posttrain.policies.decode import cut_at_stop, sample_next
 from posttrain.policies.drafters import DraftModel, PromptLookup
 from posttrain.policies.local import TorchPolicy
 from posttrain.policies.prefix_cache import PrefixCache, weights_fingerprint
 from posttrain.policies.ragged import RaggedBatch
+from posttrain.policies.server.rows import EngineStats, Row
+from posttrain.policies.server.verify import verify_drafts
 from posttrain.policies.server.weights import load_weights_into
-from posttrain.policies.speculative import accept_sampled
 from posttrain.values.generation import Completion, SamplingParams
-
-
-@dataclass
-class _Row:
-    prompt: list[int]
-    sampling: SamplingParams
-    future: Future
-    limit: int
-    generator: torch.Generator | None
-    ignore_eos: bool = False
-    ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    tail: str = ""
-    reused: int = 0
-    t0: float = field(default_factory=time.perf_counter)
-    finish: str = ""
-    epoch: int = 0
-    """the cache epoch the row was admitted in: a row whose keys/values were computed before a
-    reload (or a cache reset) never enters the prefix cache"""
-    pending: int | None = None
-    """fast mode: a token already emitted (the one that disagreed with a draft) and not yet fed;
-    the row has no next-token logits until it is"""
-    depth: int = 4
-    """fast mode: the row's next draft length (doubles while drafts are accepted in full)"""
-    pin: Any = None
-    """the prefix cache's handle on the row's prompt path, kept from eviction while it runs"""
-    draft: list[int] = field(default_factory=list)
-    accepted: int = 0
-    """fast mode: the last step's draft and how much of it was accepted, told to the drafter
-    with the token fed next (a draft model retracts the rest and computes the rest at once)"""
-
-
-@dataclass
-class EngineStats:
-    requests: int = 0
-    tokens: int = 0
-    steps: int = 0
-    """decode forwards (each emits one token for every row in flight)"""
-    row_steps: int = 0
-    reloads: int = 0
-    max_rows: int = 0
-    drafted: int = 0
-    """fast mode: draft tokens fed for verification, and those accepted"""
-    accepted: int = 0
 
 
 class BatchEngine:
@@ -147,13 +103,13 @@ class BatchEngine:
         self.weights_path: str | None = None
         """the directory the weights were last reloaded from (None: as loaded at start)"""
         self._cv = threading.Condition()
-        self._waiting: list[_Row] = []
+        self._waiting: list[Row] = []
         self._controls: list[tuple[Callable[[], Any], Future]] = []
         self._paused = False
         self._draining = False  # pause(mode='wait'): admit nothing until the batch is empty
         self._idle = threading.Event()  # set while the loop is between iterations with nothing to do
         self._stop = False
-        self._rows: list[_Row] = []
+        self._rows: list[Row] = []
         self._batch: RaggedBatch | None = None
         self._logits: torch.Tensor | None = None  # next-token logits, one row per row in flight
         self._thread: threading.Thread | None = None
@@ -202,7 +158,7 @@ class BatchEngine:
         with self._cv:
             if self._stop:
                 raise PolicyError("the server is shutting down")
-            self._waiting.append(_Row(prompt, sampling, fut, limit, gen, ignore_eos))
+            self._waiting.append(Row(prompt, sampling, fut, limit, gen, ignore_eos))
             self._cv.notify_all()
         return fut
 
@@ -280,7 +236,7 @@ class BatchEngine:
                 if self._stop:
                     return
                 controls, self._controls = self._controls, []
-                admit: list[_Row] = []
+                admit: list[Row] = []
                 if not self._paused and not self._draining:
                     room = self.max_batch - len(self._rows)
                     admit, self._waiting = self._waiting[:room], self._waiting[room:]
@@ -311,7 +267,7 @@ class BatchEngine:
             with self._cv:
                 self._cv.notify_all()  # pause(mode='wait') watches the rows drain
 
-    def _admit(self, rows: list[_Row]) -> None:
+    def _admit(self, rows: list[Row]) -> None:
         cache = self.prefix_cache
         if cache is not None:
             cache.check_weights(weights_fingerprint(self.model))
@@ -397,52 +353,11 @@ class BatchEngine:
         if not any(drafts):
             self._logits = logits[:, -1, :]
             return
-        self._logits = self._verify(rows, batch, drafts, qs, logits, lengths)
+        self._logits = verify_drafts(rows, batch, drafts, qs, logits, lengths,
+                                     emit=self._emit, max_draft=self.max_draft, stats=self.stats)
         self._retire()
 
-    def _verify(self, rows: list[_Row], batch: RaggedBatch, drafts: list[list[int]],
-                qs: list[torch.Tensor | None], logits: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-        """Fast mode: accept each row's draft while the token standard decoding picks (or
-        samples) at that position agrees -- or, for a sampled row with a draft model's
-        distribution `q`, by the rejection test (`speculative.accept_sampled`); returns every
-        row's next-token logits (stale for a row whose next token is already `pending`)."""
-        width = logits.shape[1]
-        nxt = []
-        for r, (row, d) in enumerate(zip(rows, drafts)):
-            off = width - lengths[r]
-            if not d:
-                nxt.append(logits[r, -1])
-                continue
-            temp = torch.full((len(d) + 1,), float(row.sampling.temperature), device=logits.device)
-            top_p = torch.full((len(d) + 1,), float(row.sampling.top_p), device=logits.device)
-            logp, probs = sampling_dist(logits[r, off:off + len(d) + 1], temp, top_p)
-            a = 0
-            q = qs[r]
-            if q is not None and row.sampling.temperature > 0:
-                a, x = accept_sampled(probs, d, q, row.generator)
-                for i, tok in enumerate(d[:a] + [x]):
-                    self._emit(row, tok, float(logp[i, tok]))
-                row.pending = x  # emitted; fed with the next step's forward
-            while q is None and a < len(d) and not row.finish:
-                if row.sampling.temperature <= 0:
-                    x = int(probs[a].argmax())
-                else:
-                    x = int(torch.multinomial(probs[a:a + 1], 1, generator=row.generator)[0, 0])
-                self._emit(row, x, float(logp[a, x]))
-                if x != d[a]:
-                    row.pending = x  # emitted; fed with the next step's forward
-                    break
-                a += 1
-            self.stats.drafted += len(d)
-            self.stats.accepted += a
-            batch.retract(r, len(d) - a)
-            row.draft, row.accepted = d, a
-            row.depth = min(self.max_draft, 2 * row.depth) if a == len(d) else max(1, a)
-            nxt.append(logits[r, off + a])
-        batch.compact()
-        return torch.stack(nxt)
-
-    def _emit(self, row: _Row, tok: int, logprob: float) -> None:
+    def _emit(self, row: Row, tok: int, logprob: float) -> None:
         if row.finish:
             return
         row.ids.append(tok)
@@ -483,7 +398,7 @@ class BatchEngine:
     def _text(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
-    def _stopped(self, row: _Row) -> bool:
+    def _stopped(self, row: Row) -> bool:
         stops = [s for s in row.sampling.stop if s]
         if not stops:
             return False
@@ -497,7 +412,7 @@ class BatchEngine:
             row.tail = self._text(row.ids[-span:])
         return any(s in row.tail for s in stops)
 
-    def _finish(self, row: _Row) -> None:
+    def _finish(self, row: Row) -> None:
         """Resolve the row's future: the text cut before the first stop string, the tokens up to
         and including the one that completed it (as `TorchPolicy` and vLLM report them)."""
         text, ids, logprobs = cut_at_stop(self._text, row.ids, row.logprobs, row.sampling.stop)
