@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/fast_mode.py                       # shipped tiny model
     .venv/bin/python benchmarks/fast_mode.py --model models/tiny-agent --prompt-chars 400 --copy-tokens 256
+    .venv/bin/python benchmarks/fast_mode.py --episode-model models/tiny-agent  # tool episodes in 5-6
     .venv/bin/python benchmarks/fast_mode.py --identical 300 --repeats 2   # a quicker look
 
 Six measurements, then one JSON line:
@@ -22,6 +23,8 @@ Six measurements, then one JSON line:
    standard mode's 95% interval (binomial over samples, averaged over domains).
 5. **reuse across turns** -- 8-turn token-in/token-out episodes: the share of turn 8's prompt
    served by the prefix cache, and the wall time of whole episodes with reuse vs without.
+   `--episode-model DIR` runs these episodes (and section 6's) on another model than sections
+   1-4, e.g. `tiny-agent`, whose 1,024 positions hold tool episodes that tiny-base's 128 cannot.
    `--episode-kind tools` (the default for a model of >= 512 positions, e.g. `tiny-agent`):
    tool-use episodes of the agentic domains -- the environment's real first observation (task,
    workspace, tool list), each turn a tool call stopped at its closing tag, then an observation
@@ -109,9 +112,10 @@ def family_prompts(n: int, seed: int) -> list[tuple[str, str, int, tuple[str, ..
     return out[:n]
 
 
-def measure_server(standard, copy_requests, firsts, observations, greedy, args) -> tuple[list[str], dict]:
-    """Section 6: (table lines, JSON fields). Servers share `standard`'s model object and run
-    one at a time (an idle engine waits without spinning)."""
+def measure_server(standard, episode_base, copy_requests, firsts, observations, greedy,
+                   args) -> tuple[list[str], dict]:
+    """Section 6: (table lines, JSON fields). Servers share `standard`'s model object (the tool
+    episodes: `episode_base`'s) and run one at a time (an idle engine waits without spinning)."""
     import urllib.request
     from concurrent.futures import ThreadPoolExecutor
 
@@ -119,10 +123,8 @@ def measure_server(standard, copy_requests, firsts, observations, greedy, args) 
     from posttrain.policies.openai_compat import OpenAIConfig, OpenAIPolicy
     from posttrain.policies.serve import PolicyServer
 
-    tok = standard.tokenizer
-
-    def server(mode: str, cache_mb: float) -> PolicyServer:
-        return PolicyServer(TorchPolicy(standard.model, tok), model_name="m", mode=mode,
+    def server(mode: str, cache_mb: float, base=standard) -> PolicyServer:
+        return PolicyServer(TorchPolicy(base.model, base.tokenizer), model_name="m", mode=mode,
                             prefix_cache_mb=cache_mb).start()
 
     # copy-heavy transcripts: no prefix cache, so a repeat does not find its prompt computed
@@ -149,6 +151,8 @@ def measure_server(standard, copy_requests, firsts, observations, greedy, args) 
     mismatches = sum((a.token_ids, a.text) != (b.token_ids, b.text) for a, b in zip(outs["standard"], outs["fast"]))
 
     # tool episodes, token in / token out, every episode on its own connection
+    tok = episode_base.tokenizer
+
     def episode(url: str, e: int) -> list[dict]:
         prompt = [tok.bos_token_id] + tok(firsts[e], add_special_tokens=False)["input_ids"]
         usages = []
@@ -170,7 +174,7 @@ def measure_server(standard, copy_requests, firsts, observations, greedy, args) 
     for _ in range(args.repeats):
         for name, mode, mb in (("without reuse", "standard", 0), ("with reuse", "standard", 64),
                                ("fast + reuse", "fast", 64)):
-            srv = server(mode, mb)
+            srv = server(mode, mb, episode_base)
             try:
                 with ThreadPoolExecutor(len(firsts)) as pool:
                     secs, _, got = timed(lambda srv=srv, pool=pool: list(pool.map(
@@ -215,6 +219,9 @@ def main() -> None:
                         help="draft model directory (default: MODEL-draft when it exists; '' to skip)")
     parser.add_argument("--prompt-chars", type=int, default=48)
     parser.add_argument("--copy-tokens", type=int, default=128, help="tokens generated per copy-heavy transcript")
+    parser.add_argument("--episode-model", default=None,
+                        help="the model of the 8-turn episodes (sections 5 and 6; default: --model): e.g. "
+                             "models/tiny-agent, whose 1,024 positions hold tool episodes")
     parser.add_argument("--episode-kind", choices=("tools", "math"), default=None,
                         help="8-turn episodes (default: tools for a model of >= 512 positions, else math)")
     parser.add_argument("--server", type=int, default=1, help="1: also measure the server (section 6)")
@@ -318,11 +325,13 @@ def main() -> None:
                 half = 1.96 * sum(r["pass1"] * (1 - r["pass1"]) / n for r in res.values()) ** 0.5 / len(res)
 
     # 5. reuse across turns, token in / token out
-    tok = standard.tokenizer
+    episode_base = (TorchPolicy(args.episode_model, device="cpu")
+                    if args.episode_model and args.episode_model != args.model else standard)
+    tok = episode_base.tokenizer
     ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-    reuse = TorchPolicy(standard.model, tok, prefix_cache_mb=64)
-    fast_reuse = TorchPolicy(standard.model, tok, mode="fast", prefix_cache_mb=64)
-    kind = args.episode_kind or ("tools" if (standard.max_positions or 0) >= 512 else "math")
+    reuse = TorchPolicy(episode_base.model, tok, prefix_cache_mb=64)
+    fast_reuse = TorchPolicy(episode_base.model, tok, mode="fast", prefix_cache_mb=64)
+    kind = args.episode_kind or ("tools" if (episode_base.max_positions or 0) >= 512 else "math")
     firsts, observations, greedy = episode_script(kind, args.episodes)
 
     def episodes(policy):
@@ -338,7 +347,7 @@ def main() -> None:
     ep_times: dict[str, float] = {}
     ep_out = {}
     for _ in range(args.repeats):
-        for name, policy in (("without reuse", standard), ("with reuse", reuse), ("fast + reuse", fast_reuse)):
+        for name, policy in (("without reuse", episode_base), ("with reuse", reuse), ("fast + reuse", fast_reuse)):
             if policy.prefix_cache is not None:
                 policy.prefix_cache.clear()
             s, _, out = timed(lambda policy=policy: episodes(policy))
@@ -353,7 +362,8 @@ def main() -> None:
     server_lines: list[str] = []
     server_result: dict = {}
     if args.server:
-        server_lines, server_result = measure_server(standard, copy_requests, firsts, observations, greedy, args)
+        server_lines, server_result = measure_server(standard, episode_base, copy_requests, firsts,
+                                                     observations, greedy, args)
 
     print(f"model {args.model}, {args.threads} thread(s), load avg {load_before:.2f} -> {os.getloadavg()[0]:.2f}")
     print(f"{'workload':34s} " + " ".join(f"{n:>22s}" for n in variants))
@@ -397,7 +407,7 @@ def main() -> None:
         "reuse_outputs_identical": same,
         "episode_speedup": round(ep_times["without reuse"] / ep_times["with reuse"], 2),
         "episode_speedup_fast": round(ep_times["without reuse"] / ep_times["fast + reuse"], 2),
-        "episode_kind": kind, "model": args.model,
+        "episode_kind": kind, "model": args.model, "episode_model": args.episode_model or args.model,
         "threads": args.threads, "load_avg": round(load_before, 2),
     }
     result.update(server_result)
