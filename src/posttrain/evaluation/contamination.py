@@ -70,8 +70,16 @@ class ContaminationConfig:
     """an exact match of a reference or tests field counts only from this length"""
     template_df: float = 0.5
     """a shingle in more than this share of a domain's tasks is template, not content"""
+    template_df_low: float = 0.1
+    """... or in more than this share and at least `template_min_count` tasks (several templates)"""
+    template_min_count: int = 5
+    """a shingle in fewer tasks than this is content, whatever the domain's size"""
     template_min_tasks: int = 10
     """domains with fewer tasks (train + eval) keep all their shingles"""
+    min_informative: int = 24
+    """a field with fewer residual `ngram`-shingles is compared with `long_ngram`-shingles"""
+    long_ngram: int = 20
+    """shingle size for low-information fields (boards of two or three symbols)"""
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold <= 1:
@@ -79,8 +87,12 @@ class ContaminationConfig:
         if self.ngram < 1 or self.num_perm < 16:
             raise ValueError(f"ContaminationConfig: ngram must be >= 1 and num_perm >= 16, "
                              f"got {self.ngram}, {self.num_perm}")
-        if not 0 < self.template_df <= 1:
-            raise ValueError(f"ContaminationConfig.template_df must be in (0, 1], got {self.template_df}")
+        if not 0 < self.template_df <= 1 or not 0 < self.template_df_low <= self.template_df:
+            raise ValueError(f"ContaminationConfig: template_df must be in (0, 1] and template_df_low in "
+                             f"(0, template_df], got {self.template_df}, {self.template_df_low}")
+        if self.template_min_count < 3 or self.long_ngram <= self.ngram:
+            raise ValueError(f"ContaminationConfig: template_min_count must be >= 3 (a leaked pair is 2 "
+                             f"tasks) and long_ngram > ngram, got {self.template_min_count}, {self.long_ngram}")
 
 
 @dataclass(frozen=True)
@@ -174,8 +186,6 @@ def check_contamination(train_tasks: Iterable[Any], eval_tasks: Iterable[Any], t
 
     Tasks may be `Task`s or `(Domain, Task)` pairs. One match is reported per (eval task, field,
     kind): the most similar training task."""
-    from datasketch import MinHash, MinHashLSH
-
     cfg = config or ContaminationConfig(threshold=threshold)
     started = time.perf_counter()
     train, evals = _as_tasks(train_tasks), _as_tasks(eval_tasks)
@@ -214,40 +224,24 @@ def check_contamination(train_tasks: Iterable[Any], eval_tasks: Iterable[Any], t
                 if j is not None and (e.domain, name, digest) not in shared:
                     add(e, train[j], name, "exact", 1.0)
 
-    # near: residual shingles (templates removed), MinHash LSH candidates, exact Jaccard check
-    template = _templates(train + evals, tf + ef, cfg)
-
-    def residual(task: Task, f: dict[str, str], name: str) -> set[str] | None:
-        text = f.get(name, "")
-        if len(text) < cfg.min_chars:
-            return None
-        sh = _shingles(text, cfg.ngram) - template.get((task.domain, name), set())
-        return sh or None
-
+    # near: residual shingles (templates removed), MinHash LSH candidates, exact Jaccard check.
+    # First at `ngram` characters; a field left with too little there (a board of two symbols,
+    # a short variable part of a template) is compared again with `long_ngram`-character
+    # shingles, which carry enough to tell two such texts apart (see `_residuals`).
+    tasks, fields_ = train + evals, tf + ef
+    short = _residuals(tasks, fields_, cfg, cfg.ngram, None)
+    low = {(i, name) for (i, name), sh in short.items() if len(sh) < cfg.min_informative}
+    long = _residuals(tasks, fields_, cfg, cfg.long_ngram, low)
+    sets = {**{k: sh for k, sh in short.items() if k not in low},
+            **{k: sh for k, sh in long.items() if len(sh) >= cfg.min_informative}}
+    n_train = len(train)
     for name in FIELDS:
-        # candidates at a lower similarity than reported, weighted against misses: LSH near its
-        # threshold misses pairs by chance, while extra candidates only cost an exact check
-        lsh = MinHashLSH(threshold=cfg.threshold * LSH_MARGIN, num_perm=cfg.num_perm, weights=(0.2, 0.8))
-        train_sets: dict[int, set[str]] = {}
-        for i, (t, f) in enumerate(zip(train, tf)):
-            sh = residual(t, f, name)
-            if sh is not None:
-                train_sets[i] = sh
-        if not train_sets:
-            continue
-        keys = list(train_sets)
-        hashes = MinHash.bulk([[s.encode() for s in train_sets[i]] for i in keys], num_perm=cfg.num_perm)
-        with lsh.insertion_session() as session:
-            for i, mh in zip(keys, hashes):
-                session.insert(i, mh)
-        queries = [(e, sh) for e, f in zip(evals, ef) if (sh := residual(e, f, name)) is not None]
-        qhashes = MinHash.bulk([[s.encode() for s in sh] for _, sh in queries], num_perm=cfg.num_perm)
-        for (e, sh), mh in zip(queries, qhashes):
-            for i in lsh.query(mh):
-                other = train_sets[i]
-                sim = len(sh & other) / len(sh | other)
-                if sim >= cfg.threshold:
-                    add(e, train[i], name, "near", sim)
+        for pass_keys in (set(short) - low, low):
+            train_sets = {i: sets[(i, name)] for i in range(n_train) if (i, name) in pass_keys and (i, name) in sets}
+            queries = [(evals[i - n_train], sets[(i, name)]) for i in range(n_train, len(tasks))
+                       if (i, name) in pass_keys and (i, name) in sets]
+            for e, i, sim in _near_pairs(train_sets, queries, cfg):
+                add(e, train[i], name, "near", sim)
     # A workspace task is its files: the same question over different files is a different
     # problem, so a task with files leaks only when its files match too.
     files_matched = {m.eval_hash for m in found.values() if m.field in ("files", "problem")}
@@ -272,9 +266,58 @@ def _shared_values(tasks: Sequence[Task], fields_: Sequence[dict[str, str]],
             if sizes[key[0]] >= cfg.template_min_tasks and c > cfg.template_df * sizes[key[0]]}
 
 
-def _templates(tasks: Sequence[Task], fields_: Sequence[dict[str, str]],
-               cfg: ContaminationConfig) -> dict[tuple[str, str], set[str]]:
-    """(domain, field) -> shingles present in more than `template_df` of that domain's tasks."""
+def _residuals(tasks: Sequence[Task], fields_: Sequence[dict[str, str]], cfg: ContaminationConfig, n: int,
+               only: set[tuple[int, str]] | None) -> dict[tuple[int, str], set[str]]:
+    """(task index, field) -> the field's `n`-character shingles less its domain's template at
+    that size; for every field of at least `min_chars` characters, or for those in `only`."""
+    wanted = {(tasks[i].domain, name) for i, name in only} if only is not None else None
+    template = _templates(tasks, fields_, cfg, n, wanted)
+    out: dict[tuple[int, str], set[str]] = {}
+    for i, (t, f) in enumerate(zip(tasks, fields_)):
+        for name, text in f.items():
+            if len(text) < cfg.min_chars or (only is not None and (i, name) not in only):
+                continue
+            out[(i, name)] = _shingles(text, n) - template.get((t.domain, name), set())
+    return out
+
+
+def _near_pairs(train_sets: dict[int, set[str]], queries: list[tuple[Task, set[str]]],
+                cfg: ContaminationConfig) -> Iterable[tuple[Task, int, float]]:
+    """(eval task, train index, Jaccard) for every pair at or above the threshold."""
+    from datasketch import MinHash, MinHashLSH
+
+    if not train_sets or not queries:
+        return
+    # candidates at a lower similarity than reported, weighted against misses: LSH near its
+    # threshold misses pairs by chance, while extra candidates only cost an exact check
+    lsh = MinHashLSH(threshold=cfg.threshold * LSH_MARGIN, num_perm=cfg.num_perm, weights=(0.2, 0.8))
+    keys = list(train_sets)
+    hashes = MinHash.bulk([[s.encode() for s in train_sets[i]] for i in keys], num_perm=cfg.num_perm)
+    with lsh.insertion_session() as session:
+        for i, mh in zip(keys, hashes):
+            session.insert(i, mh)
+    qhashes = MinHash.bulk([[s.encode() for s in sh] for _, sh in queries], num_perm=cfg.num_perm)
+    for (e, sh), mh in zip(queries, qhashes):
+        for i in lsh.query(mh):
+            other = train_sets[i]
+            sim = len(sh & other) / len(sh | other)
+            if sim >= cfg.threshold:
+                yield e, i, sim
+
+
+def _is_template(count: int, size: int, cfg: ContaminationConfig) -> bool:
+    """A shingle in `count` of a domain's `size` tasks is template: in most of them (one
+    template), or, in a domain large enough to tell, in a sizeable share (a generator with a
+    few templates, none reaching half of its tasks: rg.aiw writes each problem in one of
+    several). `template_min_count` keeps a leaked pair (2 tasks) from ever being template."""
+    if size < cfg.template_min_tasks:
+        return False
+    return count > cfg.template_df * size or (count >= cfg.template_min_count and count > cfg.template_df_low * size)
+
+
+def _templates(tasks: Sequence[Task], fields_: Sequence[dict[str, str]], cfg: ContaminationConfig, n: int,
+               wanted: set[tuple[str, str]] | None = None) -> dict[tuple[str, str], set[str]]:
+    """(domain, field) -> its `n`-character template shingles (`_is_template`)."""
     by_domain: dict[str, list[int]] = {}
     for i, t in enumerate(tasks):
         by_domain.setdefault(t.domain, []).append(i)
@@ -283,12 +326,13 @@ def _templates(tasks: Sequence[Task], fields_: Sequence[dict[str, str]],
         if len(idx) < cfg.template_min_tasks:
             continue
         for name in FIELDS:
+            if wanted is not None and (domain, name) not in wanted:
+                continue
             df: Counter[str] = Counter()
             for i in idx:
                 if name in fields_[i]:
-                    df.update(_shingles(fields_[i][name], cfg.ngram))
-            limit = cfg.template_df * len(idx)
-            out[(domain, name)] = {s for s, c in df.items() if c > limit}
+                    df.update(_shingles(fields_[i][name], n))
+            out[(domain, name)] = {s for s, c in df.items() if _is_template(c, len(idx), cfg)}
     return out
 
 
