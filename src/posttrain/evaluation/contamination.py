@@ -38,7 +38,7 @@ import json
 import time
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,7 +70,7 @@ class ContaminationConfig:
     """an exact match of a reference or tests field counts only from this length"""
     template_df: float = 0.5
     """a shingle in more than this share of a domain's tasks is template, not content"""
-    template_df_low: float = 0.1
+    template_df_low: float = 0.05
     """... or in more than this share and at least `template_min_count` tasks (several templates)"""
     template_min_count: int = 5
     """a shingle in fewer tasks than this is content, whatever the domain's size"""
@@ -236,12 +236,12 @@ def check_contamination(train_tasks: Iterable[Any], eval_tasks: Iterable[Any], t
             **{k: sh for k, sh in long.items() if len(sh) >= cfg.min_informative}}
     n_train = len(train)
     for name in FIELDS:
-        for pass_keys in (set(short) - low, low):
-            train_sets = {i: sets[(i, name)] for i in range(n_train) if (i, name) in pass_keys and (i, name) in sets}
-            queries = [(evals[i - n_train], sets[(i, name)]) for i in range(n_train, len(tasks))
-                       if (i, name) in pass_keys and (i, name) in sets]
-            for e, i, sim in _near_pairs(train_sets, queries, cfg):
-                add(e, train[i], name, "near", sim)
+        for pass_keys, n in ((set(short) - low, cfg.ngram), (low, cfg.long_ngram)):
+            in_pass = [i for i in range(len(tasks)) if (i, name) in pass_keys and (i, name) in sets]
+            train_sets = {i: sets[(i, name)] for i in in_pass if i < n_train}
+            queries = {i: sets[(i, name)] for i in in_pass if i >= n_train}
+            for j, i, sim in _near_pairs(train_sets, queries, lambda k: _shingles(fields_[k][name], n), cfg):
+                add(tasks[j], train[i], name, "near", sim)
     # A workspace task is its files: the same question over different files is a different
     # problem, so a task with files leaks only when its files match too.
     files_matched = {m.eval_hash for m in found.values() if m.field in ("files", "problem")}
@@ -281,9 +281,15 @@ def _residuals(tasks: Sequence[Task], fields_: Sequence[dict[str, str]], cfg: Co
     return out
 
 
-def _near_pairs(train_sets: dict[int, set[str]], queries: list[tuple[Task, set[str]]],
-                cfg: ContaminationConfig) -> Iterable[tuple[Task, int, float]]:
-    """(eval task, train index, Jaccard) for every pair at or above the threshold."""
+def _near_pairs(train_sets: dict[int, set[str]], queries: dict[int, set[str]], full: Callable[[int], set[str]],
+                cfg: ContaminationConfig) -> Iterable[tuple[int, int, float]]:
+    """(eval index, train index, similarity) for every pair at or above the threshold.
+
+    The similarity counts template shingles on one side only as a difference: the shared residual
+    shingles over those plus the symmetric difference of the fields' full shingle sets. Template
+    text the two share is no evidence of copying, but template text that differs ("at least 5 of"
+    against "at least 3 of") is a difference between the problems, common or not. It is at most
+    the residuals' Jaccard, so the LSH built on residuals finds every pair it reports."""
     from datasketch import MinHash, MinHashLSH
 
     if not train_sets or not queries:
@@ -296,13 +302,18 @@ def _near_pairs(train_sets: dict[int, set[str]], queries: list[tuple[Task, set[s
     with lsh.insertion_session() as session:
         for i, mh in zip(keys, hashes):
             session.insert(i, mh)
-    qhashes = MinHash.bulk([[s.encode() for s in sh] for _, sh in queries], num_perm=cfg.num_perm)
-    for (e, sh), mh in zip(queries, qhashes):
+    qkeys = list(queries)
+    qhashes = MinHash.bulk([[s.encode() for s in queries[j]] for j in qkeys], num_perm=cfg.num_perm)
+    for j, mh in zip(qkeys, qhashes):
+        sh = queries[j]
         for i in lsh.query(mh):
             other = train_sets[i]
-            sim = len(sh & other) / len(sh | other)
+            shared = len(sh & other)
+            if shared < cfg.threshold * len(sh | other):
+                continue  # below the residuals' Jaccard already (and so below the similarity)
+            sim = shared / (shared + len(full(i) ^ full(j)))
             if sim >= cfg.threshold:
-                yield e, i, sim
+                yield j, i, sim
 
 
 def _is_template(count: int, size: int, cfg: ContaminationConfig) -> bool:
