@@ -77,9 +77,12 @@ class ContaminationConfig:
     template_min_tasks: int = 10
     """domains with fewer tasks (train + eval) keep all their shingles"""
     min_informative: int = 24
-    """a field with fewer residual `ngram`-shingles is compared with `long_ngram`-shingles"""
-    long_ngram: int = 20
-    """shingle size for low-information fields (boards of two or three symbols)"""
+    """a field with fewer residual `ngram`-shingles is compared with longer ones (`long_ngrams`)"""
+    long_ngrams: tuple[int, ...] = (20, 40, 80)
+    """shingle sizes tried, shortest first, for low-information fields (boards of two symbols)"""
+    informative_share: float = 0.5
+    """a shingle size fits a domain's low-information field when, for the median task, at least
+    this share of the field's shingles (and `min_informative`) are left after its template"""
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold <= 1:
@@ -90,9 +93,10 @@ class ContaminationConfig:
         if not 0 < self.template_df <= 1 or not 0 < self.template_df_low <= self.template_df:
             raise ValueError(f"ContaminationConfig: template_df must be in (0, 1] and template_df_low in "
                              f"(0, template_df], got {self.template_df}, {self.template_df_low}")
-        if self.template_min_count < 3 or self.long_ngram <= self.ngram:
+        if self.template_min_count < 3 or not self.long_ngrams or min(self.long_ngrams) <= self.ngram:
             raise ValueError(f"ContaminationConfig: template_min_count must be >= 3 (a leaked pair is 2 "
-                             f"tasks) and long_ngram > ngram, got {self.template_min_count}, {self.long_ngram}")
+                             f"tasks) and long_ngrams longer than ngram, got {self.template_min_count}, "
+                             f"{self.long_ngrams}")
 
 
 @dataclass(frozen=True)
@@ -224,22 +228,19 @@ def check_contamination(train_tasks: Iterable[Any], eval_tasks: Iterable[Any], t
                 if j is not None and (e.domain, name, digest) not in shared:
                     add(e, train[j], name, "exact", 1.0)
 
-    # near: residual shingles (templates removed), MinHash LSH candidates, exact Jaccard check.
+    # near: residual shingles (templates removed), MinHash LSH candidates, exact similarity check.
     # First at `ngram` characters; a field left with too little there (a board of two symbols,
-    # a short variable part of a template) is compared again with `long_ngram`-character
-    # shingles, which carry enough to tell two such texts apart (see `_residuals`).
+    # a short variable part of a template) is compared with longer shingles (`_long_residuals`).
     tasks, fields_ = train + evals, tf + ef
     short = _residuals(tasks, fields_, cfg, cfg.ngram, None)
-    low = {(i, name) for (i, name), sh in short.items() if len(sh) < cfg.min_informative}
-    long = _residuals(tasks, fields_, cfg, cfg.long_ngram, low)
-    sets = {**{k: sh for k, sh in short.items() if k not in low},
-            **{k: sh for k, sh in long.items() if len(sh) >= cfg.min_informative}}
+    low = {key for key, sh in short.items() if len(sh) < cfg.min_informative}
+    passes = [(cfg.ngram, {key: sh for key, sh in short.items() if key not in low}),
+              *_long_residuals(tasks, fields_, cfg, low, len(train))]
     n_train = len(train)
-    for name in FIELDS:
-        for pass_keys, n in ((set(short) - low, cfg.ngram), (low, cfg.long_ngram)):
-            in_pass = [i for i in range(len(tasks)) if (i, name) in pass_keys and (i, name) in sets]
-            train_sets = {i: sets[(i, name)] for i in in_pass if i < n_train}
-            queries = {i: sets[(i, name)] for i in in_pass if i >= n_train}
+    for n, sets in passes:
+        for name in FIELDS:
+            train_sets = {i: sh for (i, f), sh in sets.items() if f == name and i < n_train}
+            queries = {i: sh for (i, f), sh in sets.items() if f == name and i >= n_train}
             for j, i, sim in _near_pairs(train_sets, queries, lambda k: _shingles(fields_[k][name], n), cfg):
                 add(tasks[j], train[i], name, "near", sim)
     # A workspace task is its files: the same question over different files is a different
@@ -267,17 +268,50 @@ def _shared_values(tasks: Sequence[Task], fields_: Sequence[dict[str, str]],
 
 
 def _residuals(tasks: Sequence[Task], fields_: Sequence[dict[str, str]], cfg: ContaminationConfig, n: int,
-               only: set[tuple[int, str]] | None) -> dict[tuple[int, str], set[str]]:
+               only: set[tuple[int, str]] | None,
+               extra: Iterable[tuple[int, str]] = ()) -> dict[tuple[int, str], set[str]]:
     """(task index, field) -> the field's `n`-character shingles less its domain's template at
-    that size; for every field of at least `min_chars` characters, or for those in `only`."""
+    that size; for every field of at least `min_chars` characters, or for those in `only` (and
+    those in `extra`, less a template only where one of `only` needed it)."""
     wanted = {(tasks[i].domain, name) for i, name in only} if only is not None else None
     template = _templates(tasks, fields_, cfg, n, wanted)
     out: dict[tuple[int, str], set[str]] = {}
-    for i, (t, f) in enumerate(zip(tasks, fields_)):
-        for name, text in f.items():
-            if len(text) < cfg.min_chars or (only is not None and (i, name) not in only):
-                continue
-            out[(i, name)] = _shingles(text, n) - template.get((t.domain, name), set())
+    keys = ((i, name) for i, f in enumerate(fields_) for name in f) if only is None else [*only, *extra]
+    for i, name in keys:
+        text = fields_[i].get(name, "")
+        if len(text) >= cfg.min_chars:
+            out[(i, name)] = _shingles(text, n) - template.get((tasks[i].domain, name), set())
+    return out
+
+
+def _long_residuals(tasks: Sequence[Task], fields_: Sequence[dict[str, str]], cfg: ContaminationConfig,
+                    low: set[tuple[int, str]], n_train: int) -> list[tuple[int, dict[tuple[int, str], set[str]]]]:
+    """(shingle size, residuals) for the low-information fields, one size per (domain, field).
+
+    Five characters of a 0/1 board are one of a dozen patterns every board has; twenty are ten
+    cells, rare on an 8x8 board, common again on a 16x16 one (it has 480 windows). So each
+    domain's field gets the shortest size in `long_ngrams` at which its median task keeps
+    `informative_share` of its shingles after the template: short enough that one changed
+    cell changes few shingles, long enough that two boards share few by chance. Fields still
+    below `min_informative` (a short variable part of a template) are compared exactly only.
+    Every eval field is a query at every size (eval tasks are few): a training board copied into
+    an eval prompt with text around it is informative at five characters, the board is not."""
+    groups: dict[tuple[str, str], set[tuple[int, str]]] = {}
+    for i, name in low:
+        groups.setdefault((tasks[i].domain, name), set()).add((i, name))
+    out: list[tuple[int, dict[tuple[int, str], set[str]]]] = []
+    for k, n in enumerate(cfg.long_ngrams):
+        if not groups:
+            break
+        evals = [(i, name) for i in range(n_train, len(tasks)) for name in fields_[i]]
+        residuals = _residuals(tasks, fields_, cfg, n, set().union(*groups.values()), evals)
+        chosen = {key: sh for key, sh in residuals.items() if key[0] >= n_train and len(sh) >= cfg.min_informative}
+        for group, keys in list(groups.items()):
+            kept = sorted(len(residuals[key]) / max(1, len(_shingles(fields_[key[0]][key[1]], n))) for key in keys)
+            if kept[len(kept) // 2] >= cfg.informative_share or k == len(cfg.long_ngrams) - 1:
+                chosen.update({key: residuals[key] for key in keys if len(residuals[key]) >= cfg.min_informative})
+                del groups[group]
+        out.append((n, chosen))
     return out
 
 
