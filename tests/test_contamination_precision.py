@@ -4,7 +4,7 @@ in long prose, a training prompt inside an eval prompt, a board with one cell fl
 
 import random
 
-from posttrain.evaluation.contamination import ContaminationConfig, check_contamination
+from posttrain.evaluation.contamination import check_contamination
 from posttrain.values.task import Task
 
 BOARD_INTRO = ("Find the distance to the nearest 0 for each cell of the square matrix below; answer with "

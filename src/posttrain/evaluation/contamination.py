@@ -231,17 +231,21 @@ def check_contamination(train_tasks: Iterable[Any], eval_tasks: Iterable[Any], t
     # near: residual shingles (templates removed), MinHash LSH candidates, exact similarity check.
     # First at `ngram` characters; a field left with too little there (a board of two symbols,
     # a short variable part of a template) is compared with longer shingles (`_long_residuals`).
-    tasks, fields_ = train + evals, tf + ef
-    short = _residuals(tasks, fields_, cfg, cfg.ngram, None)
-    low = {key for key, sh in short.items() if len(sh) < cfg.min_informative}
-    passes = [(cfg.ngram, {key: sh for key, sh in short.items() if key not in low}),
-              *_long_residuals(tasks, fields_, cfg, low, len(train))]
-    n_train = len(train)
-    for n, sets in passes:
-        for name in FIELDS:
-            train_sets = {i: sh for (i, f), sh in sets.items() if f == name and i < n_train}
-            queries = {i: sh for (i, f), sh in sets.items() if f == name and i >= n_train}
-            for j, i, sim in _near_pairs(train_sets, queries, lambda k: _shingles(fields_[k][name], n), cfg):
+    # One field at a time: the shingle sets of every task are the memory this takes.
+    tasks, fields_, n_train = train + evals, tf + ef, len(train)
+    by_domain: dict[str, list[int]] = {}
+    for i, t in enumerate(tasks):
+        by_domain.setdefault(t.domain, []).append(i)
+    for name in FIELDS:
+        short, _ = _residuals(by_domain, fields_, cfg, cfg.ngram, name, None)
+        low = {i for i, sh in short.items() if len(sh) < cfg.min_informative}
+        passes = [(cfg.ngram, {i: sh for i, sh in short.items() if i not in low}),
+                  *_long_residuals(by_domain, fields_, cfg, name, low, n_train)]
+        del short
+        for n, sets in passes:
+            train_sets = {i: sh for i, sh in sets.items() if i < n_train}
+            queries = {i: sh for i, sh in sets.items() if i >= n_train}
+            for j, i, sim in _near_pairs(train_sets, queries, lambda k, f=name, n=n: _shingles(fields_[k][f], n), cfg):
                 add(tasks[j], train[i], name, "near", sim)
     # A workspace task is its files: the same question over different files is a different
     # problem, so a task with files leaks only when its files match too.
@@ -267,26 +271,38 @@ def _shared_values(tasks: Sequence[Task], fields_: Sequence[dict[str, str]],
             if sizes[key[0]] >= cfg.template_min_tasks and c > cfg.template_df * sizes[key[0]]}
 
 
-def _residuals(tasks: Sequence[Task], fields_: Sequence[dict[str, str]], cfg: ContaminationConfig, n: int,
-               only: set[tuple[int, str]] | None,
-               extra: Iterable[tuple[int, str]] = ()) -> dict[tuple[int, str], set[str]]:
-    """(task index, field) -> the field's `n`-character shingles less its domain's template at
-    that size; for every field of at least `min_chars` characters, or for those in `only` (and
-    those in `extra`, less a template only where one of `only` needed it)."""
-    wanted = {(tasks[i].domain, name) for i, name in only} if only is not None else None
-    template = _templates(tasks, fields_, cfg, n, wanted)
-    out: dict[tuple[int, str], set[str]] = {}
-    keys = ((i, name) for i, f in enumerate(fields_) for name in f) if only is None else [*only, *extra]
-    for i, name in keys:
-        text = fields_[i].get(name, "")
-        if len(text) >= cfg.min_chars:
-            out[(i, name)] = _shingles(text, n) - template.get((tasks[i].domain, name), set())
-    return out
+def _residuals(by_domain: dict[str, list[int]], fields_: Sequence[dict[str, str]], cfg: ContaminationConfig,
+               n: int, name: str, only: set[int] | None,
+               extra: Iterable[int] = ()) -> tuple[dict[int, set[str]], dict[int, int]]:
+    """Task index -> field `name`'s `n`-character shingles less its domain's template at that
+    size (`_is_template`, counted over all the domain's tasks), for the tasks whose field has at
+    least `min_chars` characters: all of them, or those in `only` (and in `extra`, less a
+    template where one of `only` needed it); and task index -> its number of shingles."""
+    extras = set(extra)
+    out: dict[int, set[str]] = {}
+    sizes: dict[int, int] = {}
+    for idx in by_domain.values():
+        targets = [i for i in idx if (only is None or i in only or i in extras)
+                   and len(fields_[i].get(name, "")) >= cfg.min_chars]
+        if not targets:
+            continue
+        sets: dict[int, set[str]] = {}
+        template: set[str] = set()
+        if len(idx) >= cfg.template_min_tasks and (only is None or any(i in only for i in idx)):
+            sets = {i: _shingles(fields_[i][name], n) for i in idx if name in fields_[i]}
+            df: Counter[str] = Counter()
+            for sh in sets.values():
+                df.update(sh)
+            template = {s for s, c in df.items() if _is_template(c, len(idx), cfg)}
+        for i in targets:
+            full = sets[i] if i in sets else _shingles(fields_[i][name], n)
+            out[i], sizes[i] = full - template, len(full)
+    return out, sizes
 
 
-def _long_residuals(tasks: Sequence[Task], fields_: Sequence[dict[str, str]], cfg: ContaminationConfig,
-                    low: set[tuple[int, str]], n_train: int) -> list[tuple[int, dict[tuple[int, str], set[str]]]]:
-    """(shingle size, residuals) for the low-information fields, one size per (domain, field).
+def _long_residuals(by_domain: dict[str, list[int]], fields_: Sequence[dict[str, str]], cfg: ContaminationConfig,
+                    name: str, low: set[int], n_train: int) -> list[tuple[int, dict[int, set[str]]]]:
+    """(shingle size, residuals) for the low-information fields, one size per domain.
 
     Five characters of a 0/1 board are one of a dozen patterns every board has; twenty are ten
     cells, rare on an 8x8 board, common again on a 16x16 one (it has 480 windows). So each
@@ -296,21 +312,20 @@ def _long_residuals(tasks: Sequence[Task], fields_: Sequence[dict[str, str]], cf
     below `min_informative` (a short variable part of a template) are compared exactly only.
     Every eval field is a query at every size (eval tasks are few): a training board copied into
     an eval prompt with text around it is informative at five characters, the board is not."""
-    groups: dict[tuple[str, str], set[tuple[int, str]]] = {}
-    for i, name in low:
-        groups.setdefault((tasks[i].domain, name), set()).add((i, name))
-    out: list[tuple[int, dict[tuple[int, str], set[str]]]] = []
+    groups = {domain: [i for i in idx if i in low] for domain, idx in by_domain.items()}
+    groups = {domain: keys for domain, keys in groups.items() if keys}
+    evals = [i for idx in by_domain.values() for i in idx if i >= n_train]
+    out: list[tuple[int, dict[int, set[str]]]] = []
     for k, n in enumerate(cfg.long_ngrams):
         if not groups:
             break
-        evals = [(i, name) for i in range(n_train, len(tasks)) for name in fields_[i]]
-        residuals = _residuals(tasks, fields_, cfg, n, set().union(*groups.values()), evals)
-        chosen = {key: sh for key, sh in residuals.items() if key[0] >= n_train and len(sh) >= cfg.min_informative}
-        for group, keys in list(groups.items()):
-            kept = sorted(len(residuals[key]) / max(1, len(_shingles(fields_[key[0]][key[1]], n))) for key in keys)
+        residuals, sizes = _residuals(by_domain, fields_, cfg, n, name, set().union(*groups.values()), evals)
+        chosen = {i: sh for i, sh in residuals.items() if i >= n_train and len(sh) >= cfg.min_informative}
+        for domain, keys in list(groups.items()):
+            kept = sorted(len(residuals[i]) / max(1, sizes[i]) for i in keys)
             if kept[len(kept) // 2] >= cfg.informative_share or k == len(cfg.long_ngrams) - 1:
-                chosen.update({key: residuals[key] for key in keys if len(residuals[key]) >= cfg.min_informative})
-                del groups[group]
+                chosen.update({i: residuals[i] for i in keys if len(residuals[i]) >= cfg.min_informative})
+                del groups[domain]
         out.append((n, chosen))
     return out
 
@@ -358,27 +373,6 @@ def _is_template(count: int, size: int, cfg: ContaminationConfig) -> bool:
     if size < cfg.template_min_tasks:
         return False
     return count > cfg.template_df * size or (count >= cfg.template_min_count and count > cfg.template_df_low * size)
-
-
-def _templates(tasks: Sequence[Task], fields_: Sequence[dict[str, str]], cfg: ContaminationConfig, n: int,
-               wanted: set[tuple[str, str]] | None = None) -> dict[tuple[str, str], set[str]]:
-    """(domain, field) -> its `n`-character template shingles (`_is_template`)."""
-    by_domain: dict[str, list[int]] = {}
-    for i, t in enumerate(tasks):
-        by_domain.setdefault(t.domain, []).append(i)
-    out: dict[tuple[str, str], set[str]] = {}
-    for domain, idx in by_domain.items():
-        if len(idx) < cfg.template_min_tasks:
-            continue
-        for name in FIELDS:
-            if wanted is not None and (domain, name) not in wanted:
-                continue
-            df: Counter[str] = Counter()
-            for i in idx:
-                if name in fields_[i]:
-                    df.update(_shingles(fields_[i][name], n))
-            out[(domain, name)] = {s for s, c in df.items() if _is_template(c, len(idx), cfg)}
-    return out
 
 
 def guard_training(report: ContaminationReport, run_dir: str | Path, *, allow: bool = False) -> Path:
