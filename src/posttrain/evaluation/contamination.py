@@ -15,20 +15,39 @@ space).
   a training task's, or whose
   reference or tests equal a training task's and are at least `min_exact_chars` long (short
   answers such as "85" coincide by chance and are not a leak on their own);
-* **near**: a field whose character `ngram`-shingles have Jaccard similarity >= `threshold` with
-  the same field of a training task. Shingles shared by most tasks of a domain (its template,
-  e.g. "How many apples does") are removed first when the domain has enough tasks to tell, so two
-  different problems written with the same template do not look alike; texts shorter than
-  `min_chars` are only compared exactly.
+* **near**: a field close to the same field of a training task. Its character shingles are split
+  into the domain's template and the rest (the residual): a shingle is template when it is in more
+  than half of the domain's tasks (one template) or in more than `template_df_low` of them and at
+  least `template_min_count` (a generator with a few templates, none in half of its tasks, like
+  reasoning-gym's aiw), for domains with enough tasks to tell. The similarity is the shared
+  residual shingles over those plus the symmetric difference of the two fields' shingles:
+  template text the two share is no evidence of copying, template text that differs is still a
+  difference. Two different problems of one template (other numbers, other names) are therefore
+  not near-duplicates; the same long prose with a word or a number changed, or a training prompt
+  inside an eval prompt with a little text around it, is (at `threshold` 0.8).
+  Shingles are `ngram` characters; a field with fewer than `min_informative` residual shingles
+  at that size (a board of two or three symbols: every 5-character window of a 0/1 board is one
+  of a dozen patterns, shared by every board) is compared with the shortest of `long_ngrams`
+  (20, 40, 80) at which its domain's fields stay informative, so two boards share few shingles
+  by chance. On a board a near-duplicate is one with a small share of its cells changed: one
+  flipped cell of a 16x16 board is one; one of an 8x8 board changes a third of its 20-character
+  shingles and counts as another problem. Fields still uninformative at the longest size (a
+  short variable part of a template) and texts shorter than `min_chars` are compared exactly.
 
 Why MinHash, and why `datasketch`: comparing every eval field with every training field is
 quadratic (10^4 x 10^5 tasks is 10^9 pairs). MinHash LSH (datasketch's `MinHashLSH`, a maintained
 library, rather than our own banding code) finds the candidate pairs in near-linear time; every
-candidate is then confirmed with its exact Jaccard similarity, so a reported match is never an
+candidate is then confirmed with its exact similarity (above), so a reported match is never an
 artefact of the sketch; candidates are gathered below the threshold (`LSH_MARGIN`), so a pair at
 the 0.8 default threshold is found with probability ~0.99 and one at 0.85 with ~0.9999 (misses
 are possible, false matches are not). What it does *not* find: paraphrases with few shared character n-grams,
-and the same problem with renamed variables or reordered operands ("37+48=" vs "48+37=").
+the same problem with renamed variables or reordered operands ("37+48=" vs "48+37="), a training
+text inside an eval text with as much other text around it (the similarity is symmetric, not
+containment), an eval board inside a longer training prompt (only eval fields are compared at
+every shingle size), and one problem written two ways by a templated generator (other names,
+an irrelevant number, the same answer): to the guard those are two problems of one template, so
+a generator has to keep them in one split itself (the rg family splits aiw, gsm_symbolic,
+emoji_mystery and intermediate_integration by the problem, not its wording).
 """
 
 from __future__ import annotations
