@@ -59,6 +59,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +190,10 @@ def _shingles(text: str, n: int) -> set[str]:
     return {text[i:i + n] for i in range(len(text) - n + 1)} if len(text) >= n else {text}
 
 
+def _field_shingles(fields_: Sequence[dict[str, str]], name: str, n: int, i: int) -> set[str]:
+    return _shingles(fields_[i][name], n)
+
+
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -264,7 +269,8 @@ def check_contamination(train_tasks: Iterable[Any], eval_tasks: Iterable[Any], t
         for n, sets in passes:
             train_sets = {i: sh for i, sh in sets.items() if i < n_train}
             queries = {i: sh for i, sh in sets.items() if i >= n_train}
-            for j, i, sim in _near_pairs(train_sets, queries, lambda k, f=name, n=n: _shingles(fields_[k][f], n), cfg):
+            full = partial(_field_shingles, fields_, name, n)
+            for j, i, sim in _near_pairs(train_sets, queries, full, cfg):
                 add(tasks[j], train[i], name, "near", sim)
     # A workspace task is its files: the same question over different files is a different
     # problem, so a task with files leaks only when its files match too.

@@ -28,6 +28,10 @@ answers with nan/inf are refused before any scorer sees them; ARC
 boards are turned back into tuples before scoring (`RESTORE`); generators that draw from the
 global `random`/numpy state are seeded per item and the caller's state restored.
 
+Splits: an item belongs to the split its question's content hashes to, so one question is only
+ever in one split; for generators that write one problem several ways (other names, emoji or
+irrelevant numbers) the problem's identity decides instead (`SPLIT_KEY`).
+
 What this does *not* do: audit reasoning-gym's scorers beyond our oracle/negative self-test, or
 expose generator configurations (difficulty) as separate domains.
 """
