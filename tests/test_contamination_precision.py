@@ -4,7 +4,9 @@ in long prose, a training prompt inside an eval prompt, a board with one cell fl
 
 import random
 
-from posttrain.evaluation.contamination import check_contamination
+import pytest
+
+from posttrain.evaluation.contamination import ContaminationConfig, check_contamination
 from posttrain.values.task import Task
 
 BOARD_INTRO = ("Find the distance to the nearest 0 for each cell of the square matrix below; answer with "
@@ -161,3 +163,10 @@ def test_differing_template_text_is_a_difference():
     near[5], near[6] = near[5] % 3 + 1, near[6] % 3 + 1
     evals = [task("self", 1000, "eval", statements(near))]
     assert check_contamination(train, evals).ok
+
+
+@pytest.mark.parametrize("bad", [{"long_ngrams": ()}, {"long_ngrams": (5,)}, {"template_min_count": 2},
+                                 {"template_df_low": 0.6}, {"informative_share": 0}, {"min_informative": 0}])
+def test_config_refuses_settings_that_would_hide_leaks(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        ContaminationConfig(**bad)

@@ -117,6 +117,9 @@ class ContaminationConfig:
             raise ValueError(f"ContaminationConfig: template_min_count must be >= 3 (a leaked pair is 2 "
                              f"tasks) and long_ngrams longer than ngram, got {self.template_min_count}, "
                              f"{self.long_ngrams}")
+        if self.min_informative < 1 or not 0 < self.informative_share <= 1:
+            raise ValueError(f"ContaminationConfig: min_informative must be >= 1 and informative_share in "
+                             f"(0, 1], got {self.min_informative}, {self.informative_share}")
 
 
 @dataclass(frozen=True)
