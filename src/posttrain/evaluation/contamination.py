@@ -28,7 +28,7 @@ space).
   Shingles are `ngram` characters; a field with fewer than `min_informative` residual shingles
   at that size (a board of two or three symbols: every 5-character window of a 0/1 board is one
   of a dozen patterns, shared by every board) is compared with the shortest of `long_ngrams`
-  (20, 40, 80) at which its domain's fields stay informative, so two boards share few shingles
+  (20 or 40) at which its domain's fields stay informative, so two boards share few shingles
   by chance. On a board a near-duplicate is one with a small share of its cells changed: one
   flipped cell of a 16x16 board is one; one of an 8x8 board changes a third of its 20-character
   shingles and counts as another problem. Fields still uninformative at the longest size (a
@@ -98,7 +98,7 @@ class ContaminationConfig:
     """domains with fewer tasks (train + eval) keep all their shingles"""
     min_informative: int = 24
     """a field with fewer residual `ngram`-shingles is compared with longer ones (`long_ngrams`)"""
-    long_ngrams: tuple[int, ...] = (20, 40, 80)
+    long_ngrams: tuple[int, ...] = (20, 40)
     """shingle sizes tried, shortest first, for low-information fields (boards of two symbols)"""
     informative_share: float = 0.5
     """a shingle size fits a domain's low-information field when, for the median task, at least
@@ -333,8 +333,9 @@ def _long_residuals(by_domain: dict[str, list[int]], fields_: Sequence[dict[str,
     """(shingle size, residuals) for the low-information fields, one size per domain.
 
     Five characters of a 0/1 board are one of a dozen patterns every board has; twenty are ten
-    cells, rare on an 8x8 board, common again on a 16x16 one (it has 480 windows). So each
-    domain's field gets the shortest size in `long_ngrams` at which its median task keeps
+    cells, rare on an 8x8 board, common again on a 16x16 one (it has 480 windows); forty are
+    twenty cells, rare on any board. So each domain's field gets the shortest size in
+    `long_ngrams` (the longest when none fits) at which its median task keeps
     `informative_share` of its shingles after the template: short enough that one changed
     cell changes few shingles, long enough that two boards share few by chance. Fields still
     below `min_informative` (a short variable part of a template) are compared exactly only.
