@@ -15,20 +15,39 @@ space).
   a training task's, or whose
   reference or tests equal a training task's and are at least `min_exact_chars` long (short
   answers such as "85" coincide by chance and are not a leak on their own);
-* **near**: a field whose character `ngram`-shingles have Jaccard similarity >= `threshold` with
-  the same field of a training task. Shingles shared by most tasks of a domain (its template,
-  e.g. "How many apples does") are removed first when the domain has enough tasks to tell, so two
-  different problems written with the same template do not look alike; texts shorter than
-  `min_chars` are only compared exactly.
+* **near**: a field close to the same field of a training task. Its character shingles are split
+  into the domain's template and the rest (the residual): a shingle is template when it is in more
+  than half of the domain's tasks (one template) or in more than `template_df_low` of them and at
+  least `template_min_count` (a generator with a few templates, none in half of its tasks, like
+  reasoning-gym's aiw), for domains with enough tasks to tell. The similarity is the shared
+  residual shingles over those plus the symmetric difference of the two fields' shingles:
+  template text the two share is no evidence of copying, template text that differs is still a
+  difference. Two different problems of one template (other numbers, other names) are therefore
+  not near-duplicates; the same long prose with a word or a number changed, or a training prompt
+  inside an eval prompt with a little text around it, is (at `threshold` 0.8).
+  Shingles are `ngram` characters; a field with fewer than `min_informative` residual shingles
+  at that size (a board of two or three symbols: every 5-character window of a 0/1 board is one
+  of a dozen patterns, shared by every board) is compared with the shortest of `long_ngrams`
+  (20 or 40) at which its domain's fields stay informative, so two boards share few shingles
+  by chance. On a board a near-duplicate is one with a small share of its cells changed: one
+  flipped cell of a 16x16 board is one; one of an 8x8 board changes a third of its 20-character
+  shingles and counts as another problem. Fields still uninformative at the longest size (a
+  short variable part of a template) and texts shorter than `min_chars` are compared exactly.
 
 Why MinHash, and why `datasketch`: comparing every eval field with every training field is
 quadratic (10^4 x 10^5 tasks is 10^9 pairs). MinHash LSH (datasketch's `MinHashLSH`, a maintained
 library, rather than our own banding code) finds the candidate pairs in near-linear time; every
-candidate is then confirmed with its exact Jaccard similarity, so a reported match is never an
+candidate is then confirmed with its exact similarity (above), so a reported match is never an
 artefact of the sketch; candidates are gathered below the threshold (`LSH_MARGIN`), so a pair at
 the 0.8 default threshold is found with probability ~0.99 and one at 0.85 with ~0.9999 (misses
 are possible, false matches are not). What it does *not* find: paraphrases with few shared character n-grams,
-and the same problem with renamed variables or reordered operands ("37+48=" vs "48+37=").
+the same problem with renamed variables or reordered operands ("37+48=" vs "48+37="), a training
+text inside an eval text with as much other text around it (the similarity is symmetric, not
+containment), an eval board inside a longer training prompt (only eval fields are compared at
+every shingle size), and one problem written two ways by a templated generator (other names,
+an irrelevant number, the same answer): to the guard those are two problems of one template, so
+a generator has to keep them in one split itself (the rg family splits aiw, gsm_symbolic,
+emoji_mystery and intermediate_integration by the problem, not its wording).
 """
 
 from __future__ import annotations
@@ -38,8 +57,9 @@ import json
 import time
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +90,19 @@ class ContaminationConfig:
     """an exact match of a reference or tests field counts only from this length"""
     template_df: float = 0.5
     """a shingle in more than this share of a domain's tasks is template, not content"""
+    template_df_low: float = 0.05
+    """... or in more than this share and at least `template_min_count` tasks (several templates)"""
+    template_min_count: int = 5
+    """a shingle in fewer tasks than this is content, whatever the domain's size"""
     template_min_tasks: int = 10
     """domains with fewer tasks (train + eval) keep all their shingles"""
+    min_informative: int = 24
+    """a field with fewer residual `ngram`-shingles is compared with longer ones (`long_ngrams`)"""
+    long_ngrams: tuple[int, ...] = (20, 40)
+    """shingle sizes tried, shortest first, for low-information fields (boards of two symbols)"""
+    informative_share: float = 0.5
+    """a shingle size fits a domain's low-information field when, for the median task, at least
+    this share of the field's shingles (and `min_informative`) are left after its template"""
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold <= 1:
@@ -79,8 +110,16 @@ class ContaminationConfig:
         if self.ngram < 1 or self.num_perm < 16:
             raise ValueError(f"ContaminationConfig: ngram must be >= 1 and num_perm >= 16, "
                              f"got {self.ngram}, {self.num_perm}")
-        if not 0 < self.template_df <= 1:
-            raise ValueError(f"ContaminationConfig.template_df must be in (0, 1], got {self.template_df}")
+        if not 0 < self.template_df <= 1 or not 0 < self.template_df_low <= self.template_df:
+            raise ValueError(f"ContaminationConfig: template_df must be in (0, 1] and template_df_low in "
+                             f"(0, template_df], got {self.template_df}, {self.template_df_low}")
+        if self.template_min_count < 3 or not self.long_ngrams or min(self.long_ngrams) <= self.ngram:
+            raise ValueError(f"ContaminationConfig: template_min_count must be >= 3 (a leaked pair is 2 "
+                             f"tasks) and long_ngrams longer than ngram, got {self.template_min_count}, "
+                             f"{self.long_ngrams}")
+        if self.min_informative < 1 or not 0 < self.informative_share <= 1:
+            raise ValueError(f"ContaminationConfig: min_informative must be >= 1 and informative_share in "
+                             f"(0, 1], got {self.min_informative}, {self.informative_share}")
 
 
 @dataclass(frozen=True)
@@ -154,6 +193,10 @@ def _shingles(text: str, n: int) -> set[str]:
     return {text[i:i + n] for i in range(len(text) - n + 1)} if len(text) >= n else {text}
 
 
+def _field_shingles(fields_: Sequence[dict[str, str]], name: str, n: int, i: int) -> set[str]:
+    return _shingles(fields_[i][name], n)
+
+
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -174,8 +217,6 @@ def check_contamination(train_tasks: Iterable[Any], eval_tasks: Iterable[Any], t
 
     Tasks may be `Task`s or `(Domain, Task)` pairs. One match is reported per (eval task, field,
     kind): the most similar training task."""
-    from datasketch import MinHash, MinHashLSH
-
     cfg = config or ContaminationConfig(threshold=threshold)
     started = time.perf_counter()
     train, evals = _as_tasks(train_tasks), _as_tasks(eval_tasks)
@@ -214,40 +255,26 @@ def check_contamination(train_tasks: Iterable[Any], eval_tasks: Iterable[Any], t
                 if j is not None and (e.domain, name, digest) not in shared:
                     add(e, train[j], name, "exact", 1.0)
 
-    # near: residual shingles (templates removed), MinHash LSH candidates, exact Jaccard check
-    template = _templates(train + evals, tf + ef, cfg)
-
-    def residual(task: Task, f: dict[str, str], name: str) -> set[str] | None:
-        text = f.get(name, "")
-        if len(text) < cfg.min_chars:
-            return None
-        sh = _shingles(text, cfg.ngram) - template.get((task.domain, name), set())
-        return sh or None
-
+    # near: residual shingles (templates removed), MinHash LSH candidates, exact similarity check.
+    # First at `ngram` characters; a field left with too little there (a board of two symbols,
+    # a short variable part of a template) is compared with longer shingles (`_long_residuals`).
+    # One field at a time: the shingle sets of every task are the memory this takes.
+    tasks, fields_, n_train = train + evals, tf + ef, len(train)
+    by_domain: dict[str, list[int]] = {}
+    for i, t in enumerate(tasks):
+        by_domain.setdefault(t.domain, []).append(i)
     for name in FIELDS:
-        # candidates at a lower similarity than reported, weighted against misses: LSH near its
-        # threshold misses pairs by chance, while extra candidates only cost an exact check
-        lsh = MinHashLSH(threshold=cfg.threshold * LSH_MARGIN, num_perm=cfg.num_perm, weights=(0.2, 0.8))
-        train_sets: dict[int, set[str]] = {}
-        for i, (t, f) in enumerate(zip(train, tf)):
-            sh = residual(t, f, name)
-            if sh is not None:
-                train_sets[i] = sh
-        if not train_sets:
-            continue
-        keys = list(train_sets)
-        hashes = MinHash.bulk([[s.encode() for s in train_sets[i]] for i in keys], num_perm=cfg.num_perm)
-        with lsh.insertion_session() as session:
-            for i, mh in zip(keys, hashes):
-                session.insert(i, mh)
-        queries = [(e, sh) for e, f in zip(evals, ef) if (sh := residual(e, f, name)) is not None]
-        qhashes = MinHash.bulk([[s.encode() for s in sh] for _, sh in queries], num_perm=cfg.num_perm)
-        for (e, sh), mh in zip(queries, qhashes):
-            for i in lsh.query(mh):
-                other = train_sets[i]
-                sim = len(sh & other) / len(sh | other)
-                if sim >= cfg.threshold:
-                    add(e, train[i], name, "near", sim)
+        short, _ = _residuals(by_domain, fields_, cfg, cfg.ngram, name, None)
+        low = {i for i, sh in short.items() if len(sh) < cfg.min_informative}
+        passes = [(cfg.ngram, {i: sh for i, sh in short.items() if i not in low}),
+                  *_long_residuals(by_domain, fields_, cfg, name, low, n_train)]
+        del short
+        for n, sets in passes:
+            train_sets = {i: sh for i, sh in sets.items() if i < n_train}
+            queries = {i: sh for i, sh in sets.items() if i >= n_train}
+            full = partial(_field_shingles, fields_, name, n)
+            for j, i, sim in _near_pairs(train_sets, queries, full, cfg):
+                add(tasks[j], train[i], name, "near", sim)
     # A workspace task is its files: the same question over different files is a different
     # problem, so a task with files leaks only when its files match too.
     files_matched = {m.eval_hash for m in found.values() if m.field in ("files", "problem")}
@@ -272,24 +299,109 @@ def _shared_values(tasks: Sequence[Task], fields_: Sequence[dict[str, str]],
             if sizes[key[0]] >= cfg.template_min_tasks and c > cfg.template_df * sizes[key[0]]}
 
 
-def _templates(tasks: Sequence[Task], fields_: Sequence[dict[str, str]],
-               cfg: ContaminationConfig) -> dict[tuple[str, str], set[str]]:
-    """(domain, field) -> shingles present in more than `template_df` of that domain's tasks."""
-    by_domain: dict[str, list[int]] = {}
-    for i, t in enumerate(tasks):
-        by_domain.setdefault(t.domain, []).append(i)
-    out: dict[tuple[str, str], set[str]] = {}
-    for domain, idx in by_domain.items():
-        if len(idx) < cfg.template_min_tasks:
+def _residuals(by_domain: dict[str, list[int]], fields_: Sequence[dict[str, str]], cfg: ContaminationConfig,
+               n: int, name: str, only: set[int] | None,
+               extra: Iterable[int] = ()) -> tuple[dict[int, set[str]], dict[int, int]]:
+    """Task index -> field `name`'s `n`-character shingles less its domain's template at that
+    size (`_is_template`, counted over all the domain's tasks), for the tasks whose field has at
+    least `min_chars` characters: all of them, or those in `only` (and in `extra`, less a
+    template where one of `only` needed it); and task index -> its number of shingles."""
+    extras = set(extra)
+    out: dict[int, set[str]] = {}
+    sizes: dict[int, int] = {}
+    for idx in by_domain.values():
+        targets = [i for i in idx if (only is None or i in only or i in extras)
+                   and len(fields_[i].get(name, "")) >= cfg.min_chars]
+        if not targets:
             continue
-        for name in FIELDS:
+        sets: dict[int, set[str]] = {}
+        template: set[str] = set()
+        if len(idx) >= cfg.template_min_tasks and (only is None or any(i in only for i in idx)):
+            sets = {i: _shingles(fields_[i][name], n) for i in idx if name in fields_[i]}
             df: Counter[str] = Counter()
-            for i in idx:
-                if name in fields_[i]:
-                    df.update(_shingles(fields_[i][name], cfg.ngram))
-            limit = cfg.template_df * len(idx)
-            out[(domain, name)] = {s for s, c in df.items() if c > limit}
+            for sh in sets.values():
+                df.update(sh)
+            template = {s for s, c in df.items() if _is_template(c, len(idx), cfg)}
+        for i in targets:
+            full = sets[i] if i in sets else _shingles(fields_[i][name], n)
+            out[i], sizes[i] = full - template, len(full)
+    return out, sizes
+
+
+def _long_residuals(by_domain: dict[str, list[int]], fields_: Sequence[dict[str, str]], cfg: ContaminationConfig,
+                    name: str, low: set[int], n_train: int) -> list[tuple[int, dict[int, set[str]]]]:
+    """(shingle size, residuals) for the low-information fields, one size per domain.
+
+    Five characters of a 0/1 board are one of a dozen patterns every board has; twenty are ten
+    cells, rare on an 8x8 board, common again on a 16x16 one (it has 480 windows); forty are
+    twenty cells, rare on any board. So each domain's field gets the shortest size in
+    `long_ngrams` (the longest when none fits) at which its median task keeps
+    `informative_share` of its shingles after the template: short enough that one changed
+    cell changes few shingles, long enough that two boards share few by chance. Fields still
+    below `min_informative` (a short variable part of a template) are compared exactly only.
+    Every eval field is a query at every size (eval tasks are few): a training board copied into
+    an eval prompt with text around it is informative at five characters, the board is not."""
+    groups = {domain: [i for i in idx if i in low] for domain, idx in by_domain.items()}
+    groups = {domain: keys for domain, keys in groups.items() if keys}
+    evals = [i for idx in by_domain.values() for i in idx if i >= n_train]
+    out: list[tuple[int, dict[int, set[str]]]] = []
+    for k, n in enumerate(cfg.long_ngrams):
+        if not groups:
+            break
+        residuals, sizes = _residuals(by_domain, fields_, cfg, n, name, set().union(*groups.values()), evals)
+        chosen = {i: sh for i, sh in residuals.items() if i >= n_train and len(sh) >= cfg.min_informative}
+        for domain, keys in list(groups.items()):
+            kept = sorted(len(residuals[i]) / max(1, sizes[i]) for i in keys)
+            if kept[len(kept) // 2] >= cfg.informative_share or k == len(cfg.long_ngrams) - 1:
+                chosen.update({i: residuals[i] for i in keys if len(residuals[i]) >= cfg.min_informative})
+                del groups[domain]
+        out.append((n, chosen))
     return out
+
+
+def _near_pairs(train_sets: dict[int, set[str]], queries: dict[int, set[str]], full: Callable[[int], set[str]],
+                cfg: ContaminationConfig) -> Iterable[tuple[int, int, float]]:
+    """(eval index, train index, similarity) for every pair at or above the threshold.
+
+    The similarity counts template shingles on one side only as a difference: the shared residual
+    shingles over those plus the symmetric difference of the fields' full shingle sets. Template
+    text the two share is no evidence of copying, but template text that differs ("at least 5 of"
+    against "at least 3 of") is a difference between the problems, common or not. It is at most
+    the residuals' Jaccard, so the LSH built on residuals finds every pair it reports."""
+    from datasketch import MinHash, MinHashLSH
+
+    if not train_sets or not queries:
+        return
+    # candidates at a lower similarity than reported, weighted against misses: LSH near its
+    # threshold misses pairs by chance, while extra candidates only cost an exact check
+    lsh = MinHashLSH(threshold=cfg.threshold * LSH_MARGIN, num_perm=cfg.num_perm, weights=(0.2, 0.8))
+    keys = list(train_sets)
+    hashes = MinHash.bulk([[s.encode() for s in train_sets[i]] for i in keys], num_perm=cfg.num_perm)
+    with lsh.insertion_session() as session:
+        for i, mh in zip(keys, hashes):
+            session.insert(i, mh)
+    qkeys = list(queries)
+    qhashes = MinHash.bulk([[s.encode() for s in queries[j]] for j in qkeys], num_perm=cfg.num_perm)
+    for j, mh in zip(qkeys, qhashes):
+        sh = queries[j]
+        for i in lsh.query(mh):
+            other = train_sets[i]
+            shared = len(sh & other)
+            if shared < cfg.threshold * len(sh | other):
+                continue  # below the residuals' Jaccard already (and so below the similarity)
+            sim = shared / (shared + len(full(i) ^ full(j)))
+            if sim >= cfg.threshold:
+                yield j, i, sim
+
+
+def _is_template(count: int, size: int, cfg: ContaminationConfig) -> bool:
+    """A shingle in `count` of a domain's `size` tasks is template: in most of them (one
+    template), or, in a domain large enough to tell, in a sizeable share (a generator with a
+    few templates, none reaching half of its tasks: rg.aiw writes each problem in one of
+    several). `template_min_count` keeps a leaked pair (2 tasks) from ever being template."""
+    if size < cfg.template_min_tasks:
+        return False
+    return count > cfg.template_df * size or (count >= cfg.template_min_count and count > cfg.template_df_low * size)
 
 
 def guard_training(report: ContaminationReport, run_dir: str | Path, *, allow: bool = False) -> Path:

@@ -28,6 +28,10 @@ answers with nan/inf are refused before any scorer sees them; ARC
 boards are turned back into tuples before scoring (`RESTORE`); generators that draw from the
 global `random`/numpy state are seeded per item and the caller's state restored.
 
+Splits: an item belongs to the split its question's content hashes to, so one question is only
+ever in one split; for generators that write one problem several ways (other names, emoji or
+irrelevant numbers) the problem's identity decides instead (`SPLIT_KEY`).
+
 What this does *not* do: audit reasoning-gym's scorers beyond our oracle/negative self-test, or
 expose generator configurations (difficulty) as separate domains.
 """
@@ -148,6 +152,31 @@ CONFIG: dict[str, dict[str, Any]] = {"futoshiki": {"max_board_size": 6}}
 # contamination guard rightly cannot tell them from one problem; the reference keeps only what
 # scoring needs. Checked against reasoning-gym 0.1.25's `score_answer` of each generator.
 UNSCORED_METADATA: dict[str, tuple[str, ...]] = {"count_primes": ("primes",)}
+
+def _gsm_template(item: dict) -> str:
+    """gsm_symbolic instantiates ~100 templates with other names and numbers (GSM-Symbolic's
+    point: one template is one problem); its variables' names identify the template."""
+    return " ".join(sorted(item["metadata"]["variables"]))
+
+
+def _names_masked(item: dict) -> str:
+    """aiw's problem is its template and numbers; the names are decoration."""
+    return re.sub(r"[A-Z][a-z]+", "_", item["question"])
+
+
+# What decides an item's split where its question is not the problem's identity: the same
+# problem written with another name, emoji, verb or irrelevant number ("Linda has 5 sisters
+# ..." / "Patricia has 5 sisters ..."; one sentence under two emoji; "Evaluate"/"Find the
+# indefinite integral of" one integrand; popcorn popping 22 or 12 seconds at a time) went to
+# both splits, and the contamination guard found the eval copy. Here the answer (a large space),
+# the template or the question without its names decides, so one problem is only ever in one
+# split (and gsm_symbolic's eval templates are unseen in training).
+SPLIT_KEY: dict[str, Callable[[dict], str]] = {
+    "aiw": _names_masked,
+    "emoji_mystery": lambda item: str(item["answer"]),
+    "gsm_symbolic": _gsm_template,
+    "intermediate_integration": lambda item: str(item["answer"]),
+}
 
 # Undo what a JSON round trip changed, where a scorer cares.
 RESTORE: dict[str, Callable[[dict], dict]] = {"arc_agi": _tuple_boards, "rearc": _tuple_boards}
@@ -334,7 +363,9 @@ def _make(name: str) -> Domain:
 
         def split_of(drawn: tuple[int, dict]) -> Split | None:
             item = drawn[1]
-            return content_split(item["question"]) if _oracle_answer(name, item).strip() else None
+            if not _oracle_answer(name, item).strip():
+                return None
+            return content_split(SPLIT_KEY[name](item) if name in SPLIT_KEY else item["question"])
 
         (key, item), _ = draw_in_split(domain_name, split, seed, draw, split_of)
         # default=str: some generators keep exact values in their metadata (gsm_symbolic's
