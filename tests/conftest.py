@@ -70,6 +70,12 @@ SLOW_MEASURED = frozenset({
     "tests/test_harbor_pool.py::test_an_episode_leaves_nothing_in_the_pooled_sandbox",
     "tests/test_harbor_network.py::test_the_cli_flag_and_the_source_setting",
     "tests/test_train_options.py::test_bf16_autocast_runs_in_bfloat16_close_to_float32",
+    "tests/test_split_contamination.py::test_rg_problems_written_two_ways_are_in_one_split",
+    "tests/test_sources_verifiers.py::test_a_crashing_reward_function_is_a_failed_verdict_not_a_zero",
+    "tests/test_exactly_once.py::test_resuming_an_asynchronous_run_says_it_is_not_exact",
+    "tests/test_multiturn_batch.py::test_a_token_in_token_out_episode_is_one_sample_of_its_generated_tokens",
+    "tests/test_family_rgym.py::test_generation_is_deterministic_and_leaves_global_random_alone",
+    "tests/test_contamination_precision.py::test_distinct_boards_of_two_symbols_are_not_near_duplicates",
 })
 """Tests in the slow tier by measurement rather than by kind: each took about a second or more
 (call or set-up) in `pytest -m "not slow" -n 2 --durations=45` on a quiet 2-core machine, where the
