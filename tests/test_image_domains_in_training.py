@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_pipeline import _random_llama  # a random tiny Llama with the shipped tokenizer
+
 ROOT = Path(__file__).resolve().parents[1]
 
 CONFIG = """
@@ -33,20 +35,6 @@ lr = 1e-4
 """
 
 
-def _random_llama(path: Path, context: int) -> Path:
-    """A randomly initialised tiny Llama with the shipped tokenizer (a text-only causal LM)."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tok = AutoTokenizer.from_pretrained(ROOT / "models" / "tiny-base")
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id)
-    LlamaForCausalLM(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
 
 
 @pytest.mark.slow
