@@ -67,8 +67,9 @@ SHAPE_REL_TOL = 0.02
 """the shape-identity check allows what the checks allow (see `same_shape` in the grader)"""
 CHECK_KINDS = frozenset({"parts", "watertight", "volume", "extents", "center", "bounds", "no_overlap",
                          "contact", "rests_on", "distance", "centroid", "symmetric"})
-GRADER_PRELOAD = ("numpy", "manifold3d")
-"""imported once by the grading sandbox's warm interpreter"""
+GRADER_PRELOAD = ("numpy", "numpy.ma", "manifold3d")
+"""imported once by the grading sandbox's warm interpreter (`numpy.ma`: the first `np.unique`
+of a process imports it, ~12 ms of every grade otherwise)"""
 
 GRADER = r'''
 import math, subprocess, time
@@ -316,8 +317,9 @@ def same_shape():
         if got is None:
             return False, {"why": f"part {name!r} is not a closed solid"}
         vol = want.volume()
-        union = (want + got).volume()
-        iou = (want ^ got).volume() / union if union > 0 else 0.0
+        inter = (want ^ got).volume()  # one boolean: the union's volume follows from it
+        union = vol + got.volume() - inter
+        iou = inter / union if union > 0 else 0.0
         need = 1.0 - (2.0 * want.surface_area() * p["abs_tol"] + p["rel_tol"] * vol) / max(vol, 1e-12)
         ious[name] = rnd(iou)
         if not iou >= max(0.5, need):
