@@ -222,3 +222,36 @@ def test_tasks_graded_at_once_give_the_task_by_task_report():
     given_up = check_with(_good(verifier=_Raising()), slow_grade, regrade_all=False, per_domain=6,
                           tasks_at_once=3)
     assert given_up.tasks == 2 and "stopped" in given_up.failures[-1].detail
+
+
+def test_domains_are_served_by_pools_preloaded_for_them_alone(monkeypatch):
+    """Neighbouring domains with the same preloads share one episode pool; a domain that
+    preloads other modules gets a pool of its own (a code episode's sandbox does not import
+    geometry's modules), and the report keeps the domains' order."""
+    from contextlib import contextmanager
+
+    from posttrain.scheduling import domain_check
+
+    opened: list[list[str]] = []
+
+    @contextmanager
+    def sandboxes(domains):
+        opened.append([d.name for d in domains])
+        yield f"pool{len(opened)}"
+
+    served: dict[str, object] = {}
+
+    def check_domain(domain, per_domain, seeds, factory=None):
+        served[domain.name] = factory
+        return domain_check.DomainCheck(domain.name, domain.family, domain.env)
+
+    monkeypatch.setattr(domain_check, "_sandboxes", sandboxes)
+    monkeypatch.setattr(domain_check, "check_domain", check_domain)
+    plain = [_good(name=f"fake.plain{i}") for i in range(3)]
+    heavy = [_good(name=f"fake.heavy{i}", preload=("numpy",)) for i in range(2)]
+    domains = [plain[0], plain[1], heavy[0], heavy[1], plain[2]]
+    report = domain_check.check_domains(domains, per_domain=1)
+    assert [c.domain for c in report.checks] == [d.name for d in domains]
+    assert opened == [["fake.plain0", "fake.plain1"], ["fake.heavy0", "fake.heavy1"], ["fake.plain2"]]
+    assert served == {"fake.plain0": "pool1", "fake.plain1": "pool1", "fake.heavy0": "pool2",
+                      "fake.heavy1": "pool2", "fake.plain2": "pool3"}
