@@ -255,3 +255,30 @@ def test_domains_are_served_by_pools_preloaded_for_them_alone(monkeypatch):
     assert opened == [["fake.plain0", "fake.plain1"], ["fake.heavy0", "fake.heavy1"], ["fake.plain2"]]
     assert served == {"fake.plain0": "pool1", "fake.plain1": "pool1", "fake.heavy0": "pool2",
                       "fake.heavy1": "pool2", "fake.plain2": "pool3"}
+
+
+def test_domains_graded_directly_are_checked_beside_the_sandboxed_ones(monkeypatch):
+    """With one worker, the registered domains that need no sandbox are checked in one forked
+    process while this one checks the sandboxed domains; the report keeps the domains' order."""
+    import os
+
+    from posttrain.envs import needs_sandbox
+    from posttrain.scheduling import domain_check
+    from posttrain.tasks.registry import all_domains
+
+    def check_all(domains, per_domain, seeds):  # which process checked each domain
+        return [domain_check.DomainCheck(d.name, d.family, d.env, not_checked=str(os.getpid()))
+                for d in domains]
+
+    monkeypatch.setattr(domain_check, "_check_all", check_all)
+    registered = sorted(all_domains().items())
+    direct = [d for n, d in registered if n.startswith("math.")][:2]
+    boxed = [d for n, d in registered if n.startswith("code.")][:2]
+    assert direct and boxed and not any(map(needs_sandbox, direct)) and all(map(needs_sandbox, boxed))
+    domains = [direct[0], boxed[0], _good(), direct[1], boxed[1]]
+    report = domain_check.check_domains(domains, per_domain=1)
+    where = {c.domain: c.not_checked for c in report.checks}
+    assert [c.domain for c in report.checks] == [d.name for d in domains]
+    here = str(os.getpid())
+    assert where[boxed[0].name] == where[boxed[1].name] == where["fake.ok"] == here  # unregistered: here
+    assert where[direct[0].name] == where[direct[1].name] != here
