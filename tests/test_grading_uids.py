@@ -156,3 +156,48 @@ def _task(d):
         except ValueError:
             continue
     raise AssertionError(d.name)
+
+
+# One grade of a reused grading sandbox: it plants state everywhere a later grade's program
+# could look (its own namespace, a module the job server preloaded, /tmp, the workspace), and
+# starts a candidate program that goes for the job server every grading program is forked from
+# (it compiled and keeps this program's code: see `_forkserver._compiled`).
+PLANTING = r'''
+import json, subprocess
+server = os.getppid()
+seen = {"server": server, "planted_global": "planted" in globals(), "planted_module": hasattr(json, "planted"),
+        "tmp": sorted(os.listdir("/tmp")), "ws": sorted(os.listdir("."))}
+planted = True
+json.planted = True
+open("/tmp/left-by-grade", "w").write("x")
+attack = f"""
+import os, signal
+for what, go in (("kill", lambda: os.kill({server}, signal.SIGKILL)),
+                 ("mem", lambda: open("/proc/{server}/mem", "rb").read(1)),
+                 ("environ", lambda: open("/proc/{server}/environ").read()),
+                 ("stop", lambda: os.kill({server}, signal.SIGSTOP))):
+    try:
+        go()
+        print("reached", what)
+    except OSError as e:
+        print("refused", what, type(e).__name__)
+"""
+p = subprocess.run(["python3", "-c", attack], capture_output=True, text=True, **as_candidate())
+seen["candidate"] = p.stdout
+emit(seen)
+'''
+
+
+def test_consecutive_grades_share_a_job_server_the_candidate_cannot_reach_and_see_nothing_of_each_other():
+    from posttrain.sandbox import open_sandbox
+
+    with open_sandbox(preload=grading.GRADING_PRELOAD, two_uids=True) as sb:
+        first = grading.run_grader(sb, PLANTING, {}, timeout=30, label="reuse")
+        assert sb.reset().reusable  # what a grading pool does between two grades
+        second = grading.run_grader(sb, PLANTING, {}, timeout=30, label="reuse")
+    assert first["candidate"].split("\n")[:4] == [f"refused {w} PermissionError"
+                                                   for w in ("kill", "mem", "environ", "stop")]
+    assert second["server"] == first["server"]  # the same job server, unharmed, served both
+    for seen in (first, second):
+        assert not seen["planted_global"] and not seen["planted_module"]
+        assert seen["tmp"] == [] and seen["ws"] == []

@@ -264,14 +264,17 @@ class SupervisedSandbox:
         return self._result(resp)
 
     def run_python(self, code: str, *, stdin: str | bytes | None = None,
-                   timeout: float | None = None, args: Sequence[str] = ()) -> RunResult:
+                   timeout: float | None = None, args: Sequence[str] = (), cache: bool = False) -> RunResult:
+        """`Sandbox.run_python`; `cache`: `code` is the host's own program, run many times (a
+        grading program): the job server compiles it once and keeps the code object (never
+        for the policy's code: it would be compiled in the server's process)."""
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, got {type(code).__name__}")
         if isinstance(args, str) or not all(isinstance(a, str) for a in args):
             raise ValueError(f"args must be a sequence of str, got {args!r}")
         t = _check_timeout(timeout, self.limits.wall_s)
         resp = self._call({"op": "run_python", "code": code, "args": list(args),
-                           "stdin": _check_stdin(stdin), "timeout": t},
+                           "stdin": _check_stdin(stdin), "timeout": t, "cache": bool(cache)},
                           t + REPLY_MARGIN_S + 120.0)  # + a fork-server (re)start
         return self._result(resp)
 

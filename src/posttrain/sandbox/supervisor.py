@@ -165,7 +165,8 @@ class Supervisor:
         if op == "run":
             return self.job({"argv": req["argv"], "env": req.get("env") or {}}, req)
         if op == "run_python":
-            return self.job({"code": req["code"], "args": list(req.get("args", ()))}, req)
+            return self.job({"code": req["code"], "args": list(req.get("args", ())),
+                             "cache": bool(req.get("cache"))}, req)
         if op == "snapshot":
             return {"id": self.runner.snapshot()}
         if op == "restore":

@@ -184,8 +184,12 @@ def run_grader(sandbox: Sandbox, program: str, payload: Mapping[str, Any], *, ti
     marker = f"@@ptgrade:{secrets.token_hex(16)}@@"
     stdin = json.dumps({**payload, "marker": marker})
     touched, found, garbled = False, None, None
+    from posttrain.sandbox.client import SupervisedSandbox
+
+    # our own program, the same text every grade: the job server compiles it once
+    cache = {"cache": True} if isinstance(sandbox, SupervisedSandbox) else {}
     try:
-        result: RunResult = sandbox.run_python(PRELUDE + program, stdin=stdin, timeout=timeout)
+        result: RunResult = sandbox.run_python(PRELUDE + program, stdin=stdin, timeout=timeout, **cache)
     except SandboxError as e:
         raise VerifierError(f"{label}: the sandbox failed while grading: {e}") from e
     for line in result.stdout.splitlines():
