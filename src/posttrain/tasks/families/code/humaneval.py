@@ -18,6 +18,7 @@ from typing import Any
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.code.write import fenced
 from posttrain.values.task import Split, Task, TaskLimits
+from posttrain.verifiers.candidate import CANDIDATE_PRELOAD
 from posttrain.verifiers.code import UNIT_TESTS
 
 NAME = "code.humaneval"
@@ -75,4 +76,4 @@ def humaneval_domain() -> Domain:
     return Domain(name=NAME, family="code", env="single", verifier=UNIT_TESTS, generate=generate,
                   oracle=oracle, negatives=negatives, stop=(),
                   description="HumanEval (164 problems; eval split: problem number % 5 == 0)",
-                  tags=("code", "humaneval", "imported"))
+                  tags=("code", "humaneval", "imported"), preload=CANDIDATE_PRELOAD)

@@ -20,6 +20,7 @@ from posttrain.tasks.families.code.template import (
     run_reference,
 )
 from posttrain.values.task import Split, Task, TaskLimits
+from posttrain.verifiers.candidate import CANDIDATE_PRELOAD
 from posttrain.verifiers.code import UNIT_TESTS
 
 REPAIRABLE = ("list.rotate", "list.window", "list.kth", "list.best-window", "str.caesar", "str.rle",
@@ -89,4 +90,5 @@ def repair_domain(t: FunctionTemplate) -> Domain:
 
     return Domain(name=name, family="code", env="tools", verifier=UNIT_TESTS, generate=generate,
                   oracle=oracle, negatives=negatives,
-                  description=f"repair a one-line bug in {t.signature}", tags=("code", "repair"))
+                  description=f"repair a one-line bug in {t.signature}", tags=("code", "repair"),
+                  preload=CANDIDATE_PRELOAD)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.code.template import FunctionTemplate, draw_params, example_lines, make_cases
 from posttrain.values.task import Split, Task, TaskLimits
+from posttrain.verifiers.candidate import CANDIDATE_PRELOAD
 from posttrain.verifiers.code import UNIT_TESTS
 
 WRITE_LIMITS = TaskLimits(max_turns=1, max_tokens=384, context_tokens=1024, time_s=60.0)
@@ -42,4 +43,4 @@ def write_domain(t: FunctionTemplate) -> Domain:
 
     return Domain(name=name, family="code", env="single", verifier=UNIT_TESTS, generate=generate,
                   oracle=oracle, negatives=negatives, stop=(),
-                  description=f"write {t.signature}", tags=("code", "write"))
+                  description=f"write {t.signature}", tags=("code", "write"), preload=CANDIDATE_PRELOAD)
