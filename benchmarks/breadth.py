@@ -15,7 +15,7 @@ Runs the job in-process with the overrides below, then reports, from the run dir
 * `wall_s`: the whole run (evaluations included).
 
 Shortened how: `--steps` trainer steps instead of the config's, `--tasks-per-domain` eval tasks
-per domain and `--samples` samples each, so on a loaded CPU machine the run takes minutes; the
+per domain and `--samples` samples each (and `--group-size` samples per training group), so on a loaded CPU machine the run takes minutes; the
 deltas of a few steps are small and noisy (each domain is seen by a step or two). Prints a table,
 then one JSON line.
 """
@@ -83,6 +83,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--tasks-per-domain", type=int, default=4)
     ap.add_argument("--samples", type=int, default=4)
+    ap.add_argument("--group-size", type=int, default=None,
+                    help="samples per training group (default: the config's)")
     ap.add_argument("--model", default=None, help="starting model (default: the config's)")
     ap.add_argument("--allow-contamination", action="store_true",
                     help="run even if the contamination guard refuses (reported in the JSON line)")
@@ -92,6 +94,8 @@ def main() -> None:
     overrides = {"runs_dir": str(runs), "steps": args.steps, "checkpoint_every": max(1, args.steps),
                  "eval.tasks_per_domain": args.tasks_per_domain, "eval.samples": args.samples,
                  "logging.backends": []}
+    if args.group_size:
+        overrides["rollout.group_size"] = args.group_size
     if args.model:
         overrides["model.path"] = args.model
     if args.allow_contamination:

@@ -264,3 +264,50 @@ def test_take_more_gets_extra_groups_of_the_same_version_under_a_synchronous_bou
     assert len(first) == len(more) == len(after) == 4
     assert {g.version for g in first + more} == {0} and {g.staleness for g in first + more} == {0}
     assert {g.version for g in after} == {1} and {g.staleness for g in after} == {0}
+
+
+class PickyPolicy:
+    """Raises for a whole call when any request in it asks for `bad` (a policy that validates
+    a batch up front), else answers every request."""
+
+    def __init__(self, bad: str) -> None:
+        self.version = PolicyVersion("picky")
+        self.bad, self.sizes = bad, []
+
+    def generate(self, requests):
+        self.sizes.append(len(requests))
+        if any(r.messages[0].content == self.bad for r in requests):
+            raise ValueError(f"cannot render {self.bad!r}")
+        return [Completion(text="ok", finish_reason="stop", token_ids=[1]) for _ in requests]
+
+
+def test_batcher_isolates_the_request_that_makes_a_call_raise():
+    """One bad request in a batch of 16 fails alone (its error named), the 15 others are answered,
+    in about 2·log2(16) extra calls; a backend outage (both halves raise) is not bisected down."""
+    from posttrain.scheduling.batcher import GenerationBatcher
+
+    async def run(policy, prompts, retries=1):
+        b = GenerationBatcher(policy, BatchConfig(max_batch=16, max_wait_s=0.01, retries=retries,
+                                                  retry_backoff_s=0.001))
+        b.start()
+        try:
+            reqs = [GenerationRequest(messages=(Message("user", p),)) for p in prompts]
+            return await asyncio.gather(*(b.generate(r) for r in reqs)), b.metrics()
+        finally:
+            await b.close()
+
+    prompts = [f"q{i}" for i in range(16)]
+    prompts[11] = "bad"
+    policy = PickyPolicy("bad")
+    out, m = asyncio.run(run(policy, prompts))
+    reasons = [c.finish_reason for c, _, _ in out]
+    assert reasons == ["stop"] * 11 + ["error"] + ["stop"] * 4
+    assert "cannot render 'bad'" in out[11][0].error
+    assert m["tokens"] == 15 and m["failed_requests"] == 1
+    # 16 -> 8+8 -> 4+4 -> 2+2 -> 1+1 isolates it; then one retry of it alone
+    assert policy.sizes == [16, 8, 8, 4, 4, 2, 2, 1, 1, 1]
+    # an outage: both halves raise, so the group is retried whole, not split down to singles
+    down = FlakyPolicy(100)
+    out, m = asyncio.run(run(down, prompts, retries=1))
+    assert all(c.finish_reason == "error" and "backend down" in c.error for c, _, _ in out)
+    assert down.calls == 6  # per attempt: the batch and its two halves

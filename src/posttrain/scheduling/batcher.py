@@ -18,9 +18,14 @@ older groups (the ones the trainer needs next, so the staleness bound stalls it 
 
 A failed request fails alone: when a `generate` call returns an error completion for some of its
 requests, the others' completions are delivered and only the failed requests are retried (with
-backoff, `BatchConfig.retries` times). A call that raises cannot say which request failed, so its
-whole batch is retried. A request that still fails gets an error completion, which the episode
-records as `infra_error` with `where='policy'` (not held against the domain's health).
+backoff, `BatchConfig.retries` times). A call that raises cannot say which request failed, so the
+batch is split in halves, each asked once: when one half answers and the other raises, the failure
+is that half's, and it is split again until the request that raises stands alone (isolating one bad
+request in a batch of n costs about 2·log2(n) extra calls, and the rest of the batch is delivered).
+When both halves raise, the failure is not one request's doing (a backend outage, or bad requests
+on both sides): that group is retried with backoff, as it was before the split. A request that
+still fails gets an error completion, which the episode records as `infra_error` with
+`where='policy'` (not held against the domain's health).
 
 What this does not do: interleave token-level decoding across calls (that is the backend's
 continuous batching, vLLM's or SGLang's), or split a request across calls.
@@ -184,37 +189,68 @@ class GenerationBatcher:
 
     def _generate(self, requests: list[GenerationRequest]) -> list[tuple[Completion, float, int]]:
         """A completion for every request, with its share of generator seconds and its tokens.
-        Only what failed is retried: the whole batch when the call raised (nothing to tell the
-        requests apart), else just the requests whose completion is an error (a prompt that
-        does not fit the model is final: a retry cannot help)."""
+        Only what failed is retried: requests whose completion is an error (a prompt that does
+        not fit the model is final: a retry cannot help), and requests whose call raised, after
+        `_ask` has split the call to find which of them raise."""
         outs: list[list] = [[None, 0.0, 0] for _ in requests]
+        errors: dict[int, str] = {}
         todo = list(range(len(requests)))
-        error: BaseException | None = None
         for attempt in range(self.config.retries + 1):
             if attempt:
                 time.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
                 self.retried_requests += len(todo)
-            completions, t0, t1, error = _timed_generate(self.policy, [requests[i] for i in todo])
-            self._count_busy(t0, t1)
-            if error is not None or completions is None:
-                self.failed_calls += 1
-                continue
-            counts = [_tokens(c) for c in completions]
-            total = sum(counts) or len(counts)
-            failed = []
-            for i, c, n in zip(todo, completions, counts):
-                out = outs[i]
-                out[0], out[1], out[2] = c, out[1] + (t1 - t0) * (n or 1) / total, out[2] + n
-                if c.finish_reason == "error" and not c.context_exceeded:
-                    failed.append(i)
-            todo = failed
+            todo = self._ask(requests, todo, outs, errors)
             if not todo:
                 break
-        message = f"{type(error).__name__}: {error}" if error is not None else ""
-        for out in outs:
+        for i, out in enumerate(outs):
             if out[0] is None:  # every call that carried it raised
-                out[0] = Completion(text="", finish_reason="error", error=message)
+                out[0] = Completion(text="", finish_reason="error", error=errors[i])
         return [(c, dt, n) for c, dt, n in outs]
+
+    def _ask(self, requests: list[GenerationRequest], todo: list[int], outs: list[list],
+             errors: dict[int, str], raised: bool = False) -> list[int]:
+        """One attempt for the requests `todo` (`raised`: a call with exactly these already
+        raised); records what came back in `outs` and returns the requests to retry. A call that
+        raises is split in halves, each asked once; a half that raises while the other answers
+        holds the bad request and is split on, down to one request. When both halves raise, the
+        failure is not one request's doing, and the whole group is returned for a retry."""
+        if not raised:
+            failed = self._call(requests, todo, outs, errors)
+            if failed is not None:
+                return failed
+        if len(todo) == 1:
+            return todo
+        half = len(todo) // 2
+        halves = (todo[:half], todo[half:])
+        results = [self._call(requests, h, outs, errors) for h in halves]
+        if results[0] is None and results[1] is None:
+            return todo
+        retry: list[int] = []
+        for h, failed in zip(halves, results):
+            retry += failed if failed is not None else self._ask(requests, h, outs, errors, raised=True)
+        return retry
+
+    def _call(self, requests: list[GenerationRequest], todo: list[int], outs: list[list],
+              errors: dict[int, str]) -> list[int] | None:
+        """One `generate` call: None when it raised (the error noted for each request), else the
+        requests whose completion is a retryable error (the others' are recorded in `outs`)."""
+        completions, t0, t1, error = _timed_generate(self.policy, [requests[i] for i in todo])
+        self._count_busy(t0, t1)
+        if error is not None or completions is None:
+            self.failed_calls += 1
+            for i in todo:
+                errors[i] = f"{type(error).__name__}: {error}"
+            return None
+        counts = [_tokens(c) for c in completions]
+        total = sum(counts) or len(counts)
+        failed = []
+        for i, c, n in zip(todo, completions, counts):
+            out = outs[i]
+            out[0], out[1], out[2] = c, out[1] + (t1 - t0) * (n or 1) / total, out[2] + n
+            if c.finish_reason == "error" and not c.context_exceeded:
+                failed.append(i)
+                errors[i] = c.error or ""
+        return failed
 
     def _deliver(self, batch: list[_Entry], outs: list[tuple[Completion, float, int]]) -> None:
         self.calls += 1
