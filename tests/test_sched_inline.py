@@ -4,6 +4,7 @@ path, and the same accounting when a run is torn down or the scheduler itself fa
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import time
 from collections.abc import Mapping, Sequence
@@ -12,6 +13,7 @@ import pytest
 
 from posttrain.evaluation import EvalConfig, resolve_tasks, run_eval
 from posttrain.scheduling import DomainSpec, RetryConfig, Scheduler, SchedulerConfig
+from posttrain.scheduling.engine import old_objects_frozen
 from posttrain.scheduling.episodes import RolloutEpisodeFactory
 from posttrain.tasks.registry import get_domain
 from posttrain.values.generation import Completion, PolicyVersion
@@ -149,3 +151,14 @@ def test_a_scheduler_bug_on_the_callback_path_surfaces():
 
     with pytest.raises(RuntimeError, match="the scheduler failed: KeyError"):
         asyncio.run(main())
+
+
+def test_old_objects_stay_frozen_until_the_outermost_block_ends():
+    before = gc.get_freeze_count()
+    with old_objects_frozen():
+        frozen = gc.get_freeze_count()
+        assert frozen > before
+        with old_objects_frozen():  # a workload inside an evaluation
+            pass
+        assert gc.get_freeze_count() == frozen  # the inner end did not give them back
+    assert gc.get_freeze_count() == 0

@@ -94,7 +94,7 @@ def run_workload(items: Sequence[WorkItem | tuple[Domain, Task]], policy: Policy
     if not items:
         return []
     work = [it if isinstance(it, WorkItem) else WorkItem(*it) for it in items]
-    with _old_objects_frozen():
+    with old_objects_frozen():
         if sandbox_factory is None:
             # an item that builds its own episode brings its own sandboxes
             with sandbox_pool([w.domain for w in work if w.episode is None], max(1, workers)) as pooled:
@@ -104,19 +104,30 @@ def run_workload(items: Sequence[WorkItem | tuple[Domain, Task]], policy: Policy
                               retries, max_sandboxes, player, on_result))
 
 
+_frozen_depth = 0
+_frozen_lock = threading.Lock()
+
+
 @contextmanager
-def _old_objects_frozen() -> Iterator[None]:
-    """The objects alive before the workload (modules, domains, its tasks: long-lived) are left
-    out of the garbage collector's scans while it runs (`gc.freeze`), and given back after. A
-    workload of light episodes allocates enough to trigger full collections, each of which would
-    otherwise walk the whole heap again: that was a tenth of an oracle episode's cost. Garbage is
-    still freed by reference counting at once; only cycles among those old objects wait for the
-    workload's end."""
-    gc.freeze()
+def old_objects_frozen() -> Iterator[None]:
+    """Leave the objects alive now (modules, domains, a workload's tasks: long-lived) out of the
+    garbage collector's scans until the block ends (`gc.freeze`, given back by `gc.unfreeze`).
+    A workload of light episodes allocates enough to trigger a full collection, which would walk
+    the whole heap again: that was a sixth of an oracle episode's CPU. Garbage is still freed by
+    reference counting at once; only cycles among the old objects wait for the block's end.
+    Nested and concurrent blocks share one freeze: the last to end gives the objects back."""
+    global _frozen_depth
+    with _frozen_lock:
+        _frozen_depth += 1
+        if _frozen_depth == 1:
+            gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        with _frozen_lock:
+            _frozen_depth -= 1
+            if _frozen_depth == 0:
+                gc.unfreeze()
 
 
 def run_episodes(items: Sequence[WorkItem | tuple[Domain, Task]], policy: Policy,
