@@ -162,3 +162,10 @@ def test_old_objects_stay_frozen_until_the_outermost_block_ends():
             pass
         assert gc.get_freeze_count() == frozen  # the inner end did not give them back
     assert gc.get_freeze_count() == before
+
+
+def test_the_task_is_the_last_field_of_an_episode_spec():
+    # `Scheduler._with_task` puts the resolved task in the last place of the spec
+    from posttrain.scheduling.work import EpisodeSpec
+
+    assert EpisodeSpec._fields[-1] == "task"

@@ -413,7 +413,7 @@ class Scheduler:
                                                           for role in self._scripted.roles})
                 except Exception as e:  # noqa: BLE001 - that group's requests fail, not the run
                     self._scripted.refuse(spec.group_id, f"{type(e).__name__}: {e}")
-        return spec._replace(task=task)
+        return EpisodeSpec._make((*spec[:-1], task))  # `_replace(task=...)`, without its keyword plumbing
 
     def _priority(self, spec: EpisodeSpec) -> tuple[int, int]:
         """Generation order under contention: higher tiers, then older groups."""
