@@ -146,7 +146,7 @@ class Scheduler:
             t.cancel()
         for ep in self._inline:  # as a cancelled task: abandoned, its late callbacks ignored
             if ep.started is not None:
-                ep.started.cancel()
+                ep.started.cancel()  # (shared by the episodes launched with it: all abandoned here)
             self.core.episode_abandoned(ep.spec)
         self._inline.clear()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -254,12 +254,18 @@ class Scheduler:
         if self._changed is None:
             return  # not started: start() fills
         loop = asyncio.get_running_loop()
+        starts: list[_InlineEpisode] | None = None
         while (spec := self.core.next_episode()) is not None:
             if spec.domain in self._by_callback:
                 ep = _InlineEpisode(spec)
                 self._inline.add(ep)
-                # where a task's first step would run: after what is already scheduled
-                ep.started = loop.call_soon(self._inline_start, ep)
+                if starts is None:
+                    # where their tasks' first steps would run, in launch order, after what is
+                    # already scheduled: one call for all of them
+                    starts = []
+                    handle = loop.call_soon(self._inline_start_all, starts)
+                starts.append(ep)
+                ep.started = handle
                 continue
             task = loop.create_task(self._episode(spec), name=f"episode {spec.key}")
             self._tasks.add(task)
@@ -309,6 +315,11 @@ class Scheduler:
         self._fill()
 
     # -- light episodes without a task (what `_episode`/`_run` do, step by step) -------------
+    def _inline_start_all(self, eps: list[_InlineEpisode]) -> None:
+        for ep in eps:
+            if ep in self._inline:  # else abandoned by `close` before it started
+                self._inline_start(ep)
+
     def _inline_start(self, ep: _InlineEpisode) -> None:
         ep.started = None
         try:
@@ -443,7 +454,7 @@ class _InlineEpisode:
         self.driver: Any = None
         self.priority: tuple[int, int] = (0, 0)
         self.started: asyncio.Handle | None = None
-        """the scheduled first step, until it runs"""
+        """the scheduled call that starts it (and the others launched with it), until it runs"""
 
 
 def _infra_result(spec: EpisodeSpec, exc: BaseException) -> EpisodeResult:
