@@ -189,3 +189,23 @@ def test_the_task_is_the_last_field_of_an_episode_spec():
     from posttrain.scheduling.work import EpisodeSpec
 
     assert EpisodeSpec._fields[-1] == "task"
+
+
+def test_a_finished_workload_is_freed_without_waiting_for_a_full_collection():
+    # the engine hands each group over as it completes; nothing it leaves behind is in a reference
+    # cycle, which would keep every trajectory of the run alive until a full collection
+    tasks = resolve_tasks("math.add.d1", per_domain=4)
+    gc.collect()
+    gc.disable()
+    try:
+        result = run_eval(_Mixed(), tasks, EvalConfig(k=(1,), workers=2), name="cycles")
+        assert len(result.records) == 4
+        del result
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        leaked = {type(o).__name__ for o in gc.garbage} & {"Trajectory", "EpisodeResult", "GroupState", "Group"}
+        assert leaked == set()
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -171,6 +172,13 @@ async def _run(work: list[WorkItem], policy: Policy, sampling: SamplingParams, e
     def on_group(group: Group) -> None:
         for r in group.results:
             record(r)
+        # handed over (and forgotten by the core) now rather than at the end, so a finished
+        # group's bookkeeping is freed at once instead of living on, scanned by every garbage
+        # collection, until the last episode of the workload (a weak reference: the core holds
+        # this callback, and a cycle would keep the whole workload alive until a full collection)
+        core = core_ref()
+        if core is not None:
+            core.take_ready("work")
 
     factory = RolloutEpisodeFactory(domains, sampling=sampling, env_config=env_config,
                                     sandbox_factory=sandbox_factory, run_id=run_id, seed_sampling=False,
@@ -195,6 +203,7 @@ async def _run(work: list[WorkItem], policy: Policy, sampling: SamplingParams, e
     sched = Scheduler(config, specs, policy, factory=episodes if own else factory, tasks=factory,
                       workers=max(1, workers), on_group=on_group, on_failure=record,
                       version_name=policy.version.name, player=player)
+    core_ref = weakref.ref(sched.core)
     async with sched:
         by_domain: dict[str, list[str]] = {}
         for gid, w in zip(gids, work):
