@@ -12,14 +12,41 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from posttrain.evaluation import EvalConfig, resolve_tasks, run_eval
+from posttrain.evaluation import EvalConfig, run_eval
+from posttrain.policies.scripted import ScriptedPolicy
 from posttrain.scheduling import DomainSpec, RetryConfig, Scheduler, SchedulerConfig
 from posttrain.scheduling.engine import old_objects_frozen
 from posttrain.scheduling.episodes import RolloutEpisodeFactory
-from posttrain.tasks.registry import get_domain
+from posttrain.tasks.domain import Domain
 from posttrain.values.generation import Completion, PolicyVersion
+from posttrain.values.task import Task
+from posttrain.values.verdict import Verdict
 
 TIMING_FIELDS = ("gen_s", "tool_s", "verify_s", "sandbox_s", "total_s", "trajectory_id")
+
+
+class _Exact:
+    name, version, needs_sandbox = "exact-toy", "1", False
+
+    def verify(self, task, outcome):
+        ok = (outcome.answer or "").strip() == task.reference["answer"]
+        return Verdict(passed=ok, score=float(ok), verifier_version=f"{self.name}@{self.version}")
+
+
+def toy_domain(name: str) -> Domain:
+    """An in-process single-answer domain (no registry to load: these tests stay fast)."""
+
+    def generate(seed: int, split: str) -> Task:
+        a, b = seed % 97, (seed * 7) % 89
+        return Task(domain=name, prompt=f"{a}+{b}=", reference={"answer": str(a + b)}, env="single",
+                    split=split, seed=seed)
+
+    return Domain(name=name, family="toy", env="single", verifier=_Exact(), generate=generate,
+                  oracle=lambda t: [t.reference["answer"]], negatives=lambda t: {"wrong": ["-1"]})
+
+
+def toy_tasks(names: Sequence[str], per_domain: int):
+    return [(d, d.task(seed, "eval")) for d in map(toy_domain, names) for seed in range(per_domain)]
 
 
 class _Mixed:
@@ -66,7 +93,7 @@ def _evaluate(monkeypatch, by_callback: bool):
         m.setattr(time, "sleep", lambda s: None)  # the batcher's backoff before re-asking a failed request
         if not by_callback:
             m.setattr(Scheduler, "_callback_domains", lambda self: frozenset())
-        tasks = resolve_tasks("math.add.d1,text.upper.l3,text.reverse.l5", per_domain=6)
+        tasks = toy_tasks(["toy.a", "toy.b", "toy.c"], per_domain=6)
         result = run_eval(_Mixed(), tasks, EvalConfig(k=(1, 2), retries=1, workers=2), name="mixed")
     return result, calls["tasks"]
 
@@ -126,7 +153,7 @@ class _Blocked:
 
 @pytest.mark.parametrize("started", [False, True])
 def test_closing_abandons_light_episodes_in_flight(started):
-    domain = get_domain("math.add.d1")
+    domain = toy_domain("toy.a")
     policy = _Blocked()
 
     async def main():
@@ -150,13 +177,13 @@ def test_closing_abandons_light_episodes_in_flight(started):
 
 
 def test_a_deadline_puts_light_episodes_back_on_tasks():
-    sched = _scheduler(_Slow(), get_domain("math.add.d1"), episode_timeout_s=5.0)
+    sched = _scheduler(_Slow(), toy_domain("toy.a"), episode_timeout_s=5.0)
     assert sched._by_callback == frozenset()
-    assert _scheduler(_Slow(), get_domain("math.add.d1"))._by_callback == {"math.add.d1"}
+    assert _scheduler(_Slow(), toy_domain("toy.a"))._by_callback == {"toy.a"}
 
 
 def test_a_scheduler_bug_on_the_callback_path_surfaces():
-    domain = get_domain("math.add.d1")
+    domain = toy_domain("toy.a")
 
     async def main():
         sched = _scheduler(_Slow(), domain)
@@ -194,11 +221,11 @@ def test_the_task_is_the_last_field_of_an_episode_spec():
 def test_a_finished_workload_is_freed_without_waiting_for_a_full_collection():
     # the engine hands each group over as it completes; nothing it leaves behind is in a reference
     # cycle, which would keep every trajectory of the run alive until a full collection
-    tasks = resolve_tasks("math.add.d1", per_domain=4)
+    tasks = toy_tasks(["toy.a"], per_domain=4)
     gc.collect()
     gc.disable()
     try:
-        result = run_eval(_Mixed(), tasks, EvalConfig(k=(1,), workers=2), name="cycles")
+        result = run_eval(ScriptedPolicy.named("oracle"), tasks, EvalConfig(k=(1,), workers=2), name="cycles")
         assert len(result.records) == 4
         del result
         gc.set_debug(gc.DEBUG_SAVEALL)
