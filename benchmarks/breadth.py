@@ -15,9 +15,9 @@ Runs the job in-process with the overrides below, then reports, from the run dir
 * `wall_s`: the whole run (evaluations included).
 
 Shortened how: `--steps` trainer steps instead of the config's, `--tasks-per-domain` eval tasks
-per domain and `--samples` samples each (and `--group-size` samples per training group), so on a loaded CPU machine the run takes minutes; the
-deltas of a few steps are small and noisy (each domain is seen by a step or two). Prints a table,
-then one JSON line.
+per domain and `--samples` samples each (and `--group-size` samples per training group), so on a
+loaded CPU machine the run takes minutes; the deltas of a few steps are small and noisy (each
+domain is seen by a step or two). Prints a table, then one JSON line.
 """
 
 from __future__ import annotations

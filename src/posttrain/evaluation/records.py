@@ -31,7 +31,7 @@ CHARS_PER_TOKEN = 4.0
 """estimate used when a backend returns no token ids"""
 
 
-@dataclass
+@dataclass(slots=True)  # one per episode: no per-instance dict to build and scan
 class Sample:
     index: int
     """sample number within its task (0..n-1); sample j of two policies has the same seed"""
@@ -86,20 +86,18 @@ class Sample:
                 if result.get("name") not in EXECUTING_TOOLS_EXCLUDED:
                     runs += 1
                     failed += not result.get("ok", False)
-        t = traj.timings
-        used_sandbox = bool(traj.sandbox)
-        sandbox_s = t.get("tool_s", 0.0) + (t.get("verify_s", 0.0) if used_sandbox else 0.0)
+        get = traj.timings.get
+        tool_s, verify_s = get("tool_s", 0.0), get("verify_s", 0.0)
+        sandbox_s = tool_s + (verify_s if traj.sandbox else 0.0)
         error = None
         if traj.error is not None:
             error = f"{traj.error.where}: {traj.error.type}: {traj.error.message[:300]}"
-        return cls(index=index, status=traj.status, passed=None if traj.status == "infra_error" else bool(traj.passed),
-                   score=traj.reward, turns=len(traj.turns), prompt_tokens=prompt_tokens,
-                   output_tokens=output_tokens, tokens_estimated=estimated,
-                   gen_s=round(t.get("gen_s", 0.0), 6), tool_s=round(t.get("tool_s", 0.0), 6),
-                   verify_s=round(t.get("verify_s", 0.0), 6), sandbox_s=round(sandbox_s, 6),
-                   total_s=round(t.get("total_s", 0.0), 6),
-                   length_cut=traj.counters.get("length_cut", 0) > 0, runs=runs, failed_runs=failed,
-                   attempt=traj.attempt, trajectory_id=traj.id, error=error)
+        # positional, in field order: one is built per episode, and keywords cost more
+        return cls(index, traj.status, None if traj.status == "infra_error" else bool(traj.passed),
+                   traj.reward, len(traj.turns), prompt_tokens, output_tokens, estimated,
+                   round(get("gen_s", 0.0), 6), round(tool_s, 6), round(verify_s, 6), round(sandbox_s, 6),
+                   round(get("total_s", 0.0), 6), traj.counters.get("length_cut", 0) > 0, runs, failed,
+                   traj.attempt, traj.id, error)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,7 +108,7 @@ class Sample:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-@dataclass
+@dataclass(slots=True)
 class TaskRecord:
     hash: str
     key: str

@@ -37,7 +37,7 @@ from posttrain.evaluation.policy import SeededPolicy
 from posttrain.evaluation.records import Sample, TaskRecord
 from posttrain.evaluation.result import EvalResult
 from posttrain.policies.base import Policy, ScriptedPlayer
-from posttrain.scheduling.engine import WorkItem, run_workload
+from posttrain.scheduling.engine import WorkItem, old_objects_frozen, run_workload
 from posttrain.tasks.domain import Domain
 from posttrain.values.episode import EpisodeResult
 from posttrain.values.generation import SamplingParams
@@ -55,6 +55,14 @@ def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalC
     this evaluation's."""
     if not tasks:
         raise ValueError("run_eval: the task set is empty")
+    with old_objects_frozen():  # the records too: they allocate as much as the episodes
+        return _run_eval(policy, tasks, config, name=name, policy_spec=policy_spec, task_source=task_source,
+                         store=store, sandbox_factory=sandbox_factory, resume=resume, sources=sources)
+
+
+def _run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalConfig, *, name: str,
+              policy_spec: str, task_source: str, store, sandbox_factory: SandboxFactory | None,
+              resume: bool, sources: Sequence[str]) -> EvalResult:
     tasks = list({t.hash: (d, t) for d, t in tasks}.values())  # a task listed twice is one task
     started = time.perf_counter()
     name = name or f"{policy.version.name}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -170,6 +170,7 @@ def token_limit(row: Any, max_positions: int | None) -> int:
     return min(row.max_tokens, max_positions - len(row.prompt_ids))
 
 
+@torch.inference_mode()  # no autograd graph: with one, every step's activations stayed alive
 def decode(model: torch.nn.Module, rows: list[RowSpec], *, pad_id: int, eos_ids: set[int],
            max_positions: int | None, stop_check: Callable[[int, list[int]], bool] | None = None,
            use_cache: bool = True, prefill_inputs: dict[str, Any] | None = None,

@@ -318,7 +318,7 @@ class Episode:
     def _close_env(self) -> None:
         if self._env is not None:
             env, self._env = self._env, None
-            self.counters.update({k: v for k, v in env.counters.items()})
+            self.counters.update(env.counters)
             self.timings.update(env.timings)
             self._sandbox_info = dict(env.sandbox_info)
             try:

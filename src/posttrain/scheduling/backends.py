@@ -81,20 +81,29 @@ class LocalBackend:
 
     async def start(self, spec: EpisodeSpec, inline: bool = False) -> tuple[Any, Step]:
         if inline:
-            driver, request, traj, secs = start_episode(self.factory, spec)
-            self.busy_s += secs
-        else:
-            driver, request, traj, secs = await self._run(start_episode, self.factory, spec)
+            return self.start_inline(spec)
+        driver, request, traj, secs = await self._run(start_episode, self.factory, spec)
         return driver, (request, traj, secs)
 
     async def advance(self, handle: EpisodeDriver, completion: Completion, inline: bool = False) -> Step:
         if inline:
-            # The GIL would serialise this work on a worker thread anyway; the hand-off to the
-            # thread and back costs more than the step itself.
-            out = advance_episode(handle, completion)
-            self.busy_s += out[-1]
-            return out
+            return self.advance_inline(handle, completion)
         return await self._run(advance_episode, handle, completion)
+
+    # The GIL would serialise a light episode's steps on a worker thread anyway; the hand-off to
+    # the thread and back costs more than the step itself. The scheduler calls these directly
+    # for light episodes (no coroutine at all), `start`/`advance` with `inline` otherwise.
+    def start_inline(self, spec: EpisodeSpec) -> tuple[EpisodeDriver, Step]:
+        """`start(spec, inline=True)` on the calling thread, synchronously."""
+        driver, request, traj, secs = start_episode(self.factory, spec)
+        self.busy_s += secs
+        return driver, (request, traj, secs)
+
+    def advance_inline(self, handle: EpisodeDriver, completion: Completion) -> Step:
+        """`advance(handle, completion, inline=True)` on the calling thread, synchronously."""
+        out = advance_episode(handle, completion)
+        self.busy_s += out[-1]
+        return out
 
     def discard(self, handle: Any) -> None:
         # A local driver is garbage once unreferenced; one whose call is still running in a

@@ -105,6 +105,12 @@ class GenerationBatcher:
     async def generate(self, request: GenerationRequest, priority: Any = ()) -> tuple[Completion, float, int]:
         """One completion, with the generator seconds and tokens attributed to it. When more
         requests wait than a batch holds, the lowest `priority` goes first (then arrival)."""
+        return await self.submit(request, priority)
+
+    def submit(self, request: GenerationRequest, priority: Any = ()) -> asyncio.Future:
+        """`generate` without the coroutine: queue `request` now and return the future that
+        `generate` awaits (for a caller that continues in a done-callback instead of a task).
+        Call it on the event loop's thread."""
         if not self._threads:
             raise RuntimeError("batcher not started")
         assert self._loop is not None  # set by start(), with the threads
@@ -123,7 +129,7 @@ class GenerationBatcher:
             # cost per episode of a cheap policy.
             if len(pending) == 1 or len(pending) == self.config.max_batch:
                 self._cond.notify()
-        return await fut
+        return fut
 
     def _burst_ended(self) -> None:
         """The loop has run every episode step that was ready when this burst's first request

@@ -68,7 +68,7 @@ class SchedulerCore(CoreState):
         if self.backoff:
             self._release_retries()
         for tier in self.config.tiers:
-            spec = self._launch_from(tier)
+            spec = self._launch_from(tier) if self.launchable[tier] else None
             if spec is not None:
                 return spec
             while (g := self._admit(tier)) is not None:

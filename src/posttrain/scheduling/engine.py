@@ -27,7 +27,9 @@ This is also the one place that opens the sandbox pool for episodes (`sandbox_po
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -93,13 +95,40 @@ def run_workload(items: Sequence[WorkItem | tuple[Domain, Task]], policy: Policy
     if not items:
         return []
     work = [it if isinstance(it, WorkItem) else WorkItem(*it) for it in items]
-    if sandbox_factory is None:
-        # an item that builds its own episode brings its own sandboxes
-        with sandbox_pool([w.domain for w in work if w.episode is None], max(1, workers)) as pooled:
-            return _run_sync(_run(work, policy, sampling, env_config, pooled, workers, run_id, retries,
-                                  max_sandboxes, player, on_result))
-    return _run_sync(_run(work, policy, sampling, env_config, sandbox_factory, workers, run_id, retries,
-                          max_sandboxes, player, on_result))
+    with old_objects_frozen():
+        if sandbox_factory is None:
+            # an item that builds its own episode brings its own sandboxes
+            with sandbox_pool([w.domain for w in work if w.episode is None], max(1, workers)) as pooled:
+                return _run_sync(_run(work, policy, sampling, env_config, pooled, workers, run_id, retries,
+                                      max_sandboxes, player, on_result))
+        return _run_sync(_run(work, policy, sampling, env_config, sandbox_factory, workers, run_id,
+                              retries, max_sandboxes, player, on_result))
+
+
+_frozen_depth = 0
+_frozen_lock = threading.Lock()
+
+
+@contextmanager
+def old_objects_frozen() -> Iterator[None]:
+    """Leave the objects alive now (modules, domains, a workload's tasks: long-lived) out of the
+    garbage collector's scans until the block ends (`gc.freeze`, given back by `gc.unfreeze`).
+    A workload of light episodes allocates enough to trigger a full collection, which would walk
+    the whole heap again: that was a sixth of an oracle episode's CPU. Garbage is still freed by
+    reference counting at once; only cycles among the old objects wait for the block's end.
+    Nested and concurrent blocks share one freeze: the last to end gives the objects back."""
+    global _frozen_depth
+    with _frozen_lock:
+        _frozen_depth += 1
+        if _frozen_depth == 1:
+            gc.freeze()
+    try:
+        yield
+    finally:
+        with _frozen_lock:
+            _frozen_depth -= 1
+            if _frozen_depth == 0:
+                gc.unfreeze()
 
 
 def run_episodes(items: Sequence[WorkItem | tuple[Domain, Task]], policy: Policy,
@@ -143,6 +172,13 @@ async def _run(work: list[WorkItem], policy: Policy, sampling: SamplingParams, e
     def on_group(group: Group) -> None:
         for r in group.results:
             record(r)
+        # handed over (and forgotten by the core) now rather than at the end, so a finished
+        # group's bookkeeping is freed at once instead of living on, scanned by every garbage
+        # collection, until the last episode of the workload (a weak reference: the core holds
+        # this callback, and a cycle would keep the whole workload alive until a full collection)
+        core = core_ref()
+        if core is not None:
+            core.take_ready("work")
 
     factory = RolloutEpisodeFactory(domains, sampling=sampling, env_config=env_config,
                                     sandbox_factory=sandbox_factory, run_id=run_id, seed_sampling=False,
@@ -167,6 +203,7 @@ async def _run(work: list[WorkItem], policy: Policy, sampling: SamplingParams, e
     sched = Scheduler(config, specs, policy, factory=episodes if own else factory, tasks=factory,
                       workers=max(1, workers), on_group=on_group, on_failure=record,
                       version_name=policy.version.name, player=player)
+    core_ref = weakref.ref(sched.core)
     async with sched:
         by_domain: dict[str, list[str]] = {}
         for gid, w in zip(gids, work):

@@ -11,8 +11,13 @@ continuous batching of generation.
 
 Every running episode is an asyncio task: `start` on a worker, then `generate` through the shared
 batcher and `advance` on a worker, turn after turn (the last call also fetches `result`). When it
-ends, its slot goes to whatever the core names next. The same code path runs real episodes
-(`posttrain.rollout.episode.Episode`) and simulated ones (`posttrain.scheduling.sim`).
+ends, its slot goes to whatever the core names next. An episode of a light domain
+(`DomainSpec.light`) on the local backend without an episode deadline has no task: its steps run
+on the loop's thread anyway, so it is driven by callbacks (`_InlineEpisode`: started by a
+`call_soon`, continued by its generation future's done-callback), which run at the very points
+of the loop where its task would have run, without a task and a chain of coroutines per episode.
+The same code path runs real episodes (`posttrain.rollout.episode.Episode`) and simulated ones
+(`posttrain.scheduling.sim`).
 
 This is the one episode engine: training (`posttrain.pipeline`), evaluation, `posttrain rollout`
 and the domain self-check are workloads on it (`posttrain.scheduling.engine` runs a fixed set).
@@ -34,7 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from posttrain.policies.base import Policy, ScriptedPlayer
-from posttrain.scheduling.backends import LocalBackend, WorkerBackend
+from posttrain.scheduling.backends import LocalBackend, Step, WorkerBackend
 from posttrain.scheduling.batcher import GenerationBatcher
 from posttrain.scheduling.config import DomainSpec, SchedulerConfig
 from posttrain.scheduling.core import Completed, SchedulerCore
@@ -104,12 +109,23 @@ class Scheduler:
         """most episodes of sandboxed domains in flight at once (never above `max_sandboxes`)"""
         self._tier_rank = {t: i for i, t in enumerate(config.tiers)}
         self._tasks: set[asyncio.Task] = set()
+        self._by_callback = self._callback_domains()
+        self._inline: set[_InlineEpisode] = set()
+        """light episodes launched and not finished (see `_InlineEpisode`)"""
         self._changed: asyncio.Event | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._error: BaseException | None = None
         self._started_at: float | None = None
         self._closed_at: float | None = None
+
+    def _callback_domains(self) -> frozenset[str]:
+        """The domains whose episodes run without a task (`_InlineEpisode`): the light ones,
+        when nothing needs a task: a deadline is a task's cancellation, and only the local
+        backend steps an episode on the loop's thread."""
+        if not isinstance(self.backend, LocalBackend) or self.config.retry.episode_timeout_s is not None:
+            return frozenset()
+        return frozenset(self._light)
 
     # -- lifecycle --------------------------------------------------------------------
     async def start(self) -> None:
@@ -128,6 +144,11 @@ class Scheduler:
         tasks = list(self._tasks)
         for t in tasks:
             t.cancel()
+        for ep in self._inline:  # as a cancelled task: abandoned, its late callbacks ignored
+            if ep.started is not None:
+                ep.started.cancel()  # (shared by the episodes launched with it: all abandoned here)
+            self.core.episode_abandoned(ep.spec)
+        self._inline.clear()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.batcher.close()
         await self.backend.close()
@@ -233,7 +254,19 @@ class Scheduler:
         if self._changed is None:
             return  # not started: start() fills
         loop = asyncio.get_running_loop()
+        starts: list[_InlineEpisode] | None = None
         while (spec := self.core.next_episode()) is not None:
+            if spec.domain in self._by_callback:
+                ep = _InlineEpisode(spec)
+                self._inline.add(ep)
+                if starts is None:
+                    # where their tasks' first steps would run, in launch order, after what is
+                    # already scheduled: one call for all of them
+                    starts = []
+                    handle = loop.call_soon(self._inline_start_all, starts)
+                starts.append(ep)
+                ep.started = handle
+                continue
             task = loop.create_task(self._episode(spec), name=f"episode {spec.key}")
             self._tasks.add(task)
             task.add_done_callback(functools.partial(self._task_done, spec))
@@ -255,10 +288,8 @@ class Scheduler:
             # counted here, not in the coroutine: a task cancelled before its first step never
             # runs any of its code
             self.core.episode_abandoned(spec)
-        elif task.exception() is not None and self._error is None:
-            self._error = task.exception()  # a bug in the scheduler itself: surface it
-            if self._changed is not None:
-                self._changed.set()
+        elif (error := task.exception()) is not None:
+            self._fail(error)  # a bug in the scheduler itself: surface it
 
     async def _episode(self, spec: EpisodeSpec) -> None:
         usage = Usage()
@@ -273,12 +304,78 @@ class Scheduler:
                     self.sandboxes_in_use -= 1
         else:
             result = await self._run(spec, usage)
+        self._finished(spec, result, usage)
+
+    def _finished(self, spec: EpisodeSpec, result: EpisodeResult, usage: Usage) -> None:
         traj = result.trajectory
         if not traj.tokenizer_hash:
             traj.tokenizer_hash = self.policy.version.tokenizer_hash
         self.versions.record(spec.policy_version, traj.status == "infra_error")
         self.core.episode_finished(spec, result, usage)
         self._fill()
+
+    # -- light episodes without a task (what `_episode`/`_run` do, step by step) -------------
+    def _inline_start_all(self, eps: list[_InlineEpisode]) -> None:
+        for ep in eps:
+            if ep in self._inline:  # else abandoned by `close` before it started
+                self._inline_start(ep)
+
+    def _inline_start(self, ep: _InlineEpisode) -> None:
+        ep.started = None
+        try:
+            ep.run_spec = self._with_task(ep.spec)
+            assert isinstance(self.backend, LocalBackend)  # `_by_callback` is empty otherwise
+            ep.driver, step = self.backend.start_inline(ep.run_spec)
+            ep.usage.sandbox_s += step[2]
+            ep.priority = self._priority(ep.run_spec)
+        except Exception as e:  # noqa: BLE001 - as in `_run`: an infrastructure failure
+            step = (None, _infra_result(ep.run_spec, e), 0.0)
+        self._inline_step(ep, step)
+
+    def _inline_step(self, ep: _InlineEpisode, step: Step) -> None:
+        """Ask for the next completion, or finish the episode."""
+        try:
+            request, result, _ = step
+            if request is not None:
+                try:
+                    fut = self.batcher.submit(request, ep.priority)
+                except Exception as e:  # noqa: BLE001 - as in `_run`
+                    result = _infra_result(ep.run_spec, e)
+                else:
+                    fut.add_done_callback(functools.partial(self._inline_completion, ep))
+                    return
+            if result is None:
+                result = _infra_result(ep.run_spec, RuntimeError(
+                    f"backend {self.backend.name} ended episode {ep.spec.key} without its result"))
+            self._inline.discard(ep)
+            self._finished(ep.spec, result, ep.usage)
+        except BaseException as e:  # noqa: BLE001 - a bug in the scheduler itself: surface it
+            self._fail(e)
+
+    def _inline_completion(self, ep: _InlineEpisode, fut: asyncio.Future) -> None:
+        if ep not in self._inline:
+            return  # abandoned by `close`
+        if fut.cancelled():  # as a task cancelled while it awaited its completion
+            self._inline.discard(ep)
+            self.core.episode_abandoned(ep.spec)
+            return
+        try:
+            completion, gen_s, tokens = fut.result()
+            ep.usage.gen_s += gen_s
+            ep.usage.tokens += tokens
+            assert isinstance(self.backend, LocalBackend)
+            step = self.backend.advance_inline(ep.driver, completion)
+            ep.usage.sandbox_s += step[2]
+        except Exception as e:  # noqa: BLE001 - as in `_run`
+            self.backend.discard(ep.driver)
+            step = (None, _infra_result(ep.run_spec, e), 0.0)
+        self._inline_step(ep, step)
+
+    def _fail(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+            if self._changed is not None:
+                self._changed.set()
 
     async def _run(self, spec: EpisodeSpec, usage: Usage) -> EpisodeResult:
         handle = None
@@ -327,7 +424,7 @@ class Scheduler:
                                                           for role in self._scripted.roles})
                 except Exception as e:  # noqa: BLE001 - that group's requests fail, not the run
                     self._scripted.refuse(spec.group_id, f"{type(e).__name__}: {e}")
-        return spec._replace(task=task)
+        return EpisodeSpec._make((*spec[:-1], task))  # `_replace(task=...)`, without its keyword plumbing
 
     def _priority(self, spec: EpisodeSpec) -> tuple[int, int]:
         """Generation order under contention: higher tiers, then older groups."""
@@ -343,6 +440,21 @@ class Scheduler:
         if self._error is not None:
             raise RuntimeError(f"the scheduler failed: {type(self._error).__name__}: {self._error}") \
                 from self._error
+
+
+class _InlineEpisode:
+    """A light episode driven by callbacks: its spec, what it used, where it is."""
+
+    __slots__ = ("spec", "run_spec", "usage", "driver", "priority", "started")
+
+    def __init__(self, spec: EpisodeSpec) -> None:
+        self.spec = self.run_spec = spec
+        """as launched; `run_spec` carries the group's task once resolved"""
+        self.usage = Usage()
+        self.driver: Any = None
+        self.priority: tuple[int, int] = (0, 0)
+        self.started: asyncio.Handle | None = None
+        """the scheduled call that starts it (and the others launched with it), until it runs"""
 
 
 def _infra_result(spec: EpisodeSpec, exc: BaseException) -> EpisodeResult:

@@ -77,7 +77,7 @@ class DomainState:
         return {k: getattr(self, k) for k in self.STATS}
 
 
-@dataclass
+@dataclass(slots=True)  # one per group: no per-instance dict to build, fill and scan
 class GroupState:
     gid: str
     domain: str

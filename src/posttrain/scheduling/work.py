@@ -86,7 +86,7 @@ class TaskSource(Protocol):
         ...
 
 
-@dataclass
+@dataclass(slots=True)  # one per episode and per group
 class Usage:
     """What one episode consumed, measured by the scheduler (not reported by the episode)."""
 
