@@ -186,10 +186,12 @@ def run_grader(sandbox: Sandbox, program: str, payload: Mapping[str, Any], *, ti
     touched, found, garbled = False, None, None
     from posttrain.sandbox.client import SupervisedSandbox
 
-    # our own program, the same text every grade: the job server compiles it once
-    cache = {"cache": True} if isinstance(sandbox, SupervisedSandbox) else {}
     try:
-        result: RunResult = sandbox.run_python(PRELUDE + program, stdin=stdin, timeout=timeout, **cache)
+        if isinstance(sandbox, SupervisedSandbox):  # our own program, the same text every grade:
+            # the job server compiles it once
+            result: RunResult = sandbox.run_python(PRELUDE + program, stdin=stdin, timeout=timeout, cache=True)
+        else:
+            result = sandbox.run_python(PRELUDE + program, stdin=stdin, timeout=timeout)
     except SandboxError as e:
         raise VerifierError(f"{label}: the sandbox failed while grading: {e}") from e
     for line in result.stdout.splitlines():

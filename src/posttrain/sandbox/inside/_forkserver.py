@@ -165,7 +165,7 @@ def _run_job(msg, fds, sock):
         os._exit(status)
 
 
-_COMPILED = {}
+_COMPILED = {}  # type: dict[str, object]
 _COMPILED_MAX = 16
 
 
