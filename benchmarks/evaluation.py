@@ -7,7 +7,9 @@ Measures, in one run (the machine is shared: compare numbers from the same run, 
 
 * episodes/s of `run_eval` with the scripted oracle on the default domains (every math and text
   single-answer domain, eval split), 2 workers -- the evaluator's own overhead (episode state
-  machine, verifiers, records, summaries with CIs);
+  machine, verifiers, records, summaries with CIs) -- and its CPU per episode
+  (`oracle_cpu_us_per_episode`, the median of `--cpu-repeats` runs; to compare two trees, run
+  this script in each, alternating, in one session);
 * episodes/s with `TorchPolicy` on the shipped tiny model (`models/tiny-base`), when it is there,
   on the domains it was trained on (its `pretrain.json`), 2 workers, sampled (temperature 1);
 * seconds to build the HTML report of a run directory holding those evals and an A/B report.
@@ -20,6 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -37,6 +41,8 @@ def main() -> None:
     ap.add_argument("--k", default="1,4", help="pass@k of the model run (n samples = max k)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--cpu-repeats", type=int, default=6,
+                    help="oracle runs timed for CPU per episode (the median is reported)")
     args = ap.parse_args()
 
     from posttrain.evaluation import EvalConfig, build_report, compare, resolve_policy, resolve_tasks, run_eval
@@ -54,6 +60,14 @@ def main() -> None:
     episodes = oracle.summary["episodes"]
     rows.append(("oracle", len(tasks), episodes, dt, episodes / dt, oracle.summary["macro_pass1"]))
     out["oracle_episodes_per_s"] = round(episodes / dt, 1)
+    # CPU per oracle episode (this process and its children: the evaluator's own cost, less
+    # sensitive to a shared machine's load than wall time), the median of `--cpu-repeats` runs
+    cpu_us = []
+    for _ in range(args.cpu_repeats):
+        c0 = _cpu_s()
+        again = run_eval(resolve_policy("oracle"), tasks, cfg, name="oracle")
+        cpu_us.append((_cpu_s() - c0) / again.summary["episodes"] * 1e6)
+    out["oracle_cpu_us_per_episode"] = round(statistics.median(cpu_us), 1) if cpu_us else None
     oracle.save_to_run(run_dir)
     wrong = run_eval(resolve_policy("wrong"), tasks, cfg, name="wrong")
     wrong.save_to_run(run_dir)
@@ -96,6 +110,11 @@ def main() -> None:
     print(f"load average (1 min): {out['load_avg_1m_before']} before, {out['load_avg_1m_after']} after; "
           f"{os.cpu_count()} CPUs")
     print(json.dumps(out))
+
+
+def _cpu_s() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _macro(result, k: int) -> float | None:
