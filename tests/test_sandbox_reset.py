@@ -152,9 +152,10 @@ def _kill_job_server_from_the_host(sb) -> None:
         pid = todo.pop()
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"_forkserver.py" in f.read():
-                    servers.append(pid)
-                    continue
+                argv = f.read().split(b"\0")
+            if not argv[0].endswith(b"bwrap") and b"/opt/posttrain/inside/_forkserver.py" in argv:
+                servers.append(pid)
+                continue
         except OSError:
             continue
         todo += children(pid)
