@@ -92,6 +92,54 @@ def test_geometry_reference_cache_is_bounded_and_keyed_by_script(monkeypatch):
     assert geometry.reference_model("a", "other.json", None, "t") and built[-1] == "a"  # the file is in the key
 
 
+def test_geometry_reference_graded_at_once_is_built_once(monkeypatch):
+    """A check grades a task's oracle, negatives and hacks at the same time: the grades that
+    miss the cache together wait for one build (they used to build it once each), and a failed
+    build is not remembered (the next grade builds it again)."""
+    import contextlib
+    import threading
+    import time
+
+    from posttrain.verifiers import geometry
+
+    monkeypatch.setattr(geometry, "_references", type(geometry._references)())
+    monkeypatch.setattr(geometry, "grading_sandbox", lambda *a, **k: contextlib.nullcontext())
+    built, fail = [], [True]
+
+    def build(sb, program, payload, **kw):
+        built.append(payload["reference"])
+        time.sleep(0.05)  # long enough for every other grade to miss the cache meanwhile
+        if payload["reference"] == "bad" and fail[0]:
+            fail[0] = False
+            return {"error": "the sandbox broke"}
+        return {"model": payload["reference"] * 2}
+
+    monkeypatch.setattr(geometry, "run_grader", build)
+    got: list = []
+
+    def grade(script):
+        try:
+            got.append(geometry.reference_model(script, "m.json", None, "t"))
+        except geometry.VerifierError as e:
+            got.append(e)
+
+    threads = [threading.Thread(target=grade, args=(s,)) for s in ["a"] * 6 + ["b"] * 3]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(built) == ["a", "b"] and sorted(map(str, got)) == ["aa"] * 6 + ["bb"] * 3
+    got.clear()
+    threads = [threading.Thread(target=grade, args=("bad",)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert built.count("bad") == 2, built  # the failure, then one build for the two that waited
+    assert sum(isinstance(g, geometry.VerifierError) for g in got) == 1 and got.count("badbad") == 2
+    assert not geometry._building
+
+
 @pytest.mark.parametrize("answer", ["nan", "NaN", "inf", "-Infinity", "[nan]"])
 def test_non_finite_answers_fail_before_any_rg_scorer(answer):
     for name in ("rg.basic_arithmetic", "rg.decimal_arithmetic", "rg.gsm_symbolic"):

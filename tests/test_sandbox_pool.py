@@ -63,10 +63,19 @@ def test_unclean_reset_discards_and_boots_another(monkeypatch):
         assert pool.stats["booted"] == 2
 
 
-def test_an_episode_that_killed_the_job_server_costs_no_boot():
+def test_an_episode_that_kills_everything_or_a_killed_job_server_costs_no_boot():
+    from tests.test_sandbox_reset import _kill_job_server_from_the_host
+
     with SandboxPool(size=1, limits=Limits(wall_s=5), backend="bwrap") as pool:
         with pool.sandbox() as sb:
-            sb.run("echo x > f; kill -9 -1")  # the job server too
+            sb.run("echo x > f; kill -9 -1")  # not the job server: it is the sandbox's pid 1
+        with pool.sandbox() as again:
+            assert again.id == sb.id and again.list_files() == []
+            assert again.run("echo ok").stdout == "ok\n"
+        assert pool.stats["server_restarts"] == 0
+        with pool.sandbox() as again:
+            again.run("echo x > f")
+            _kill_job_server_from_the_host(again)  # as the OOM killer would
         with pool.sandbox() as again:
             assert again.id == sb.id and again.list_files() == []
             assert again.run("echo ok").stdout == "ok\n"

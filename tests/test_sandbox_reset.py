@@ -10,6 +10,7 @@ nothing: it has no /dev/shm or IPC namespace of its own).
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import pytest
@@ -134,16 +135,79 @@ KILLER = ("(setsid sh -c 'while true; do kill -9 -1 2>/dev/null; echo 1 > /tmp/r
           "echo 1 > $HOME/r 2>/dev/null; sleep 0.01; done  # leakmark' > /dev/null 2>&1 &); sleep 0.1")
 
 
+def _kill_job_server_from_the_host(sb) -> None:
+    """What an OOM kill does: the job server (the sandbox's pid 1) dies, and its namespace."""
+    import os
+    import signal
+
+    def children(pid):
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                return [int(x) for x in f.read().split()]
+        except OSError:
+            return []
+
+    todo, servers = [sb._proc.pid], []
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if not argv[0].endswith(b"bwrap") and b"/opt/posttrain/inside/_forkserver.py" in argv:
+                servers.append(pid)
+                continue
+        except OSError:
+            continue
+        todo += children(pid)
+    assert len(servers) == 1, servers
+    with open(f"/proc/{servers[0]}/stat") as f:
+        bwrap = int(f.read().rsplit(")", 1)[1].split()[1])  # its parent: the outer bubblewrap
+    os.kill(servers[0], signal.SIGKILL)
+    deadline = time.monotonic() + 10  # until bubblewrap has followed it, as after an OOM kill
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{bwrap}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except OSError:
+            return
+        time.sleep(0.01)
+
+
 @needs_bwrap
-@pytest.mark.parametrize("kill", ["kill -9 $PPID", KILLER])
-def test_reset_restarts_a_killed_job_server_and_leaves_nothing(kill):
-    """An episode that kills the job server (once, or with a daemon that keeps killing and
-    writing): the reset starts a new server, and the next episode sees nothing of the last."""
+@pytest.mark.parametrize("kill", ["kill -9 $PPID", "kill -9 1", "kill -9 -1", KILLER])
+def test_an_episode_cannot_kill_the_job_server_and_leaves_nothing(kill):
+    """The job server is the sandbox's pid 1: an episode that tries to kill it (once, or with a
+    daemon that keeps killing and writing) kills its own processes only; the reset is an
+    ordinary one (no restart), and the next episode sees nothing of the last."""
     env = {"SHM": "1"}
     with _open("bwrap") as sb:
         assert sb.run(PLANT, env=env).ok
         assert sb.run_python(SYSV).ok
         sb.run(kill)
+        if kill != KILLER:  # (the daemon would kill this job too)
+            assert sb.run("echo alive").stdout == "alive\n"  # the same server
+        report = sb.reset()
+        assert report.reusable and not report.details.get("server_restarted"), report
+        after = sb.run(LOOK, env=env)
+        assert after.stdout.strip() == "found:nothing", after
+        assert sb.list_files() == []
+        assert sb.run_python("print(6 * 7)").stdout == "42\n"
+
+
+@needs_bwrap
+@pytest.mark.parametrize("daemon", [False, True])
+def test_reset_restarts_a_killed_job_server_and_leaves_nothing(daemon):
+    """The job server killed from outside (as the OOM killer would), with the episode's
+    processes (and a daemon that keeps killing and writing) or without: the reset starts a new
+    server, and the next episode sees nothing of the last."""
+    env = {"SHM": "1"}
+    with _open("bwrap") as sb:
+        assert sb.run(PLANT, env=env).ok
+        assert sb.run_python(SYSV).ok
+        if daemon:
+            sb.run(KILLER)
+        _kill_job_server_from_the_host(sb)
         report = sb.reset()
         assert report.reusable and report.details.get("server_restarted"), report
         after = sb.run(LOOK, env=env)
@@ -152,6 +216,20 @@ def test_reset_restarts_a_killed_job_server_and_leaves_nothing(kill):
         assert sb.run_python("print(6 * 7)").stdout == "42\n"
         again = sb.reset()  # and the next reset is an ordinary one
         assert again.reusable and not again.details.get("server_restarted"), again
+
+
+@needs_bwrap
+def test_orphans_of_jobs_are_reaped_by_the_job_server():
+    """As pid 1 the server reaps the orphans reparented to it: no zombie is left, between jobs
+    or during one, and a job still waits for its own children."""
+    with _open("bwrap") as sb:
+        sb.run("for i in 1 2 3 4 5; do (sleep 0.05 &); done; (setsid sleep 0.05 &)")
+        r = sb.run("sleep 0.5; cat /proc/[0-9]*/stat 2>/dev/null | awk '$3 == \"Z\"' | wc -l; "
+                   "(sleep 0.05 &); sleep 0.3; cat /proc/[0-9]*/stat 2>/dev/null | awk '$3 == \"Z\"' | wc -l")
+        assert r.stdout.split() == ["0", "0"], r
+        assert sb.run_python("import subprocess; print(subprocess.run(['sh', '-c', 'exit 3']).returncode)"
+                             ).stdout == "3\n"
+        assert sb.reset().reusable
 
 
 @needs_bwrap

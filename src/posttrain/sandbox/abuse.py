@@ -316,7 +316,7 @@ def fd_and_proc_leaks(sb):
         print(len([p for p in os.listdir("/proc") if p.isdigit()]))
         """)
     fds, nprocs = (r.stdout.split("\n") + ["", "0"])[:2]
-    # 3 is listdir's own descriptor; the processes are bwrap's pid 1, the job server, this one
+    # 3 is listdir's own descriptor; the processes are the job server (pid 1) and this one
     return (fds in ("['0', '1', '2']", "['0', '1', '2', '3']") and 0 < int(nprocs) <= 4,
             f"fds {fds}, {nprocs} processes visible")
 

@@ -274,8 +274,13 @@ class BwrapRunner:
         return bwrap_args.server_argv(self.layout, self.image, fd, started_fd, preload)
 
     def server_ready(self, handle: BwrapHandle) -> None:
-        """Learn the server's host pid: the only child of bubblewrap's pid 1 at this point."""
+        """Learn the server's host pid: the sandbox's pid 1 itself (`bwrap_args.AS_INIT`),
+        else the only child of bubblewrap's pid 1 at this point."""
         self.procs.infra = set()
+        if bwrap_args.AS_INIT and handle.init_pid is not None:
+            self.procs.infra = {p for p in (handle.pid, handle.init_pid) if p is not None}
+            self.server_pid = handle.init_pid
+            return
         try:
             with open(f"/proc/{handle.init_pid}/task/{handle.init_pid}/children") as f:
                 children = [int(x) for x in f.read().split()]

@@ -4,7 +4,8 @@ Booting a sandbox costs ~150 ms (namespaces, mounts, a job server importing its 
 reset costs a few milliseconds: kill every process but the job server, unmount the episode's
 /ws, /tmp and /dev/shm and mount fresh ones (`overlay.py`), remove System V IPC objects, then
 look at the sandbox *as the next episode will see it* (through its own mount namespace) and
-check that nothing is left. When the episode killed the job server (a policy's `kill -9 -1`),
+check that nothing is left. When the job server died during the episode (under bubblewrap it is
+the sandbox's pid 1, which nothing inside can kill: the OOM killer, a kill from outside),
 the bubblewrap backend kills the rest, remounts, and starts a new job server before the probe
 (its pid namespace ended with the old one; the details say `server_restarted`): a server start
 instead of a boot. The backends gather the facts (I/O); this module decides, as plain

@@ -228,7 +228,8 @@ class Supervisor:
         if alive:
             facts = self.runner.reset(self.server.handle)
         else:
-            # The episode killed the job server (`kill -9 -1`, a grader-killing hack). Its pid
+            # The job server died during the episode (under bubblewrap nothing inside can kill
+            # it, it is pid 1: the OOM killer; with the process backend any job can). Its pid
             # namespace died with it, taking every process started in it along; the runner
             # kills what else is left, remounts the writable places, then starts a new job
             # server (as a boot does) and probes through it. Cheaper than a new sandbox

@@ -364,6 +364,9 @@ REFERENCE_CACHE_BYTES = 64 << 20
 """and at most this many bytes of them (base64), the least recently used dropped first"""
 _references: OrderedDict[str, str] = OrderedDict()
 _references_lock = threading.Lock()
+_building: dict[str, threading.Lock] = {}
+"""a lock per reference being built: a check grades a task's oracle, negatives and hacks
+concurrently, and without it each grade that missed the cache built the same reference again"""
 
 
 def reference_model(script: str, file: str, like: Any, label: str) -> str:
@@ -378,17 +381,33 @@ def reference_model(script: str, file: str, like: Any, label: str) -> str:
         if key in _references:
             _references.move_to_end(key)
             return _references[key]
+        gate = _building.setdefault(key, threading.Lock())
+    try:
+        with gate:  # one build per key at a time; the others wait for it and take its model
+            with _references_lock:
+                if key in _references:
+                    _references.move_to_end(key)
+                    return _references[key]
+            model = _build_reference(script, file, like, label)
+            with _references_lock:
+                _references[key] = model
+                while len(_references) > REFERENCE_CACHE_SIZE or (
+                        len(_references) > 1 and sum(map(len, _references.values())) > REFERENCE_CACHE_BYTES):
+                    _references.popitem(last=False)
+            return model
+    finally:  # a failed build is not remembered: whoever waited builds it again
+        with _references_lock:
+            if _building.get(key) is gate and not gate.locked():
+                del _building[key]
+
+
+def _build_reference(script: str, file: str, like: Any, label: str) -> str:
     with grading_sandbox(like, GRADER_PRELOAD) as sandbox:
         found = run_grader(sandbox, REFERENCE, {"reference": script, "file": file},
                            timeout=60.0 + GRADER_MARGIN_S, label=f"{label}: building the reference")
     model = found.get("model")
     if not isinstance(model, str):
         raise VerifierError(f"{label}: the reference build returned no model ({found!r:.200})")
-    with _references_lock:
-        _references[key] = model
-        while len(_references) > REFERENCE_CACHE_SIZE or (
-                len(_references) > 1 and sum(map(len, _references.values())) > REFERENCE_CACHE_BYTES):
-            _references.popitem(last=False)
     return model
 
 

@@ -14,9 +14,13 @@ namespace setup (5-20 ms) on every command.
 What it protects against, and what not: a job is a separate process with its own fresh CPU
 limit and a fresh random seed, and it cannot reach the control socket (closed in the child) or
 the server's memory (the server is non-dumpable, so `/proc/<server>/mem` is closed to the job).
-It shares the uid with the server, so a job can kill the server; the supervisor notices and
-starts a new one. Jobs of one sandbox share its workspace and `/tmp`; a fork-server is never
-reused across sandboxes (episodes).
+It shares the uid with the server, yet cannot kill it: under bubblewrap the server is its pid
+namespace's pid 1 (`--as-pid-1`), which the kernel shields from every signal sent from inside for
+which it has no handler (SIGKILL and SIGSTOP included), so a `kill -9 -1` kills the job's fellows
+but not the server, and costs no restart. As pid 1 it also reaps the orphans reparented to it
+(`_reap`). If the server dies anyway (the OOM killer, a kill from the host), its namespace dies
+with it; the supervisor notices and starts a new one. Jobs of one sandbox share its workspace and
+`/tmp`; a fork-server is never reused across sandboxes (episodes).
 
 This file is self-contained (stdlib only) because the `posttrain` package is not visible inside
 the sandbox, and it imports only built-in modules (`_socket`, `marshal`, `struct`, ...) so that it
@@ -97,8 +101,44 @@ def _keep_caps_to_self():
         raise OSError(ctypes.get_errno(), "capset")
 
 
+_INIT = os.getpid() == 1
+"""the server is its pid namespace's init (bubblewrap's --as-pid-1): it reaps the orphans"""
+_busy = False
+"""a job is running: its exit is the main loop's to collect (with its rusage), not `_reap`'s"""
+
+
+def _reap(*_):
+    """SIGCHLD as pid 1, between jobs: reap the exited orphans (the background processes of
+    earlier jobs), which would otherwise stay zombies (they count against RLIMIT_NPROC, and a
+    reset waits for every process of the sandbox to be gone)."""
+    while not _busy:
+        try:
+            if os.wait4(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+
+
+def _wait_job(pid):
+    """The job's (status, rusage); as pid 1, the orphans that exit meanwhile are reaped too."""
+    global _busy
+    if not _INIT:
+        return os.wait4(pid, 0)[1:]
+    try:
+        while True:
+            got, status, ru = os.wait4(-1, 0)
+            if got == pid:
+                return status, ru
+    finally:
+        _busy = False
+        _reap()  # what exited while the job ran, after its last wait4
+
+
 def _become_job(msg, fds, sock):
     """In the forked child: stdio, session, CPU limit, working directory."""
+    if _INIT:  # the server's own signal dispositions are not a job's
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     sock.close()  # the child keeps no way to talk to the supervisor (closerange below, too)
     os.setsid()  # its own session and process group: signals to its group stay in the job
     for i, fd in enumerate(fds):
@@ -196,6 +236,12 @@ def main():
     preload = [m for m in sys.argv[3].split(",") if m] if len(sys.argv) > 3 else []
     _set_dumpable(0)
     _keep_caps_to_self()
+    if _INIT:
+        # Python's SIGINT handler would let a job's `kill -INT 1` stop the server: with the
+        # default disposition the kernel drops it, as it does every signal sent to pid 1 from
+        # inside that has no handler
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, _reap)
     errors = []
     for name in preload:
         try:
@@ -213,6 +259,7 @@ def main():
     gc.collect()
     gc.freeze()
     _report(sock, _READY, "\n".join(errors).encode()[:60000])
+    global _busy
     while True:
         try:
             msg, fds = _recv_job(sock)
@@ -220,6 +267,7 @@ def main():
             os._exit(0)
         if msg.get("cache") and "code" in msg:
             msg["compiled"] = _compiled(msg["code"])
+        _busy = True  # before the fork: a job that exits at once is still the main loop's
         pid = os.fork()
         if pid == 0:
             (_exec_job if "argv" in msg else _run_job)(msg, fds, sock)
@@ -233,9 +281,10 @@ def main():
         except OSError:
             pass
         # What the job left running in the background (`server &`) stays, as in a shell, until
-        # the supervisor's kill_processes() or the sandbox's end. Orphans go to pid 1 (bwrap),
-        # which reaps them; this server only ever waits for its own child.
-        _, status, ru = os.wait4(pid, 0)
+        # the supervisor's kill_processes() or the sandbox's end. Orphans go to pid 1: this
+        # server under bubblewrap (reaped in `_wait_job` and `_reap`), else the process backend's
+        # supervisor.
+        status, ru = _wait_job(pid)
         _report(sock, _DONE, _DONE_BODY.pack(status, ru.ru_utime + ru.ru_stime, ru.ru_maxrss))
 
 
