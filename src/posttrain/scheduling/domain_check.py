@@ -93,7 +93,7 @@ def _check_all(domains: Sequence[Domain], per_domain: int, seeds: Sequence[int] 
     """The domains in order; each run of neighbouring domains that preload the same modules is
     served by one pool, preloaded for them alone (a pool preloaded for every domain would make
     each code or terminal episode's sandbox import geometry's numpy and manifold3d too: larger
-    forks, and ~120 ms instead of ~25 ms for each job server an episode kills)."""
+    forks, and ~120 ms instead of ~25 ms for each job-server start)."""
     out: list[DomainCheck] = []
     start = 0
     for i in range(1, len(domains) + 1):
