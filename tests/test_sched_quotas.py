@@ -138,3 +138,31 @@ def test_domain_spec_validation_names_field_and_value():
         SchedulerConfig(share_by="bananas")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"DomainSpec 'x'.max_tokens must be > 0 or None, got 0"):
         DomainSpec("x", max_tokens=0)
+
+
+def test_domains_that_start_waiting_together_outwait_the_guard_in_rank_order():
+    """Domains admitted in one pass read the clock microseconds apart, in alphabetical order;
+    once they have all waited past `starvation_s`, the guard serves them in their rank
+    (stratified) order, not in that order of admission -- which filled whole trainer steps from
+    one family in a 330-domain run once its unserved domains passed the guard's 120 s."""
+
+    class Ticking(Clock):
+        def __call__(self) -> float:
+            self.t += 1e-6  # every read a microsecond later, as a real clock
+            return self.t
+
+    clock = Ticking()
+    q = FairQueue(window_s=1e9, starvation_s=120.0, clock=clock)
+    names = [f"{fam}.{i}" for fam in ("code", "math", "text") for i in range(4)]  # alphabetical
+    ranks = {n: i for i, n in enumerate(sorted(names, key=lambda n: (n.split(".")[1], n)))}
+    for i, name in enumerate(names):  # tags in admission order: the guard must not follow them
+        q.add(name, 1.0, rank=ranks[name], offset=i * 1e-3)
+    assert q.pick() == "code.0"  # by tag, before anyone outwaits the guard
+    clock.t += 500.0  # everyone has waited past the guard
+    got = []
+    for _ in range(len(names)):
+        name = q.pick()
+        got.append(name)
+        q.charge(name, 1000.0, samples=1, cost=1)
+    assert got == sorted(names, key=lambda n: ranks[n])  # code.0, math.0, text.0, code.1, ...
+    assert [n.split(".")[0] for n in got[:3]] == ["code", "math", "text"]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -110,6 +111,8 @@ class FairQueue:
         self._aheap: list[list] = []
         self._capped: deque[str] = deque()
         self._seq = itertools.count()
+        self._wait_tick = min(1.0, starvation_s / 10) if starvation_s else 1.0
+        """waits that began within one tick of each other count as equally long (see `_push`)"""
 
     # -- membership -------------------------------------------------------------------
     def add(self, name: str, weight: float, *, sample_cap: float | None = None,
@@ -170,7 +173,7 @@ class FairQueue:
             heap = self._aheap
             while heap and heap[0] is not self._domains[heap[0][-1]].aentry:
                 heapq.heappop(heap)
-            if heap and now - heap[0][0] > self.starvation_s:
+            if heap and now - self._domains[heap[0][-1]].since > self.starvation_s:
                 return heap[0][-1]
         self._recheck_capped(now)
         heap = self._vheap
@@ -262,7 +265,11 @@ class FairQueue:
         seq = next(self._seq)
         d.ventry = [d.vtime, d.rank, seq, d.name]
         heapq.heappush(self._vheap, d.ventry)
-        d.aentry = [d.since, d.rank, seq, d.name]
+        # Waits that began within one tick of each other tie, and go in rank order too: the
+        # domains admitted (or unblocked) in one pass read the clock microseconds apart, in
+        # alphabetical order, and once they all outwait `starvation_s` that order would again
+        # fill whole steps from one family.
+        d.aentry = [math.floor(d.since / self._wait_tick), d.rank, seq, d.name]
         heapq.heappush(self._aheap, d.aentry)
 
     def _over_cap(self, d: _Domain, now: float) -> bool:
