@@ -152,7 +152,7 @@ class _BrokenSandbox:
     def __init__(self, fail: bool) -> None:
         self.fail = fail
 
-    def run_python(self, code, *, stdin=None, timeout=None, args=()):
+    def run_python(self, code, *, stdin=None, timeout=None, args=(), cache=False):
         if self.fail:
             raise SandboxError("supervisor died")
         return RunResult(exit_code=1, stdout="", stderr="Traceback: boom")

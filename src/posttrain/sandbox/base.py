@@ -192,9 +192,13 @@ class Sandbox(Protocol):
         stdin: str | bytes | None = None,
         timeout: float | None = None,
         args: Sequence[str] = (),
+        cache: bool = False,
     ) -> RunResult:
         """Run Python source through the warm path (a forked child of a resident interpreter
-        with heavy imports preloaded), under the same limits as `run`."""
+        with heavy imports preloaded), under the same limits as `run`. `cache`: `code` is the
+        host's own program, run many times (a grading program; never the policy's code): the
+        resident interpreter may compile it once and keep it (a hint; an implementation may
+        ignore it)."""
         ...
 
     def write_file(self, path: str, data: str | bytes, *, mode: int = 0o644) -> None:

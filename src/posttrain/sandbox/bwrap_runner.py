@@ -274,21 +274,11 @@ class BwrapRunner:
         return bwrap_args.server_argv(self.layout, self.image, fd, started_fd, preload)
 
     def server_ready(self, handle: BwrapHandle) -> None:
-        """Learn the server's host pid: the sandbox's pid 1 itself (`bwrap_args.AS_INIT`),
-        else the only child of bubblewrap's pid 1 at this point."""
+        """Learn the server's host pid: the sandbox's pid 1 itself (`bwrap_args.AS_INIT`)."""
         self.procs.infra = set()
-        if bwrap_args.AS_INIT and handle.init_pid is not None:
+        if handle.init_pid is not None:
             self.procs.infra = {p for p in (handle.pid, handle.init_pid) if p is not None}
             self.server_pid = handle.init_pid
-            return
-        try:
-            with open(f"/proc/{handle.init_pid}/task/{handle.init_pid}/children") as f:
-                children = [int(x) for x in f.read().split()]
-        except (OSError, ValueError):
-            return
-        if len(children) == 1:
-            self.procs.infra = {p for p in (handle.pid, handle.init_pid, children[0]) if p is not None}
-            self.server_pid = children[0]
 
     # -- the sandbox's processes, seen from the host (`bwrap_procs.py`) -----------------------
     def kill_job(self, handle: BwrapHandle | None, job_pid: int | None) -> bool:

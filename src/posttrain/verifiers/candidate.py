@@ -213,13 +213,10 @@ def run_candidate(sandbox: Any, code: str, stub: str, entry: str, cases: list, *
     mark = f"{CASE_MARK}{secrets.token_hex(8)}@@"
     stdin = json.dumps({"code": code, "stub": stub, "entry_point": entry, "cases": cases,
                         "decode": decode, "mark": mark})
-    from posttrain.sandbox.client import SupervisedSandbox
-
-    # the harness is our own program, the same text every time (the candidate's code comes on
-    # stdin): the job server compiles it once
-    cache = {"cache": True} if isinstance(sandbox, SupervisedSandbox) else {}
     try:
-        r = sandbox.run_python(CANDIDATE_PROGRAM, stdin=stdin, timeout=timeout, **cache)
+        # the harness is our own program, the same text every time (the candidate's code comes
+        # on stdin): the job server compiles it once
+        r = sandbox.run_python(CANDIDATE_PROGRAM, stdin=stdin, timeout=timeout, cache=True)
     except SandboxError as e:
         raise VerifierError(f"{label}: the sandbox failed while running the candidate: {e}") from e
     ready, load_error, results = False, None, {}

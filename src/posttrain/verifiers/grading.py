@@ -184,14 +184,9 @@ def run_grader(sandbox: Sandbox, program: str, payload: Mapping[str, Any], *, ti
     marker = f"@@ptgrade:{secrets.token_hex(16)}@@"
     stdin = json.dumps({**payload, "marker": marker})
     touched, found, garbled = False, None, None
-    from posttrain.sandbox.client import SupervisedSandbox
-
     try:
-        if isinstance(sandbox, SupervisedSandbox):  # our own program, the same text every grade:
-            # the job server compiles it once
-            result: RunResult = sandbox.run_python(PRELUDE + program, stdin=stdin, timeout=timeout, cache=True)
-        else:
-            result = sandbox.run_python(PRELUDE + program, stdin=stdin, timeout=timeout)
+        # our own program, the same text every grade: the job server compiles it once
+        result: RunResult = sandbox.run_python(PRELUDE + program, stdin=stdin, timeout=timeout, cache=True)
     except SandboxError as e:
         raise VerifierError(f"{label}: the sandbox failed while grading: {e}") from e
     for line in result.stdout.splitlines():
