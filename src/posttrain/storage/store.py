@@ -89,19 +89,42 @@ class Store:
             self._db = sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None,
                                        check_same_thread=False)
             self._db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-            if not readonly:
-                self._db.execute("PRAGMA journal_mode = WAL")
-                self._db.execute("PRAGMA synchronous = NORMAL")
-                self._db.executescript(_SCHEMA)
-                self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                                 (str(SCHEMA_VERSION),))
-                self._migrate()
-            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            row = self._open(readonly, time.monotonic() + timeout_s)
         except sqlite3.DatabaseError as e:
             raise self._refusal(e) from e
         if row is None or int(row[0]) != SCHEMA_VERSION:
             raise StoreError(f"{self.path}: store schema version {row and row[0]} is not "
                              f"{SCHEMA_VERSION}; export it with the posttrain version that wrote it")
+
+    def _open(self, readonly: bool, deadline: float) -> Any:
+        """Set the store up (WAL, schema, migration) and return its schema-version row.
+
+        Several processes may open a new store at the same instant. SQLite answers some of the
+        steps of that race (switching a fresh file to WAL, the first read of a WAL file whose
+        shared memory another connection is initialising) with SQLITE_BUSY at once, without
+        calling the busy handler, so `busy_timeout` alone does not cover them. Every step is
+        idempotent, so a busy answer is retried (with a growing pause) until the caller's timeout.
+        """
+        pause = 0.005
+        while True:
+            try:
+                if not readonly:
+                    self._db.execute("PRAGMA journal_mode = WAL")
+                    self._db.execute("PRAGMA synchronous = NORMAL")
+                    self._db.executescript(_SCHEMA)
+                    self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                                     (str(SCHEMA_VERSION),))
+                    self._migrate()
+                return self._db.execute(
+                    "SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            except sqlite3.OperationalError as e:
+                busy = "locked" in str(e) or "busy" in str(e)
+                if not busy or time.monotonic() + pause > deadline:
+                    raise
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                time.sleep(pause)
+                pause = min(pause * 2, 0.25)
 
     def _migrate(self) -> None:
         """Schema 1 -> 2: trajectories get their `member` (0 for old rows) and the identity index."""
