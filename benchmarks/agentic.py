@@ -40,12 +40,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs-dir", default="runs/bench-agentic", help="where the run is written (replaced)")
     ap.add_argument("--steps", type=int, default=None, help="trainer steps (default: the config's)")
+    ap.add_argument("--model", default=None,
+                    help="the base model's directory (default: the config's, models/tiny-agent); "
+                         "a candidate is measured before its weights are committed")
     args = ap.parse_args()
     runs = Path(args.runs_dir)
     shutil.rmtree(runs, ignore_errors=True)
     overrides: dict = {"runs_dir": str(runs)}
     if args.steps is not None:
         overrides["steps"] = args.steps
+    if args.model is not None:
+        overrides["model.path"] = args.model
     config = load_config(CONFIG, overrides)
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()

@@ -53,13 +53,14 @@ from posttrain.tasks.families.common import perturb
 CACHE_DIR = Path(__file__).resolve().parent / ".cache"
 
 # The domains that get many transcripts (every other tool-use domain gets a few, so that the model
-# has seen every family's tools and formats): the first agentic mix, and the domains held out of RL
-# (in the corpus, like tiny-base's held-out domains). configs/agentic.toml now trains the tool-use
-# domains where the committed model shows latent skill, which include some of these.
+# has seen every family's tools and formats): the domains configs/agentic.toml trains, and those it
+# holds out of RL (in the corpus, like tiny-base's held-out domains). The first corpus gave many
+# transcripts to the first agentic mix instead; four of the domains the job trains now had 6 each,
+# and their base successes came from memorised train tasks (`files.concat` wrote `seq 1 12`
+# whatever the number of parts), not from a skill RL can make reliable.
 TRAINED = ("terminal.count.words", "terminal.count.level-lines", "terminal.count.unique-ips",
-           "terminal.find.largest", "code.repair.list.kth", "code.repair.str.rle",
-           "code.repair.list.window", "geometry.sphere.radius", "geometry.cone.dims",
-           "geometry.tube.pipe")
+           "terminal.files.concat", "terminal.files.rename-ext", "terminal.archive.tar",
+           "terminal.grep.level-counts", "geometry.cone.dims", "code.repair.list.kth")
 HELD_OUT = ("terminal.count.files", "terminal.text.csv-sum", "code.repair.list.rotate",
             "geometry.cylinder.dims")
 
@@ -227,7 +228,7 @@ reads the file before editing it)"""
 
 @dataclass
 class CorpusConfig:
-    main_tasks: int = 100
+    main_tasks: int = 300
     """transcripts per trained / held-out tool-use domain"""
     other_tasks: int = 6
     """transcripts per other tool-use domain"""

@@ -24,6 +24,9 @@ def test_the_config_trains_what_the_corpus_prepared_for():
     # model knows its tools and format); the held-out ones are those the corpus prepared as such
     corpus = {d.name for d in ac.tool_domains()}
     assert set(cfg.domains.train) <= corpus and tuple(cfg.domains.heldout) == ac.HELD_OUT
+    # and the domains RL trains are those the corpus gave many transcripts (a domain trained on a
+    # handful of memorised transcripts shows luck at pass@8, not a skill RL can make reliable)
+    assert tuple(cfg.domains.train) == ac.TRAINED
     trained = [get_domain(n) for n in cfg.domains.train]
     held = [get_domain(n) for n in cfg.domains.heldout]
     assert len(trained) >= 8 and len(held) >= 4
