@@ -43,12 +43,16 @@ def main() -> None:
     ap.add_argument("--model", default=None,
                     help="the base model's directory (default: the config's, models/tiny-agent); "
                          "a candidate is measured before its weights are committed")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="the run's seed (default: the config's): another draw of the same job")
     args = ap.parse_args()
     runs = Path(args.runs_dir)
     shutil.rmtree(runs, ignore_errors=True)
     overrides: dict = {"runs_dir": str(runs)}
     if args.steps is not None:
         overrides["steps"] = args.steps
+    if args.seed is not None:
+        overrides["seed"] = args.seed
     if args.model is not None:
         overrides["model.path"] = args.model
     config = load_config(CONFIG, overrides)
