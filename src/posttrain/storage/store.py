@@ -74,6 +74,11 @@ _IDENTITY_INDEX = ("CREATE {unique} INDEX IF NOT EXISTS {name} ON trajectories "
                    "(run_id, group_id, member, attempt) WHERE group_id != ''")
 
 
+def _is_busy(e: sqlite3.Error) -> bool:
+    """SQLite's answer when another connection holds the lock it needs."""
+    return "locked" in str(e) or "busy" in str(e)
+
+
 class StoreError(RuntimeError):
     """The store cannot be used (corrupt file, locked too long, wrong schema); names the file."""
 
@@ -118,8 +123,7 @@ class Store:
                 return self._db.execute(
                     "SELECT value FROM meta WHERE key='schema_version'").fetchone()
             except sqlite3.OperationalError as e:
-                busy = "locked" in str(e) or "busy" in str(e)
-                if not busy or time.monotonic() + pause > deadline:
+                if not _is_busy(e) or time.monotonic() + pause > deadline:
                     raise
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
@@ -154,7 +158,7 @@ class Store:
 
     def _explain(self, e: sqlite3.Error) -> str:
         msg = str(e)
-        if "locked" in msg or "busy" in msg:
+        if _is_busy(e):
             return (f"{self.path}: the store stayed locked by another process past the timeout "
                     f"({msg}); is another posttrain process holding it?")
         if "not a database" in msg or "malformed" in msg or "corrupt" in msg:
