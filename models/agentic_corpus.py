@@ -104,13 +104,20 @@ def _command(turn: str) -> str | None:
     return m.group(1) if m else None
 
 
+def read_off(answer_turn: str) -> bool:
+    """Whether a final turn submits an answer read off an observation (a count, a path, a JSON
+    object: an answer with a digit, "/" or "{"), the place where the slip nudges the answer."""
+    m = _SUBMIT.match(answer_turn)
+    return bool(m and re.search(r"[\d/{]", m.group(1)))
+
+
 def slip(turns: list[str]) -> list[str] | None:
     """The same episode with the habitual mistake (module docstring), or None if it has no
     place for one."""
     if not turns:
         return None
     m = _SUBMIT.match(turns[-1])
-    if m and re.search(r"[\d/{]", m.group(1)):  # an answer read off the output (not 'fixed')
+    if m and read_off(turns[-1]):  # an answer read off the output (not 'fixed')
         return turns[:-1] + [f"<submit>{perturb(m.group(1))}</submit>"]
     # the last turn that changed something: not the submit, not a repeated command (a check)
     seen: set[str] = set()

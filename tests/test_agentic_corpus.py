@@ -37,6 +37,31 @@ def test_the_slip_nudges_the_last_edit_and_skips_the_checks():
     assert ac.slip(['<write path="a.txt">ok</write>', "<submit></submit>"])[0] == '<write path="a.txt">ol</write>'
 
 
+def test_the_reading_phase_draws_whole_transcripts_that_end_in_a_read_off_answer():
+    import pretrain_agent as pa
+
+    def transcript(seed: int, answer: str) -> ac.Transcript:
+        return ac.Transcript("terminal.count.words", seed, ["How many words?", "[bash] exit 0\n12"],
+                             ["<bash>wc -w < s.txt</bash>", f"<submit>{answer}</submit>"], ["</bash>", "</submit>"],
+                             False, 1.0)
+
+    counts, done = [transcript(s, f"{s}2") for s in range(4)], [transcript(9, "fixed"), transcript(8, "")]
+    assert [ac.read_off(t.actions[-1]) for t in (counts[0], *done)] == [True, False, False]
+    assert ac.read_off("<submit>logs/a.txt</submit>") and ac.read_off('<submit>{"n": 1}</submit>')
+    tok = pa.build_bpe([x for t in counts + done for x in pa.transcript_texts(t)] * 5, 300)
+    cfg = pa.AgentPretrainConfig(single_share=0.0, read_mix=1.0, n_positions=128)
+    rows = pa.Rows(cfg, counts + done, [], tok, random.Random(0))
+    assert rows.reading == counts
+    wholes = [pa.encode_row(tok, t, 1) for t in counts]
+    assert all(rows.one(reading_phase=True) in wholes for _ in range(20))  # whole, and only reading ones
+    drawn = [rows.one() for _ in range(40)]  # the mix: any transcript, cut after any turn
+    assert any(r not in wholes for r in drawn)
+    with pytest.raises(ValueError, match="read_mix"):
+        pa.AgentPretrainConfig(read_mix=1.5)
+    with pytest.raises(ValueError, match="read_steps > 0 but no transcript"):
+        pa.Rows(cfg, done, [], tok, random.Random(0))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["terminal.count.words", "code.repair.list.kth"])
 def test_slipped_transcripts_fail_and_clean_ones_pass_in_the_real_sandbox(name):
@@ -78,8 +103,10 @@ def test_pretraining_resumes_from_its_snapshot_to_the_same_weights(tmp_path, mon
                             False, 1.0) for s in range(8)]
     monkeypatch.setattr(pa, "build", lambda cfg: corpus)
     monkeypatch.setattr(pa, "single_domains", lambda: [])
-    small = dict(vocab_size=300, single_share=0.0, steps=5, batch_size=2, warmup_steps=1, n_embd=16, n_layer=1,
-                 n_head=2, n_positions=128, threads=1, eval_tasks=0, save_every=2)
+    # 3 steps of the mix, then 4 of the reading phase; killed inside the reading phase (its fresh
+    # optimizer and its own schedule must come back from the snapshot)
+    small = dict(vocab_size=300, single_share=0.0, steps=3, read_steps=4, batch_size=2, warmup_steps=1, n_embd=16,
+                 n_layer=1, n_head=2, n_positions=128, threads=1, eval_tasks=0, save_every=2)
 
     def weights(out):
         from safetensors.torch import load_file
@@ -92,18 +119,30 @@ def test_pretraining_resumes_from_its_snapshot_to_the_same_weights(tmp_path, mon
     killed = tmp_path / "killed"
     real, calls = pa.pad_batch, []
 
-    def dies_at_step_4(*a):
+    def dies_at_step_6(*a):
         calls.append(1)
-        if len(calls) == 4:
+        if len(calls) == 6:
             raise KeyboardInterrupt
         return real(*a)
 
-    monkeypatch.setattr(pa, "pad_batch", dies_at_step_4)
+    monkeypatch.setattr(pa, "pad_batch", dies_at_step_6)
     with pytest.raises(KeyboardInterrupt):
         pa.main(pa.AgentPretrainConfig(out=str(killed), **small))
-    assert (killed / ".partial" / "state.pt").is_file()
+    assert torch.load(killed / ".partial" / "state.pt", weights_only=False)["step"] == 4  # in the reading phase
     monkeypatch.setattr(pa, "pad_batch", real)
     report = pa.main(pa.AgentPretrainConfig(out=str(killed), **small))
     a, b = weights(whole), weights(killed)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert report["tokens_seen"] > 0
+
+
+def test_the_shipped_tiny_agent_is_what_the_script_makes_by_default():
+    """`models/pretrain_agent.py` with no flags is the command models/README.md gives: the
+    committed weights' recorded settings must be its defaults."""
+    import dataclasses
+    import json
+
+    import pretrain_agent as pa
+
+    recorded = json.loads((Path(__file__).resolve().parents[1] / "models/tiny-agent/pretrain.json").read_text())
+    assert recorded["config"] == dataclasses.asdict(pa.AgentPretrainConfig())
