@@ -173,17 +173,15 @@ class Rows:
         while True:
             if reading_phase and self.rng.random() < self.cfg.read_mix:  # whole: the answer is the point
                 t = self.rng.choice(self.reading)
-                row = encode_row(self.tok, t, len(t.actions) - 1)
-                if len(row[0]) <= self.cfg.n_positions:
-                    return row
-                self.dropped += 1
-                continue
-            if self.rng.random() < self.cfg.single_share:
-                d = self.rng.choice(self.singles)
-                t = single_transcript(d, self.rng.randrange(2**31), self.rng.random() < self.cfg.slip_rate)
+                k = len(t.actions) - 1
             else:
-                t = self.rng.choice(self.tool)
-            row = encode_row(self.tok, t, self.rng.randrange(len(t.actions)))
+                if self.rng.random() < self.cfg.single_share:
+                    d = self.rng.choice(self.singles)
+                    t = single_transcript(d, self.rng.randrange(2**31), self.rng.random() < self.cfg.slip_rate)
+                else:
+                    t = self.rng.choice(self.tool)
+                k = self.rng.randrange(len(t.actions))
+            row = encode_row(self.tok, t, k)
             if len(row[0]) <= self.cfg.n_positions:
                 return row
             self.dropped += 1
@@ -263,15 +261,12 @@ def main(cfg: AgentPretrainConfig) -> dict:
         if not queue:  # a queue never spans the two phases
             queue = rows.batches(8 if reading else min(8, cfg.steps - step), reading)
         ids, mask, labels = pad_batch(queue.pop(), tok.pad_token_id)
-        if reading:
-            loss = train_step(model, opt, read_cfg, step - cfg.steps, ids, mask, labels)
-        else:
-            loss = train_step(model, opt, cfg, step, ids, mask, labels)
+        sched, at = (read_cfg, step - cfg.steps) if reading else (cfg, step)  # whose schedule, where in it
+        loss = train_step(model, opt, sched, at, ids, mask, labels)
         seen += int(mask.sum())
         if step % 50 == 0 or step in (cfg.steps - 1, total - 1):
             el = time.perf_counter() - t0
-            lr = lr_at(read_cfg, step - cfg.steps) if reading else lr_at(cfg, step)
-            print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr:.2e}  {'reading  ' if reading else ''}"
+            print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(sched, at):.2e}  {'reading  ' if reading else ''}"
                   f"{(step + 1 - first) / el:.3f} steps/s  {before_s + el:.0f}s  "
                   f"{before_cpu_s + time.process_time() - cpu0:.0f} CPU-s", flush=True)
         if cfg.save_every and (step + 1) % cfg.save_every == 0 and step + 1 < total:
