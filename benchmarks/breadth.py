@@ -12,19 +12,32 @@ Runs the job in-process with the overrides below, then reports, from the run dir
   `step_family_error`: the same per family (the sum of its domains' quotas), the worst step;
 * `mean_delta`: pass@1 after - before, averaged over trained domains whose base pass@k >= 0.2;
   `worst_delta`: the smallest such delta; `heldout_delta`: the held-out domains' mean delta;
-* `wall_s`: the whole run (evaluations included).
+* what the sampling noise alone gives those figures: `null_worst_delta`, the smallest per-domain
+  difference between the base evaluation's even and odd samples of the same tasks (scaled by
+  1/sqrt 2 to the before/after comparison's sample size: the worst "delta" of a policy that did not
+  change), and `significant_regressions` / `significant_improvements`, the learnable domains whose
+  paired A/B comparison (`posttrain.evaluation.ab`, bootstrap and Holm-corrected McNemar) finds a
+  significant change;
+* `wall_s`: the whole run (evaluations included); a run continued with `--resume` after a kill
+  sums its segments (`segments` counts them; the time between them is not counted).
 
 Shortened how: `--steps` trainer steps instead of the config's, `--tasks-per-domain` eval tasks
 per domain and `--samples` samples each (and `--group-size` samples per training group), so on a
 loaded CPU machine the run takes minutes; the deltas of a few steps are small and noisy (each
 domain is seen by a step or two). Prints a table, then one JSON line.
+
+The full-size run (`--config configs/breadth-agent.toml --steps 40 --tasks-per-domain 10
+--samples 8`) takes hours on a 2-core machine: kill it when you must and start it again with the
+same flags and `--resume`; the job continues where it stopped (its evaluations included).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -71,6 +84,72 @@ def family_mix(per_step: list[dict[str, int]], quotas: dict[str, float]) -> floa
     return worst
 
 
+def _load_segments(path: Path, args: dict) -> dict:
+    """The segments of this benchmark's run so far (none for a fresh one); a resume must repeat the
+    flags it started with, or its figures would mix two runs."""
+    flags = {k: v for k, v in args.items() if k != "resume"}
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return {"flags": flags, "segments": []}
+    old = json.loads(path.read_text())
+    if old["flags"] != flags:
+        changed = sorted(k for k in flags.keys() | old["flags"].keys() if flags.get(k) != old["flags"].get(k))
+        raise SystemExit(f"--resume: {path} was started with other flags ({', '.join(changed)}): "
+                         f"{ {k: old['flags'].get(k) for k in changed} }")
+    return old
+
+
+class _Segment:
+    """Adds this process's wall time to the run's segments, rewritten (atomically) every 30 s and at
+    the end, so the sum survives a kill."""
+
+    def __init__(self, path: Path, segments: dict):
+        self.path, self.segments = path, segments
+        self.t0 = time.perf_counter()
+        self.seg = {"wall_s": 0.0}
+        segments["segments"].append(self.seg)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+
+    def write(self) -> None:
+        self.seg["wall_s"] = round(time.perf_counter() - self.t0, 1)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.segments))
+        os.replace(tmp, self.path)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(30):
+            self.write()
+
+    def __enter__(self) -> _Segment:
+        self.write()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.write()
+
+
+def null_deltas(before, domains: list[str]) -> dict[str, float]:
+    """Per domain: pass@1 of the odd samples minus the even ones, task by task, over sqrt 2 -- a
+    draw of the before/after delta of an unchanged policy (half the samples on each side, hence
+    the scaling to the whole evaluation's standard error)."""
+    wanted = set(domains)
+    per: dict[str, list[float]] = defaultdict(list)
+    for r in before.records:
+        if r.domain not in wanted:
+            continue
+        sides: list[list[bool]] = [[], []]
+        for j, sample in r.by_index().items():
+            if sample.scored:
+                sides[j % 2].append(bool(sample.passed))
+        if sides[0] and sides[1]:
+            per[r.domain].append(sum(sides[1]) / len(sides[1]) - sum(sides[0]) / len(sides[0]))
+    return {d: (sum(v) / len(v)) / 2 ** 0.5 for d, v in per.items()}
+
+
 def _step_number(version: str) -> int:
     tail = version.rsplit("step-", 1)[-1]
     return int(tail) if tail.isdigit() else -1
@@ -79,7 +158,8 @@ def _step_number(version: str) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "breadth.toml"))
-    ap.add_argument("--runs-dir", default="runs/bench-breadth", help="where the run is written (replaced)")
+    ap.add_argument("--runs-dir", default="runs/bench-breadth",
+                    help="where the run is written (replaced unless --resume)")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--tasks-per-domain", type=int, default=4)
     ap.add_argument("--samples", type=int, default=4)
@@ -88,9 +168,16 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="starting model (default: the config's)")
     ap.add_argument("--allow-contamination", action="store_true",
                     help="run even if the contamination guard refuses (reported in the JSON line)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue the run in --runs-dir (same flags) instead of starting again")
     args = ap.parse_args()
     runs = Path(args.runs_dir)
-    shutil.rmtree(runs, ignore_errors=True)
+    segments_file = runs / "bench-segments.json"
+    if not args.resume:
+        shutil.rmtree(runs, ignore_errors=True)
+    elif not segments_file.exists():
+        raise SystemExit(f"--resume: no run of this benchmark in {runs} ({segments_file.name} is missing)")
+    segments = _load_segments(segments_file, vars(args))
     overrides = {"runs_dir": str(runs), "steps": args.steps, "checkpoint_every": max(1, args.steps),
                  "eval.tasks_per_domain": args.tasks_per_domain, "eval.samples": args.samples,
                  "logging.backends": []}
@@ -104,11 +191,13 @@ def main() -> None:
     if not Path(cfg.model.path).is_absolute():  # the config's paths are relative to the repository
         cfg = load_config(args.config, {**overrides, "model.path": str(ROOT / cfg.model.path)})
     console = Console(force_terminal=False, width=120)
-    t0 = time.perf_counter()
     job = Job(cfg, console)
-    summary = job.run()
-    wall_s = time.perf_counter() - t0
+    # each segment's seconds are written while it runs, so a kill loses at most a minute of them
+    with _Segment(segments_file, segments):
+        summary = job.run()
+    wall_s = sum(seg["wall_s"] for seg in segments["segments"])
 
+    from posttrain.evaluation.ab import compare
     from posttrain.evaluation.result import EvalResult
     from posttrain.storage.store import Store
 
@@ -131,6 +220,9 @@ def main() -> None:
     learnable = [d for d in trained if (pass_of(before, d, f"pass@{k}") or 0) >= 0.2]
     deltas = [x for x in (delta(d) for d in learnable) if x is not None]
     held = [x for x in (delta(d.name) for d in job.heldout_domains) if x is not None]
+    null = null_deltas(before, learnable)
+    ab = compare(before, after)
+    moved = [ab.domains[d] for d in learnable if d in ab.domains]
     families = Counter(d.split(".")[0] for d in served)
     out = {
         "domains_trained": len(served),
@@ -148,8 +240,13 @@ def main() -> None:
         "mean_delta": sum(deltas) / len(deltas) if deltas else None,
         "worst_delta": min(deltas) if deltas else None,
         "heldout_delta": sum(held) / len(held) if held else None,
+        "null_worst_delta": min(null.values()) if null else None,
+        "null_mean_delta": sum(null.values()) / len(null) if null else None,
+        "significant_regressions": sum(v["regression"] for v in moved),
+        "significant_improvements": sum(v["improvement"] for v in moved),
         "base_pass1": summary.get("base_pass1"), "final_pass1": summary.get("final_pass1"),
         "wall_s": round(wall_s, 1),
+        "segments": len(segments["segments"]),
         "contamination_overridden": json.loads((cfg.run_dir / "contamination.json").read_text())["overridden"],
     }
     table = Table(title=f"breadth: {len(trained)} trained domains, {cfg.steps} steps (shortened)")
