@@ -12,12 +12,14 @@ Runs the job in-process with the overrides below, then reports, from the run dir
   `step_family_error`: the same per family (the sum of its domains' quotas), the worst step;
 * `mean_delta`: pass@1 after - before, averaged over trained domains whose base pass@k >= 0.2;
   `worst_delta`: the smallest such delta; `heldout_delta`: the held-out domains' mean delta;
-* what the sampling noise alone gives those figures: `null_worst_delta`, the smallest per-domain
-  difference between the base evaluation's even and odd samples of the same tasks (scaled by
-  1/sqrt 2 to the before/after comparison's sample size: the worst "delta" of a policy that did not
-  change), and `significant_regressions` / `significant_improvements`, the learnable domains whose
-  paired A/B comparison (`posttrain.evaluation.ab`, bootstrap and Holm-corrected McNemar) finds a
-  significant change;
+* what sampling noise alone makes of those figures: `null_worst_delta`, the smallest per-domain
+  difference between the base evaluation's odd and even samples of the same tasks, scaled by
+  1/sqrt 2 to the whole evaluation's sample size -- the worst delta two independent evaluations of
+  one unchanged policy would show (the runner seeds sample j of a task alike under both policies,
+  so a policy that changed little shows less noise than this; the more it changed, the closer its
+  deltas' noise comes to it); and `significant_regressions` / `significant_improvements`, the
+  learnable domains whose paired A/B comparison (`posttrain.evaluation.ab`: task bootstrap and
+  Holm-corrected McNemar) finds a significant change;
 * `wall_s`: the whole run (evaluations included); a run continued with `--resume` after a kill
   sums its segments (`segments` counts them; the time between them is not counted).
 
@@ -134,8 +136,8 @@ class _Segment:
 
 def null_deltas(before, domains: list[str]) -> dict[str, float]:
     """Per domain: pass@1 of the odd samples minus the even ones, task by task, over sqrt 2 -- a
-    draw of the before/after delta of an unchanged policy (half the samples on each side, hence
-    the scaling to the whole evaluation's standard error)."""
+    draw of the delta between two independent evaluations of one policy (half the samples on each
+    side, hence the scaling to the whole evaluation's standard error)."""
     wanted = set(domains)
     per: dict[str, list[float]] = defaultdict(list)
     for r in before.records:
