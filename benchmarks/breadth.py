@@ -8,8 +8,11 @@ Runs the job in-process with the overrides below, then reports, from the run dir
 * `domains_trained`: trained domains that got at least one group into an update;
 * `infra_error_rate`: infrastructure errors over all episodes of the run (training and evaluation);
 * `step_mix_error`: per domain, the largest |its share of a step's groups - its quota| over the
-  steps, averaged over trained domains (the quota is its weight's share of the trained tier);
+  steps, averaged over trained domains; the quota is the share the scheduler held for it when the
+  step began: its weight's share of the trained tier, scaled by `[scheduler.adaptive]` (recent
+  groups without a reward spread lower it; replayed from the stored groups, `step_mix`);
   `step_family_error`: the same per family (the sum of its domains' quotas), the worst step;
+  `*_configured`: both against the configured weights alone;
 * `mean_delta`: pass@1 after - before, averaged over trained domains whose base pass@k >= 0.2;
   `worst_delta`: the smallest such delta; `heldout_delta`: the held-out domains' mean delta;
 * what sampling noise alone makes of those figures: `null_worst_delta`, the smallest per-domain
@@ -54,35 +57,64 @@ from posttrain.pipeline.report import pass_of
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def step_mix(store, run_id: str, quotas: dict[str, float]) -> tuple[float, list[dict[str, int]]]:
-    """(step_mix_error, the groups per domain of each step). A group's step is the policy version
-    it was generated with (synchronous training: version N feeds step N + 1)."""
-    steps: dict[str, Counter] = defaultdict(Counter)
-    seen: set[str] = set()
+def step_mix(store, run_id: str, weights: dict[str, float], adaptive) -> dict:
+    """The groups per domain of each step (a group's step is the policy version it was generated
+    with: synchronous training, version N feeds step N + 1), and each step's quotas: the
+    configured ones (weight / sum of weights) and the effective ones the scheduler held when the
+    step began -- `[scheduler.adaptive]` scales a domain's weight by the share of its recent groups
+    that had a reward spread (`posttrain.scheduling.health.SignalTracker`, replayed here over the
+    groups of the earlier steps in the order they completed), a retired domain's quota is 0."""
+    from posttrain.scheduling.health import SignalTracker
+    from posttrain.scheduling.work import passed
+
+    groups: dict[str, dict] = {}
     for t in store.trajectories(run_id=run_id, split="train"):
-        if t.status == "infra_error" or t.group_id is None or t.group_id in seen:
+        if t.status == "infra_error" or not t.group_id:
             continue
-        seen.add(t.group_id)
-        steps[t.policy_version or ""][t.domain] += 1
-    per_step = [steps[v] for v in sorted(steps, key=_step_number)]
-    if not per_step or not quotas:
-        return float("nan"), []
-    worst = {d: max(abs(c[d] / sum(c.values()) - q) for c in per_step) for d, q in quotas.items()}
-    return sum(worst.values()) / len(worst), [dict(c) for c in per_step]
+        g = groups.setdefault(t.group_id, {"domain": t.domain, "step": _step_number(t.policy_version or ""),
+                                           "rewards": [], "passed": [], "done": 0.0})
+        g["rewards"].append(t.reward)
+        g["passed"].append(passed(t))
+        g["done"] = max(g["done"], t.created_at)
+    steps = sorted({g["step"] for g in groups.values()})
+    per_step = [Counter(g["domain"] for g in groups.values() if g["step"] == s) for s in steps]
+    configured = {d: w / sum(weights.values()) for d, w in weights.items()}
+    tracker = SignalTracker(adaptive)
+    history = sorted(groups.values(), key=lambda g: (g["step"], g["done"]))
+    effective, i = [], 0
+    for s in steps:
+        while i < len(history) and history[i]["step"] < s:
+            g = history[i]
+            tracker.record(g["domain"], len(g["rewards"]) > 1 and max(g["rewards"]) != min(g["rewards"]),
+                           all(g["passed"]))
+            i += 1
+        w = {d: 0.0 if d in tracker.retired else weights[d] * tracker.multiplier(d) for d in weights}
+        effective.append({d: x / sum(w.values()) for d, x in w.items()})
+    return {"per_step": [dict(c) for c in per_step], "configured": [configured] * len(per_step),
+            "effective": effective}
 
 
-def family_mix(per_step: list[dict[str, int]], quotas: dict[str, float]) -> float:
+def mix_error(per_step: list[dict[str, int]], quotas: list[dict[str, float]]) -> float:
+    """Per domain, the largest |its share of a step's groups - its quota at that step|, averaged."""
+    if not per_step:
+        return float("nan")
+    names = quotas[0].keys()
+    worst = {d: max(abs(c.get(d, 0) / sum(c.values()) - q[d]) for c, q in zip(per_step, quotas)) for d in names}
+    return sum(worst.values()) / len(worst)
+
+
+def family_mix(per_step: list[dict[str, int]], quotas: list[dict[str, float]]) -> float:
     """The largest |a family's share of a step's groups - the family's quota| over the steps."""
-    fquota: Counter = Counter()
-    for d, q in quotas.items():
-        fquota[d.split(".")[0]] += q
     worst = 0.0
-    for c in per_step:
+    for c, q in zip(per_step, quotas):
+        fquota: Counter = Counter()
+        for d, x in q.items():
+            fquota[d.split(".")[0]] += x
         fam: Counter = Counter()
         for d, k in c.items():
             fam[d.split(".")[0]] += k
         n = sum(c.values())
-        worst = max([worst] + [abs(fam[f] / n - q) for f, q in fquota.items()])
+        worst = max([worst] + [abs(fam[f] / n - x) for f, x in fquota.items()])
     return worst
 
 
@@ -208,11 +240,10 @@ def main() -> None:
     k = cfg.eval.n_samples
     trained = [d.name for d in job.train_domains]
     weights = {s: cfg.domains.weights.get(s, 1.0) for s in trained}
-    total = sum(weights.values())
-    quotas = {d: w / total for d, w in weights.items()}
     with Store.for_run_dir(cfg.run_dir, readonly=True) as store:
         counts = store.counts()
-        mix_error, per_step = step_mix(store, cfg.name, quotas)
+        mix = step_mix(store, cfg.name, weights, cfg.scheduler.adaptive)
+    per_step = mix["per_step"]
     served = {d for c in per_step for d in c}
 
     def delta(name: str) -> float | None:
@@ -234,8 +265,10 @@ def main() -> None:
         "steps": cfg.steps,
         "groups_per_step": cfg.rollout.groups_per_step,
         "infra_error_rate": counts["infra_error"] / counts["episodes"] if counts["episodes"] else None,
-        "step_mix_error": round(mix_error, 4),
-        "step_family_error": round(family_mix(per_step, quotas), 4),
+        "step_mix_error": round(mix_error(per_step, mix["effective"]), 4),
+        "step_family_error": round(family_mix(per_step, mix["effective"]), 4),
+        "step_mix_error_configured": round(mix_error(per_step, mix["configured"]), 4),
+        "step_family_error_configured": round(family_mix(per_step, mix["configured"]), 4),
         "step_families_max": max((len({d.split(".")[0] for d in c}) for c in per_step), default=0),
         "step_families_min": min((len({d.split(".")[0] for d in c}) for c in per_step), default=0),
         "learnable_domains": len(learnable),

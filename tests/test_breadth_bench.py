@@ -57,3 +57,29 @@ def test_a_resume_must_repeat_the_flags_it_started_with(bench, tmp_path):
     assert len(stored["segments"]) == 2 and all(s["wall_s"] >= 0 for s in stored["segments"])
     with pytest.raises(SystemExit, match="steps"):
         bench._load_segments(path, {**flags, "steps": 41, "resume": True})
+
+
+def test_each_step_is_measured_against_the_quotas_the_adaptive_scheduler_held(bench):
+    from posttrain.scheduling.config import AdaptiveConfig
+
+    def traj(group: str, domain: str, step: int, reward: float, at: float):
+        return SimpleNamespace(status="ok", group_id=group, domain=domain, policy_version=f"run/step-{step}",
+                               reward=reward, verdict=None, created_at=at)
+
+    rows = [traj("g1", "a", 0, 1.0, 1), traj("g1", "a", 0, 0.0, 2),     # a: a reward spread
+            traj("g2", "b", 0, 0.0, 3), traj("g2", "b", 0, 0.0, 4),     # b: none
+            traj("g3", "a", 1, 1.0, 5), traj("g3", "a", 1, 0.0, 6),
+            traj("g4", "a", 1, 0.0, 7), traj("g4", "a", 1, 1.0, 8),
+            traj("g5", "b", 1, 0.0, 9), traj("g5", "b", 1, 0.0, 9)]
+    store = SimpleNamespace(trajectories=lambda run_id, split: rows)
+    mix = bench.step_mix(store, "run", {"a": 1.0, "b": 1.0}, AdaptiveConfig(window=4, min_groups=1, floor=0.1))
+    assert mix["per_step"] == [{"a": 1, "b": 1}, {"a": 2, "b": 1}]
+    assert mix["configured"] == [{"a": 0.5, "b": 0.5}] * 2
+    # step 0 begins with the configured weights; step 1 with b at the floor after its flat group
+    assert mix["effective"][0] == {"a": 0.5, "b": 0.5}
+    assert mix["effective"][1] == pytest.approx({"a": 1 / 1.1, "b": 0.1 / 1.1})
+    assert bench.mix_error(mix["per_step"], mix["configured"]) == pytest.approx((1 / 6 + 1 / 6) / 2)
+    assert bench.mix_error(mix["per_step"], mix["effective"]) == pytest.approx(
+        (abs(2 / 3 - 1 / 1.1) + abs(1 / 3 - 0.1 / 1.1)) / 2)
+    off = bench.step_mix(store, "run", {"a": 1.0, "b": 1.0}, AdaptiveConfig(enabled=False))
+    assert off["effective"] == off["configured"]
