@@ -52,18 +52,20 @@ from rich.table import Table
 
 from posttrain.pipeline.config import load_config
 from posttrain.pipeline.main import Job
+from posttrain.pipeline.mix import domain_specs, signal_prior
 from posttrain.pipeline.report import pass_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def step_mix(store, run_id: str, weights: dict[str, float], adaptive) -> dict:
+def step_mix(store, run_id: str, weights: dict[str, float], adaptive, prior: dict[str, float] | None = None) -> dict:
     """The groups per domain of each step (a group's step is the policy version it was generated
     with: synchronous training, version N feeds step N + 1), and each step's quotas: the
     configured ones (weight / sum of weights) and the effective ones the scheduler held when the
     step began -- `[scheduler.adaptive]` scales a domain's weight by the share of its recent groups
     that had a reward spread (`posttrain.scheduling.health.SignalTracker`, replayed here over the
-    groups of the earlier steps in the order they completed), a retired domain's quota is 0."""
+    groups of the earlier steps in the order they completed, from the base evaluation's `prior`
+    when the run had `prior_groups`), a retired domain's quota is 0."""
     from posttrain.scheduling.health import SignalTracker
     from posttrain.scheduling.work import passed
 
@@ -80,6 +82,8 @@ def step_mix(store, run_id: str, weights: dict[str, float], adaptive) -> dict:
     per_step = [Counter(g["domain"] for g in groups.values() if g["step"] == s) for s in steps]
     configured = {d: w / sum(weights.values()) for d, w in weights.items()}
     tracker = SignalTracker(adaptive)
+    if adaptive.enabled and adaptive.prior_groups and prior:  # as `posttrain run` seeds it
+        tracker.set_prior(prior)
     history = sorted(groups.values(), key=lambda g: (g["step"], g["done"]))
     effective, i = [], 0
     for s in steps:
@@ -107,7 +111,7 @@ def family_mix(per_step: list[dict[str, int]], quotas: list[dict[str, float]]) -
     """The largest |a family's share of a step's groups - the family's quota| over the steps."""
     worst = 0.0
     for c, q in zip(per_step, quotas):
-        fquota: Counter = Counter()
+        fquota: dict[str, float] = defaultdict(float)
         for d, x in q.items():
             fquota[d.split(".")[0]] += x
         fam: Counter = Counter()
@@ -242,7 +246,9 @@ def main() -> None:
     weights = {s: cfg.domains.weights.get(s, 1.0) for s in trained}
     with Store.for_run_dir(cfg.run_dir, readonly=True) as store:
         counts = store.counts()
-        mix = step_mix(store, cfg.name, weights, cfg.scheduler.adaptive)
+        sizes = {s.name: s.group_size or cfg.rollout.group_size
+                 for s in domain_specs(cfg, job.train_domains, left_out=job.unfit)}
+        mix = step_mix(store, cfg.name, weights, cfg.scheduler.adaptive, signal_prior(before, sizes))
     per_step = mix["per_step"]
     served = {d for c in per_step for d in c}
 

@@ -83,3 +83,7 @@ def test_each_step_is_measured_against_the_quotas_the_adaptive_scheduler_held(be
         (abs(2 / 3 - 1 / 1.1) + abs(1 / 3 - 0.1 / 1.1)) / 2)
     off = bench.step_mix(store, "run", {"a": 1.0, "b": 1.0}, AdaptiveConfig(enabled=False))
     assert off["effective"] == off["configured"]
+    # seeded from the base evaluation (`prior_groups`): step 0 already holds b at the floor
+    seeded = bench.step_mix(store, "run", {"a": 1.0, "b": 1.0},
+                            AdaptiveConfig(window=4, min_groups=1, floor=0.1, prior_groups=2), {"a": 0.5, "b": 0.0})
+    assert seeded["effective"][0] == pytest.approx({"a": 0.5 / 0.6, "b": 0.1 / 0.6})

@@ -233,7 +233,10 @@ class Job:
         store.put_policy_version(v.name, v.parent, v.weights_hash, str(path))
         return path
 
-    async def train(self, trainer: Any, sched_state: dict, store: Any, sandbox_factory: Any) -> None:
+    async def train(self, trainer: Any, sched_state: dict, store: Any, sandbox_factory: Any,
+                    before: Any = None) -> None:
+        """GRPO on the scheduler up to `steps`; `before` (the base evaluation) seeds the adaptive
+        weights when `[scheduler.adaptive] prior_groups` is set."""
         from posttrain.envs import EnvConfig
         from posttrain.envs.vision import for_policy
         from posttrain.pipeline.progress import RoundProgress
@@ -284,6 +287,10 @@ class Job:
                           workers=scfg.workers,
                           state=sched_state or None, completed=completed, load_group=load_group,
                           on_group=on_group, on_failure=on_failure, version_name=trainer.version.name)
+        if scfg.adaptive.enabled and scfg.adaptive.prior_groups and before is not None:
+            # given again on resume: the prior is an input, not part of the saved state
+            sizes = {s.name: s.group_size or scfg.group_size for s in specs if s.name in lookup}
+            sched.core.set_signal_prior(mix.signal_prior(before, sizes))
         policy.subscribe(sched.set_policy_version)  # the trainer's step is the scheduler's version
         names = [d.name for d in self.train_domains]
         with RoundProgress(self.console, f"GRPO {cfg.name}", steps, names, trainer.step_count) as view:
@@ -443,7 +450,7 @@ class Job:
             self.tracker.log(0, eval_scalars(before.summary, "before"))
             del base_policy
             t_train = time.perf_counter()
-            asyncio.run(self.train(trainer, sched_state, store, sandbox_factory))
+            asyncio.run(self.train(trainer, sched_state, store, sandbox_factory, before))
             ranks.finish()  # under torchrun, the other ranks' work is done
             train_s = time.perf_counter() - t_train
             after = self.evaluate(_policy(trainer), "after", eval_tasks, store, sandbox_factory)

@@ -4,6 +4,8 @@ whose quarantined tasks are never drawn.
 * `domain_specs`: `[domains] weights` and the `[scheduler.domains."GLOB"]` overrides applied to
   each trained domain (later globs win); a glob that matches no trained domain is an error (a
   typo would otherwise change nothing, silently).
+* `signal_prior`: each trained domain's expected share of groups with a reward spread, from the
+  base evaluation (`[scheduler.adaptive] prior_groups`).
 * `without_quarantined`: a domain whose generator skips the tasks listed in quarantine files
   (`posttrain tasks noise` writes `RUN/quarantine.json`: tasks whose verdicts flip when verified
   again). A quarantined seed is redrawn deterministically, so the same run draws the same tasks.
@@ -96,6 +98,21 @@ class SkipQuarantined:
 
 def _redraw(seed: int, attempt: int) -> int:
     return derive_seed(seed, "quarantine", attempt)
+
+
+def signal_prior(before: Any, group_sizes: dict[str, int]) -> dict[str, float]:
+    """Domain -> the share of its groups (of `group_sizes[domain]` episodes) expected to have a
+    reward spread, from the evaluation `before` (an `EvalResult` with its records: each task's
+    scored samples give its pass rate); a domain without a scored sample is left out (no prior)."""
+    from posttrain.scheduling.health import expected_signal
+
+    counts: dict[str, list[tuple[int, int]]] = {}
+    for r in before.records:
+        if r.domain in group_sizes:
+            scored = [s for s in r.by_index().values() if s.scored]
+            counts.setdefault(r.domain, []).append((sum(bool(s.passed) for s in scored), len(scored)))
+    out = {d: expected_signal(c, group_sizes[d]) for d, c in counts.items()}
+    return {d: x for d, x in out.items() if x is not None}
 
 
 def without_quarantined(domains: Sequence[Domain], hashes: set[str]) -> list[Domain]:

@@ -148,6 +148,12 @@ class AdaptiveConfig:
     """smallest weight multiplier; > 0 so that no domain is starved"""
     retire_after: int | None = 20
     """consecutive all-pass groups that retire a domain; None: never retire"""
+    prior_groups: int = 0
+    """how many groups of each trained domain's window the base evaluation (`posttrain run`'s
+    `evals/before.json`) stands for, until real groups push it out: a domain's weight starts at
+    the share of groups it is expected to give with a reward spread (from each eval task's pass
+    rate), so the first steps already favour the domains with signal instead of spending a pass
+    over every domain to find them. 0: no prior, every domain starts at its configured weight"""
 
     @model_validator(mode="after")
     def _rules(self) -> AdaptiveConfig:
@@ -155,6 +161,7 @@ class AdaptiveConfig:
         check(1 <= self.min_groups <= self.window, self, "min_groups", "must be in [1, window]")
         check(0 < self.floor <= 1, self, "floor", "must be in (0, 1]")
         check(self.retire_after is None or self.retire_after >= 1, self, "retire_after", "must be >= 1 or None")
+        check(0 <= self.prior_groups <= self.window, self, "prior_groups", "must be in [0, window]")
         return self
 @settings
 class BatchConfig:

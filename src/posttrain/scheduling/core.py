@@ -19,7 +19,7 @@ import heapq
 import itertools
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from posttrain.scheduling.config import DomainSpec, SchedulerConfig
@@ -468,6 +468,15 @@ class SchedulerCore(CoreState):
         for t in group.trajectories:
             t.policy_staleness = staleness
         return group
+
+    def set_signal_prior(self, prior: Mapping[str, float]) -> None:
+        """The trainer tier's adaptive weights start from `prior` (domain -> expected share of
+        groups with a reward spread, `health.expected_signal`; `AdaptiveConfig.prior_groups`);
+        other tiers' domains and unknown names are ignored. Call before the first group."""
+        tier = self.config.trainer_tier
+        self.signal.set_prior({d: p for d, p in prior.items() if d in self.specs and self.specs[d].tier == tier})
+        for d in self.signal.prior:
+            self.fair[tier].set_weight(d, self.specs[d].weight * self.signal.multiplier(d))
 
     # == state ========================================================================
     @classmethod

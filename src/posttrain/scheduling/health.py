@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from posttrain.scheduling.config import AdaptiveConfig, QuarantineConfig
@@ -98,9 +99,20 @@ class PolicyOutage:
                 f"(RetryConfig.policy_outage_s = {self.limit_s:g}); last error: {self.last_error}")
 
 
+def expected_signal(pass_counts: Iterable[tuple[int, int]], group_size: int) -> float | None:
+    """The share of a domain's groups of `group_size` samples expected to have a reward spread
+    (some pass, some fail), from its tasks' pass counts (`passed`, `samples`) under the policy
+    that will sample them: the mean over tasks of 1 - p^G - (1 - p)^G, p = passed / samples.
+    Pass/fail stands for the reward (a partial score spreads more). None without a sampled task."""
+    shares = [1 - (c / n) ** group_size - (1 - c / n) ** group_size for c, n in pass_counts if n > 0]
+    return sum(shares) / len(shares) if shares else None
+
+
 class SignalTracker:
     def __init__(self, config: AdaptiveConfig) -> None:
         self.config = config
+        self.prior: dict[str, float] = {}
+        """domain -> expected signal share before any group (`set_prior`)"""
         self._signal: dict[str, deque[bool]] = {}
         self._all_pass_run: dict[str, int] = {}
         self.retired: dict[str, dict[str, Any]] = {}
@@ -121,11 +133,21 @@ class SignalTracker:
             self.retired[domain] = {"all_pass_groups_in_a_row": run, "at": time.time()}
         return self.multiplier(domain), retire
 
+    def set_prior(self, prior: Mapping[str, float]) -> None:
+        """Each domain's expected signal share (`expected_signal`) stands for
+        `AdaptiveConfig.prior_groups` groups at the front of its window; each real group pushes
+        one out. Not part of `state_dict`: it is an input, given again on resume."""
+        self.prior = {d: min(1.0, max(0.0, float(p))) for d, p in prior.items()}
+
     def multiplier(self, domain: str) -> float:
-        w = self._signal.get(domain)
-        if not self.config.enabled or w is None or len(w) < self.config.min_groups:
+        if not self.config.enabled:
             return 1.0
-        return max(self.config.floor, sum(w) / len(w))
+        w = self._signal.get(domain) or ()
+        k = min(self.config.prior_groups, self.config.window - len(w)) if domain in self.prior else 0
+        n = len(w) + k
+        if n == 0 or n < self.config.min_groups:
+            return 1.0
+        return max(self.config.floor, (sum(w) + k * self.prior.get(domain, 0.0)) / n)
 
     def signal_share(self, domain: str) -> float | None:
         w = self._signal.get(domain)
