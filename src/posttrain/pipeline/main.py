@@ -283,14 +283,16 @@ class Job:
             return list(store.trajectories(run_id=cfg.name, group_id=group_id))
 
         completed = store.group_ids(cfg.name)
-        sched = Scheduler(scfg, specs, policy, factory=factory, tasks=factory, backend=_backend(scfg, factory),
-                          workers=scfg.workers,
-                          state=sched_state or None, completed=completed, load_group=load_group,
-                          on_group=on_group, on_failure=on_failure, version_name=trainer.version.name)
+        prior = None
         if scfg.adaptive.enabled and scfg.adaptive.prior_groups and before is not None:
             # given again on resume: the prior is an input, not part of the saved state
             sizes = {s.name: s.group_size or scfg.group_size for s in specs if s.name in lookup}
-            sched.core.set_signal_prior(mix.signal_prior(before, sizes))
+            prior = mix.signal_prior(before, sizes)
+        sched = Scheduler(scfg, specs, policy, factory=factory, tasks=factory, backend=_backend(scfg, factory),
+                          workers=scfg.workers,
+                          state=sched_state or None, completed=completed, load_group=load_group,
+                          on_group=on_group, on_failure=on_failure, version_name=trainer.version.name,
+                          signal_prior=prior)
         policy.subscribe(sched.set_policy_version)  # the trainer's step is the scheduler's version
         names = [d.name for d in self.train_domains]
         with RoundProgress(self.console, f"GRPO {cfg.name}", steps, names, trainer.step_count) as view:

@@ -38,14 +38,17 @@ class SchedulerCore(CoreState):
                  on_group: Callable[[Group], None] | None = None,
                  on_failure: Callable[[EpisodeResult], None] | None = None,
                  completed: Completed | None = None,
-                 load_group: Callable[[str], list[Trajectory]] | None = None) -> None:
+                 load_group: Callable[[str], list[Trajectory]] | None = None,
+                 signal_prior: Mapping[str, float] | None = None) -> None:
         """`on_group(group)` is called as each group becomes ready (store it then: a group is
         stored whole or not at all); `on_failure(result)` for each infra_error episode.
+        `signal_prior` (domain -> expected share of groups with a reward spread,
+        `health.expected_signal`; `AdaptiveConfig.prior_groups`) starts the trainer tier's weights.
         `completed` (a set or a predicate over group ids) names groups already stored: such a
         group is not run again but handed to the trainer as it is in the store, through
         `load_group(group_id) -> trajectories` (without it: `Group.recovered` is set and its
         trajectories are left for the caller to load)."""
-        super().__init__(config, domains, clock=clock, completed=completed)
+        super().__init__(config, domains, clock=clock, completed=completed, signal_prior=signal_prior)
         self.on_group, self.on_failure = on_group, on_failure
         self._load_group = load_group
         self._has_trainer_domains = any(s.tier == config.trainer_tier and s.continuous for s in domains)
@@ -468,15 +471,6 @@ class SchedulerCore(CoreState):
         for t in group.trajectories:
             t.policy_staleness = staleness
         return group
-
-    def set_signal_prior(self, prior: Mapping[str, float]) -> None:
-        """The trainer tier's adaptive weights start from `prior` (domain -> expected share of
-        groups with a reward spread, `health.expected_signal`; `AdaptiveConfig.prior_groups`);
-        other tiers' domains and unknown names are ignored. Call before the first group."""
-        tier = self.config.trainer_tier
-        self.signal.set_prior({d: p for d, p in prior.items() if d in self.specs and self.specs[d].tier == tier})
-        for d in self.signal.prior:
-            self.fair[tier].set_weight(d, self.specs[d].weight * self.signal.multiplier(d))
 
     # == state ========================================================================
     @classmethod

@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from posttrain.policies.base import Policy, ScriptedPlayer
@@ -71,7 +71,7 @@ class Scheduler:
                  on_failure: Callable[[EpisodeResult], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  version_name: str | None = None, tasks: TaskSource | None = None,
-                 player: ScriptedPlayer | None = None) -> None:
+                 player: ScriptedPlayer | None = None, signal_prior: Mapping[str, float] | None = None) -> None:
         """`factory` builds a driver per `EpisodeSpec` (on the worker); give it, or a `backend`
         built with it. `state` (from `state_dict`) resumes a killed run; `completed` (the store's
         group ids: a set or a predicate) keeps finished groups from running again; they reach the
@@ -86,7 +86,8 @@ class Scheduler:
                 raise ValueError("Scheduler needs an episode factory (or a backend built with one)")
             backend = LocalBackend(factory, workers=workers)
         self.config, self.policy, self.backend, self.clock = config, policy, backend, clock
-        kwargs: dict[str, Any] = dict(clock=clock, on_group=on_group, on_failure=on_failure, load_group=load_group)
+        kwargs: dict[str, Any] = dict(clock=clock, on_group=on_group, on_failure=on_failure, load_group=load_group,
+                                      signal_prior=signal_prior)
         if state is not None:
             self.core = SchedulerCore.from_state(state, config, domains, completed=completed or (), **kwargs)
         else:

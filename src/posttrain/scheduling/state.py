@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict, deque
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,7 +136,8 @@ class CoreState:
     """The data the scheduler core decides over, its saved form and its metrics."""
 
     def __init__(self, config: SchedulerConfig, domains: Sequence[DomainSpec], *,
-                 clock: Callable[[], float], completed: Completed | None) -> None:
+                 clock: Callable[[], float], completed: Completed | None,
+                 signal_prior: Mapping[str, float] | None = None) -> None:
         self.config, self.clock = config, clock
         self.specs: dict[str, DomainSpec] = {}
         self.fair: dict[str, FairQueue] = {t: FairQueue(window_s=config.window_s,
@@ -155,17 +156,26 @@ class CoreState:
         # fraction of one charge, so the domains of a weight class go evenly spread over a round.
         # Phases are spread within each class of equal charge per round (weight, group size):
         # only those domains' services interleave at a fixed rhythm.
+        # The trainer tier's weights start from the adaptive prior (`AdaptiveConfig.prior_groups`)
+        # from the first round on: phases are spread over each domain's starting weight, so a
+        # domain at the floor takes its first group a round of ten later, not in the first pass.
+        self.signal = SignalTracker(config.adaptive)
+        if signal_prior:
+            self.signal.set_prior({d: x for d, x in signal_prior.items()
+                                   if d in self.specs and self.specs[d].tier == config.trainer_tier})
+        weight0 = {s.name: s.weight * (self.signal.multiplier(s.name) if s.tier == config.trainer_tier else 1.0)
+                   for s in domains}
         rank = {t: stratified_ranks([s.name for s in domains if s.tier == t], config.seed)
                 for t in config.tiers}
         classes: dict[tuple[str, float], list[str]] = {}
         for spec in domains:
-            classes.setdefault((spec.tier, self._charge0(spec) / spec.weight), []).append(spec.name)
+            classes.setdefault((spec.tier, self._charge0(spec) / weight0[spec.name]), []).append(spec.name)
         phase = {name: i / len(names) for names in classes.values()
                  for i, name in enumerate(sorted(names, key=lambda n: rank[self.specs[n].tier][n]))}
         for spec in domains:
-            self.fair[spec.tier].add(spec.name, spec.weight, sample_cap=spec.max_sample_share,
+            self.fair[spec.tier].add(spec.name, weight0[spec.name], sample_cap=spec.max_sample_share,
                                      cost_cap=spec.max_cost_share, rank=rank[spec.tier][spec.name],
-                                     offset=phase[spec.name] * self._charge0(spec) / spec.weight)
+                                     offset=phase[spec.name] * self._charge0(spec) / weight0[spec.name])
             if not spec.continuous:
                 self.fair[spec.tier].block(spec.name)
         if not self.specs:
@@ -173,7 +183,6 @@ class CoreState:
         self.staleness = StalenessController(config.max_staleness, config.groups_per_step)
         self.version_name = "v0"
         self.quarantine = Quarantine(config.quarantine)
-        self.signal = SignalTracker(config.adaptive)
         self._completed = completed
 
         self.dom = {name: DomainState(spec, config.seed) for name, spec in self.specs.items()}
