@@ -82,8 +82,7 @@ def step_mix(store, run_id: str, weights: dict[str, float], adaptive, prior: dic
     per_step = [Counter(g["domain"] for g in groups.values() if g["step"] == s) for s in steps]
     configured = {d: w / sum(weights.values()) for d, w in weights.items()}
     tracker = SignalTracker(adaptive)
-    if adaptive.enabled and adaptive.prior_groups and prior:  # as `posttrain run` seeds it
-        tracker.set_prior(prior)
+    tracker.set_prior(prior or {})  # as `posttrain run` seeds it (ignored without `prior_groups`)
     history = sorted(groups.values(), key=lambda g: (g["step"], g["done"]))
     effective, i = [], 0
     for s in steps:
@@ -246,9 +245,8 @@ def main() -> None:
     weights = {s: cfg.domains.weights.get(s, 1.0) for s in trained}
     with Store.for_run_dir(cfg.run_dir, readonly=True) as store:
         counts = store.counts()
-        sizes = {s.name: s.group_size or cfg.rollout.group_size
-                 for s in domain_specs(cfg, job.train_domains, left_out=job.unfit)}
-        mix = step_mix(store, cfg.name, weights, cfg.scheduler.adaptive, signal_prior(before, sizes))
+        prior = signal_prior(before, domain_specs(cfg, job.train_domains, left_out=job.unfit), cfg.rollout.group_size)
+        mix = step_mix(store, cfg.name, weights, cfg.scheduler.adaptive, prior)
     per_step = mix["per_step"]
     served = {d for c in per_step for d in c}
 

@@ -48,7 +48,7 @@ def _eval(counts: dict[str, list[tuple[int, int]]]):
 
 def test_signal_prior_reads_each_tasks_pass_rate_from_the_base_evaluation():
     before = _eval({"a": [(4, 8), (0, 8)], "b": [(0, 8)], "held": [(4, 8)]})
-    prior = signal_prior(before, {"a": 8, "b": 8})
+    prior = signal_prior(before, [DomainSpec("a"), DomainSpec("b", group_size=8)], 8)
     assert prior == pytest.approx({"a": (1 - 2 * 0.5 ** 8) / 2, "b": 0.0})  # held-out: not trained
 
 

@@ -286,8 +286,7 @@ class Job:
         prior = None
         if scfg.adaptive.enabled and scfg.adaptive.prior_groups and before is not None:
             # given again on resume: the prior is an input, not part of the saved state
-            sizes = {s.name: s.group_size or scfg.group_size for s in specs if s.name in lookup}
-            prior = mix.signal_prior(before, sizes)
+            prior = mix.signal_prior(before, [s for s in specs if s.name in lookup], scfg.group_size)
         sched = Scheduler(scfg, specs, policy, factory=factory, tasks=factory, backend=_backend(scfg, factory),
                           workers=scfg.workers,
                           state=sched_state or None, completed=completed, load_group=load_group,

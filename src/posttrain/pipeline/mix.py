@@ -100,12 +100,14 @@ def _redraw(seed: int, attempt: int) -> int:
     return derive_seed(seed, "quarantine", attempt)
 
 
-def signal_prior(before: Any, group_sizes: dict[str, int]) -> dict[str, float]:
-    """Domain -> the share of its groups (of `group_sizes[domain]` episodes) expected to have a
-    reward spread, from the evaluation `before` (an `EvalResult` with its records: each task's
-    scored samples give its pass rate); a domain without a scored sample is left out (no prior)."""
+def signal_prior(before: Any, specs: Iterable[DomainSpec], group_size: int) -> dict[str, float]:
+    """Domain -> the share of its groups (of its spec's `group_size`, else `group_size`, episodes)
+    expected to have a reward spread, from the evaluation `before` (an `EvalResult` with its
+    records: each task's scored samples give its pass rate); a domain without a scored sample is
+    left out (no prior)."""
     from posttrain.scheduling.health import expected_signal
 
+    group_sizes = {s.name: s.group_size or group_size for s in specs}
     counts: dict[str, list[tuple[int, int]]] = {}
     for r in before.records:
         if r.domain in group_sizes:

@@ -145,7 +145,7 @@ class SignalTracker:
         w = self._signal.get(domain) or ()
         k = min(self.config.prior_groups, self.config.window - len(w)) if domain in self.prior else 0
         n = len(w) + k
-        if n == 0 or n < self.config.min_groups:
+        if n < self.config.min_groups:  # min_groups >= 1
             return 1.0
         return max(self.config.floor, (sum(w) + k * self.prior.get(domain, 0.0)) / n)
 
