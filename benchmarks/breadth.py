@@ -12,7 +12,10 @@ Runs the job in-process with the overrides below, then reports, from the run dir
   step began: its weight's share of the trained tier, scaled by `[scheduler.adaptive]` (recent
   groups without a reward spread lower it; replayed from the stored groups, `step_mix`);
   `step_family_error`: the same per family (the sum of its domains' quotas), the worst step;
-  `*_configured`: both against the configured weights alone;
+  `*_configured`: both against the configured weights alone; `above_floor_share` /
+  `above_floor_quota`: the domains whose adaptive weight is above the floor at a step, their share
+  of the step's groups and their quotas' sum, averaged over the steps (the per-domain error is
+  mostly rounding with hundreds of domains; this one shows whether the weights were served);
 * `mean_delta`: pass@1 after - before, averaged over trained domains whose base pass@k >= 0.2;
   `worst_delta`: the smallest such delta; `heldout_delta`: the held-out domains' mean delta;
 * what sampling noise alone makes of those figures: `null_worst_delta`, the smallest per-domain
@@ -84,17 +87,33 @@ def step_mix(store, run_id: str, weights: dict[str, float], adaptive, prior: dic
     tracker = SignalTracker(adaptive)
     tracker.set_prior(prior or {})  # as `posttrain run` seeds it (ignored without `prior_groups`)
     history = sorted(groups.values(), key=lambda g: (g["step"], g["done"]))
-    effective, i = [], 0
+    effective, boosted, i = [], [], 0
     for s in steps:
         while i < len(history) and history[i]["step"] < s:
             g = history[i]
             tracker.record(g["domain"], len(g["rewards"]) > 1 and max(g["rewards"]) != min(g["rewards"]),
                            all(g["passed"]))
             i += 1
-        w = {d: 0.0 if d in tracker.retired else weights[d] * tracker.multiplier(d) for d in weights}
+        m = {d: tracker.multiplier(d) for d in weights}
+        w = {d: 0.0 if d in tracker.retired else weights[d] * m[d] for d in weights}
         effective.append({d: x / sum(w.values()) for d, x in w.items()})
+        boosted.append({d for d in weights if m[d] > adaptive.floor and d not in tracker.retired})
     return {"per_step": [dict(c) for c in per_step], "configured": [configured] * len(per_step),
-            "effective": effective}
+            "effective": effective, "above_floor": boosted}
+
+
+def above_floor(per_step: list[dict[str, int]], quotas: list[dict[str, float]],
+                boosted: list[set[str]]) -> tuple[float, float]:
+    """(share of the groups, share by the quotas) of the domains whose adaptive weight is above the
+    floor at each step, averaged over the steps: what the adaptive weights were meant to give the
+    domains with a reward spread, and what they got. `step_mix_error` cannot show this with
+    hundreds of domains: a domain's quota is a fraction of one of a step's groups, so the
+    per-domain error is mostly rounding."""
+    if not per_step:
+        return float("nan"), float("nan")
+    got = [sum(k for d, k in c.items() if d in b) / sum(c.values()) for c, b in zip(per_step, boosted)]
+    want = [sum(q[d] for d in b) for q, b in zip(quotas, boosted)]
+    return sum(got) / len(got), sum(want) / len(want)
 
 
 def mix_error(per_step: list[dict[str, int]], quotas: list[dict[str, float]]) -> float:
@@ -272,6 +291,8 @@ def main() -> None:
         "step_mix_error": round(mix_error(per_step, mix["effective"]), 4),
         "step_family_error": round(family_mix(per_step, mix["effective"]), 4),
         "step_mix_error_configured": round(mix_error(per_step, mix["configured"]), 4),
+        **dict(zip(("above_floor_share", "above_floor_quota"),
+                   (round(x, 4) for x in above_floor(per_step, mix["effective"], mix["above_floor"])))),
         "step_family_error_configured": round(family_mix(per_step, mix["configured"]), 4),
         "step_families_max": max((len({d.split(".")[0] for d in c}) for c in per_step), default=0),
         "step_families_min": min((len({d.split(".")[0] for d in c}) for c in per_step), default=0),

@@ -81,6 +81,10 @@ def test_each_step_is_measured_against_the_quotas_the_adaptive_scheduler_held(be
     assert bench.mix_error(mix["per_step"], mix["configured"]) == pytest.approx((1 / 6 + 1 / 6) / 2)
     assert bench.mix_error(mix["per_step"], mix["effective"]) == pytest.approx(
         (abs(2 / 3 - 1 / 1.1) + abs(1 / 3 - 0.1 / 1.1)) / 2)
+    # above the floor: a and b at step 0 (all 3 groups, all the quota), a alone at step 1
+    assert mix["above_floor"] == [{"a", "b"}, {"a"}]
+    assert bench.above_floor(mix["per_step"], mix["effective"], mix["above_floor"]) == pytest.approx(
+        ((1 + 2 / 3) / 2, (1 + 1 / 1.1) / 2))
     off = bench.step_mix(store, "run", {"a": 1.0, "b": 1.0}, AdaptiveConfig(enabled=False))
     assert off["effective"] == off["configured"]
     # seeded from the base evaluation (`prior_groups`): step 0 already holds b at the floor

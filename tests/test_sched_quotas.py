@@ -108,11 +108,13 @@ def test_blocked_domains_are_never_picked_and_all_blocked_is_none():
     assert q.pick() is None
 
 
-def test_starvation_guard_bounds_the_wait_under_an_adversarial_mix():
+@pytest.mark.parametrize("share", [1.0, 0.1])
+def test_starvation_guard_bounds_the_wait_under_an_adversarial_mix(share):
     # one domain of weight 1 among 50 of weight 1000: its fair turn comes every ~50,000 groups;
-    # the guard serves it once it has waited 100 s (one group per simulated second)
+    # the guard serves it once it has waited 100 s (one group per simulated second) -- with or
+    # without a budget: one service in 100 groups is well within a tenth of them
     clock = Clock()
-    q = FairQueue(window_s=1e9, starvation_s=100.0, clock=clock)
+    q = FairQueue(window_s=1e9, starvation_s=100.0, clock=clock, starvation_share=share)
     q.add("rare", 1.0)
     for i in range(50):
         q.add(f"hog{i}", 1000.0)
@@ -125,6 +127,45 @@ def test_starvation_guard_bounds_the_wait_under_an_adversarial_mix():
     for i in range(50):
         q2.add(f"hog{i}", 1000.0)
     assert serve(q2, 1000)["rare"] == 1  # without the guard: only its first turn
+
+
+def test_the_guard_cannot_turn_the_weights_into_a_round_robin_where_its_bound_is_infeasible():
+    """330 domains, 40 of weight 0.6 (adaptive weights: a reward spread) and 290 at the floor 0.1,
+    served 32 groups per 55 s step (a synchronous run's pace): no domain can be served every 120 s,
+    so every domain outwaits the guard. Unbudgeted, the guard serves the longest wait first for
+    every group -- a round-robin that gave the weighted domains 2.8 groups each in 20 steps
+    instead of 7; with its budget (a tenth of the groups) the weights decide the rest."""
+    heavy = [f"h{i}" for i in range(40)]
+
+    def run(share: float) -> tuple[float, FairQueue]:
+        clock = Clock()
+        q = FairQueue(window_s=600.0, starvation_s=120.0, clock=clock, starvation_share=share)
+        for name in heavy:
+            q.add(name, 0.6)
+        for i in range(290):
+            q.add(f"f{i}", 0.1)
+        got: Counter = Counter()
+        for _ in range(20):
+            got += serve(q, 32, charge=lambda name: 8.0)
+            clock.t += 55.0
+        return sum(got[h] for h in heavy) / 640, q
+
+    fair = 40 * 0.6 / (40 * 0.6 + 290 * 0.1)  # 0.45: the heavy domains' share by weight
+    round_robin, q1 = run(1.0)
+    budgeted, q2 = run(0.1)
+    assert round_robin < 0.5 * fair  # the fault: weights overridden
+    assert q1.guard_served > 0.5 * 640
+    assert budgeted >= 0.85 * fair
+    assert 0 < q2.guard_served <= 0.1 * 640 + 1
+    again = FairQueue(window_s=600.0, starvation_s=120.0, clock=Clock(), starvation_share=0.1)
+    for name in q2.names():
+        again.add(name, q2.weight(name))
+    again.load_state_dict(q2.state_dict())  # the budget survives a resume
+    assert (again.guard_credit, again.guard_served) == (q2.guard_credit, q2.guard_served)
+    with pytest.raises(ValueError, match="starvation_share"):
+        FairQueue(window_s=1.0, starvation_s=1.0, clock=Clock(), starvation_share=0.0)
+    with pytest.raises(ValueError, match="starvation_share"):
+        SchedulerConfig(starvation_share=1.5)
 
 
 def test_domain_spec_validation_names_field_and_value():

@@ -223,6 +223,11 @@ class SchedulerConfig:
     starvation_s: float | None = 120.0
     """an eligible domain not served for this long goes next whatever its deficit (hard bound on
     waits on top of the fair share's own bound); None: fair share alone"""
+    starvation_share: float = 0.1
+    """the largest share of a tier's groups the starvation guard may give out of turn: where the
+    bound cannot be kept for every domain (more domains than the tier serves in `starvation_s`)
+    the guard serves the longest waits within this share and the weights decide the rest, instead
+    of the guard overriding the weights for every group; 1.0: no limit"""
     seed: int = 0
     """derives every group's task seed and every episode's seed (the same seed, the same work)"""
     retry: RetryConfig = field(default_factory=RetryConfig)
@@ -247,4 +252,5 @@ class SchedulerConfig:
         check(self.max_groups is None or self.max_groups >= 0, self, "max_groups", "must be >= 0 or None")
         check(self.window_s > 0, self, "window_s", "must be > 0")
         check(self.starvation_s is None or self.starvation_s > 0, self, "starvation_s", "must be > 0 or None")
+        check(0 < self.starvation_share <= 1, self, "starvation_share", "must be in (0, 1]")
         return self

@@ -141,7 +141,8 @@ class CoreState:
         self.config, self.clock = config, clock
         self.specs: dict[str, DomainSpec] = {}
         self.fair: dict[str, FairQueue] = {t: FairQueue(window_s=config.window_s,
-                                                        starvation_s=config.starvation_s, clock=clock)
+                                                        starvation_s=config.starvation_s,
+                                                        starvation_share=config.starvation_share, clock=clock)
                                            for t in config.tiers}
         for spec in domains:
             if spec.name in self.specs:
@@ -423,6 +424,7 @@ class CoreState:
             "infra_errors": c["episodes_infra_error"],
             "queue_wait_p50_s": _pct(all_waits, 50), "queue_wait_p99_s": _pct(all_waits, 99),
             "max_wait_s": round(max_wait, 6),
+            "starvation_guard_groups": sum(q.guard_served for q in self.fair.values()),
             "quarantined": {d: dict(r) for d, r in self.quarantine.quarantined.items()},
             "retired": {d: dict(r) for d, r in self.signal.retired.items()},
             "exhausted": dict(self.exhausted),
