@@ -153,7 +153,7 @@ def run_sync(domains, config, admitted):
                 retry = []
                 for k, (d, i, m, a) in enumerate(todo):
                     traj = results[k]
-                    if traj is not None and traj.status != "infra_error":
+                    if traj is not None and traj.trajectory.status != "infra_error":
                         kept += 1
                     else:
                         failed += 1
@@ -186,7 +186,7 @@ def _spec(config, domain, index, member, attempt) -> EpisodeSpec:
     gid = f"{domain}#{index}"
     return EpisodeSpec(group_id=gid, domain=domain, tier="train", split="train", member=member,
                        attempt=attempt, task_seed=derive_seed(config.seed, domain, index, "task"),
-                       seed=mix_seed(derive_seed(config.seed, domain, index, "task"), member, attempt),
+                       sampling_seed=mix_seed(derive_seed(config.seed, domain, index, "task"), member, attempt),
                        policy_version="v0", version=0)
 
 
@@ -195,6 +195,7 @@ def core_overhead(n_domains=1000, groups=30_000):
     """Decisions of the core alone: 1,000 domains in cost mode, a tenth with share caps, a
     quarter with concurrency limits, adaptive weights on, 3% infra errors, completions out of
     order. Timed: next_episode + episode_finished + take_ready (trajectories are built before)."""
+    from posttrain.values.episode import EpisodeResult
     from posttrain.values.trajectory import ErrorInfo, Trajectory
     rng = random.Random(1)
     now = [0.0]
@@ -210,9 +211,10 @@ def core_overhead(n_domains=1000, groups=30_000):
     core.worker_slots = 1
 
     def make(status, reward=None):
-        return Trajectory(task_key="k", task_hash="h", domain="d", split="train", policy_version="v",
-                          status=status, reward=reward,
-                          error=ErrorInfo("E", "x", where="env") if status == "infra_error" else None)
+        return EpisodeResult(Trajectory(task_key="k", task_hash="h", domain="d", split="train", policy_version="v",
+                                        status=status, reward=reward,
+                                        error=ErrorInfo("E", "x", where="env") if status == "infra_error" else None),
+                             task=None)
     n_done = 40
     # 3% infra errors; members alternate pass/fail, so every group has signal and adaptive
     # sampling (on, and paid for) leaves the weights as configured
