@@ -143,3 +143,20 @@ def toy_registry(monkeypatch) -> Callable[..., None]:
         current.update({d.name: d for d in domains})
         monkeypatch.setattr(registry, "_domains", current)
     return add
+
+
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """`load_benchmark("breadth")`: benchmarks/breadth.py as a module (the benchmarks are scripts,
+    not a package), for tests of their own arithmetic."""
+    import importlib.util
+
+    def load(name: str):
+        path = ROOT / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(f"{name}_bench", path)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -2,7 +2,6 @@
 synchronous baseline and the core-overhead loop had rotted: they built episode specs and results
 of an older shape, and the benchmark died after its first section)."""
 
-import importlib.util
 import math
 from pathlib import Path
 
@@ -12,12 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("scheduler_bench", ROOT / "benchmarks" / "scheduler.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("scheduler")
 
 
 def test_the_core_overhead_loop_runs_and_keeps_the_cost_shares(bench):
