@@ -168,6 +168,36 @@ def test_the_guard_cannot_turn_the_weights_into_a_round_robin_where_its_bound_is
         SchedulerConfig(starvation_share=1.5)
 
 
+def test_a_service_out_of_turn_does_not_move_the_virtual_time():
+    """The guard serves a floor domain whose tag lies far ahead; if that moved the queue's virtual
+    time, every domain coming back from a block (a sandboxed domain paused at its concurrency
+    limit while its group runs) would be raised to that far tag and lose its turn: 40 weighted
+    domains paused so got 0.22 of the groups against 0.44 by weight (in a 329-domain run, the
+    sandboxed domains that the adaptive weights favoured got half their quota)."""
+    heavy = {f"h{i}" for i in range(40)}
+    clock = Clock()
+    q = FairQueue(window_s=600.0, starvation_s=120.0, clock=clock, starvation_share=0.1)
+    for name in sorted(heavy):
+        q.add(name, 0.6)
+    for i in range(290):
+        q.add(f"f{i}", 0.1)
+    got = 0
+    for _ in range(20):
+        paused = []
+        for _ in range(32):
+            name = q.pick()
+            q.charge(name, 8.0, samples=8, cost=1.0)
+            if name in heavy:
+                got += 1
+                q.block(name)
+                paused.append(name)
+        clock.t += 55.0  # a synchronous step: the paused groups run, then their domains return
+        for name in paused:
+            q.unblock(name)
+    assert q.guard_served > 0  # the guard did serve out of turn
+    assert got / 640 >= 0.9 * 40 * 0.6 / (40 * 0.6 + 290 * 0.1)
+
+
 def test_domain_spec_validation_names_field_and_value():
     with pytest.raises(ValueError, match=r"DomainSpec 'x'.weight must be > 0, got -1"):
         DomainSpec("x", weight=-1)

@@ -24,7 +24,8 @@ use). On top of the fair share:
   outwaits the bound, and the guard, serving the longest wait first, turns the weights into a
   round-robin -- which is what a 329-domain run did to its adaptive weights (measured: the
   domains with a reward spread got 2.8 groups each in 20 steps, against 7.0 by their weights).
-  With the budget the bound holds where it is feasible and the weights govern the rest.
+  With the budget the bound holds where it is feasible and the weights govern the rest. A
+  service out of turn does not move the queue's virtual time (see `charge`).
 
 Which domains share a trainer step is the order of service within a round: domains start at
 phases spread over one charge and break equal tags by a rank, both from the tier's order
@@ -235,8 +236,14 @@ class FairQueue:
             self.guard_credit -= 1.0
             self.guard_served += 1
             self._guard_pick = None
+        else:
+            # The virtual time is the start tag of the latest service *in tag order*: a service
+            # out of turn (the guard's, whose domain's tag may lie far ahead) must not move it, or
+            # every domain that comes back from a block is raised to that far tag and loses its
+            # turn -- in a 329-domain run the sandboxed domains, paused at their concurrency
+            # limit during each of their groups, got half their quota so.
+            self.vtime = max(self.vtime, d.vtime)
         self.guard_credit = min(1.0, self.guard_credit + self.starvation_share)
-        self.vtime = max(self.vtime, d.vtime)
         d.vtime += amount / d.weight
         d.max_gap = max(d.max_gap, now - d.since)
         d.since = now
