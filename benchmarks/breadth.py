@@ -267,6 +267,7 @@ def main() -> None:
         prior = signal_prior(before, domain_specs(cfg, job.train_domains, left_out=job.unfit), cfg.rollout.group_size)
         mix = step_mix(store, cfg.name, weights, cfg.scheduler.adaptive, prior)
     per_step = mix["per_step"]
+    floor_share, floor_quota = above_floor(per_step, mix["effective"], mix["above_floor"])
     served = {d for c in per_step for d in c}
 
     def delta(name: str) -> float | None:
@@ -291,8 +292,7 @@ def main() -> None:
         "step_mix_error": round(mix_error(per_step, mix["effective"]), 4),
         "step_family_error": round(family_mix(per_step, mix["effective"]), 4),
         "step_mix_error_configured": round(mix_error(per_step, mix["configured"]), 4),
-        **dict(zip(("above_floor_share", "above_floor_quota"),
-                   (round(x, 4) for x in above_floor(per_step, mix["effective"], mix["above_floor"])))),
+        "above_floor_share": round(floor_share, 4), "above_floor_quota": round(floor_quota, 4),
         "step_family_error_configured": round(family_mix(per_step, mix["configured"]), 4),
         "step_families_max": max((len({d.split(".")[0] for d in c}) for c in per_step), default=0),
         "step_families_min": min((len({d.split(".")[0] for d in c}) for c in per_step), default=0),

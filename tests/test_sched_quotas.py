@@ -129,28 +129,37 @@ def test_starvation_guard_bounds_the_wait_under_an_adversarial_mix(share):
     assert serve(q2, 1000)["rare"] == 1  # without the guard: only its first turn
 
 
+HEAVY = [f"h{i}" for i in range(40)]
+HEAVY_FAIR = 40 * 0.6 / (40 * 0.6 + 290 * 0.1)  # 0.45: the heavy domains' share by weight
+
+
+def breadth_queue(clock: Clock, share: float) -> FairQueue:
+    """A 330-domain run's tier after adaptive weights: the 40 `HEAVY` domains (a reward spread) at
+    0.6, 290 at the floor 0.1; a 120 s starvation guard with budget `share`."""
+    q = FairQueue(window_s=600.0, starvation_s=120.0, clock=clock, starvation_share=share)
+    for name in HEAVY:
+        q.add(name, 0.6)
+    for i in range(290):
+        q.add(f"f{i}", 0.1)
+    return q
+
+
 def test_the_guard_cannot_turn_the_weights_into_a_round_robin_where_its_bound_is_infeasible():
     """330 domains, 40 of weight 0.6 (adaptive weights: a reward spread) and 290 at the floor 0.1,
     served 32 groups per 55 s step (a synchronous run's pace): no domain can be served every 120 s,
     so every domain outwaits the guard. Unbudgeted, the guard serves the longest wait first for
     every group -- a round-robin that gave the weighted domains 2.8 groups each in 20 steps
     instead of 7; with its budget (a tenth of the groups) the weights decide the rest."""
-    heavy = [f"h{i}" for i in range(40)]
-
     def run(share: float) -> tuple[float, FairQueue]:
         clock = Clock()
-        q = FairQueue(window_s=600.0, starvation_s=120.0, clock=clock, starvation_share=share)
-        for name in heavy:
-            q.add(name, 0.6)
-        for i in range(290):
-            q.add(f"f{i}", 0.1)
+        q = breadth_queue(clock, share)
         got: Counter = Counter()
         for _ in range(20):
             got += serve(q, 32, charge=lambda name: 8.0)
             clock.t += 55.0
-        return sum(got[h] for h in heavy) / 640, q
+        return sum(got[h] for h in HEAVY) / 640, q
 
-    fair = 40 * 0.6 / (40 * 0.6 + 290 * 0.1)  # 0.45: the heavy domains' share by weight
+    fair = HEAVY_FAIR
     round_robin, q1 = run(1.0)
     budgeted, q2 = run(0.1)
     assert round_robin < 0.5 * fair  # the fault: weights overridden
@@ -174,13 +183,9 @@ def test_a_service_out_of_turn_does_not_move_the_virtual_time():
     limit while its group runs) would be raised to that far tag and lose its turn: 40 weighted
     domains paused so got 0.22 of the groups against 0.44 by weight (in a 329-domain run, the
     sandboxed domains that the adaptive weights favoured got half their quota)."""
-    heavy = {f"h{i}" for i in range(40)}
+    heavy = set(HEAVY)
     clock = Clock()
-    q = FairQueue(window_s=600.0, starvation_s=120.0, clock=clock, starvation_share=0.1)
-    for name in sorted(heavy):
-        q.add(name, 0.6)
-    for i in range(290):
-        q.add(f"f{i}", 0.1)
+    q = breadth_queue(clock, 0.1)
     got = 0
     for _ in range(20):
         paused = []
@@ -195,7 +200,7 @@ def test_a_service_out_of_turn_does_not_move_the_virtual_time():
         for name in paused:
             q.unblock(name)
     assert q.guard_served > 0  # the guard did serve out of turn
-    assert got / 640 >= 0.9 * 40 * 0.6 / (40 * 0.6 + 290 * 0.1)
+    assert got / 640 >= 0.9 * HEAVY_FAIR
 
 
 def test_domain_spec_validation_names_field_and_value():
