@@ -283,3 +283,25 @@ def test_a_seed_prefix_gives_exactly_derive_seeds_seeds():
             assert prefix(index, "task") == derive_seed(seed, domain, index, "task")
     with pytest.raises(ValueError, match="at least one"):
         SeedPrefix()
+
+
+def test_submitted_work_does_not_cost_a_paused_domain_its_turn():
+    """Groups submitted ahead of the fair share (interactive requests to the training tier) push
+    their domain's tag far ahead; if those services moved the tier's virtual time, a domain back
+    from its concurrency-limit pause would be raised to that tag and lose its turns to the others."""
+    clock = Clock()
+    core = SchedulerCore(cfg(max_running=2, group_size=2),
+                         [DomainSpec("a", max_concurrency=2), DomainSpec("b"), DomainSpec("c")],
+                         clock=clock)
+    core.submit("c", 10)
+
+    def one_group() -> str:
+        specs = launch_all(core)
+        assert len({s.group_id for s in specs}) == 1
+        for spec in specs:
+            core.episode_finished(spec, ok(spec), Usage())
+        return specs[0].domain
+
+    assert [one_group() for _ in range(10)] == ["c"] * 10
+    served = [one_group() for _ in range(10)]
+    assert served.count("a") == served.count("b") == 5  # a is paused during each of its groups

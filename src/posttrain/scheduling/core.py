@@ -263,6 +263,7 @@ class SchedulerCore(CoreState):
                 continue
             domain, named = d, gid
             break
+        from_submitted = domain is not None
         if domain is None:
             if trainer and self.config.max_groups is not None \
                     and self.admitted_trainer >= self.config.max_groups:
@@ -278,7 +279,7 @@ class SchedulerCore(CoreState):
         est_tokens = self._estimate_tokens(ds)
         mode = self.config.share_by
         amount = float(size) if mode == "samples" else est if mode == "cost" else est_tokens
-        self.fair[tier].charge(domain, amount, size, est)
+        self.fair[tier].charge(domain, amount, size, est, in_turn=not from_submitted)
         gid = named or f"{domain}#{index}"
         now = self.clock()
         g = GroupState(gid=gid, domain=domain, tier=tier, index=index, size=size,

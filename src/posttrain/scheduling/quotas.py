@@ -228,21 +228,23 @@ class FairQueue:
                 d.capped = False
                 self._push(d)
 
-    def charge(self, name: str, amount: float, samples: float, cost: float) -> None:
+    def charge(self, name: str, amount: float, samples: float, cost: float, *,
+               in_turn: bool = True) -> None:
         """`name` was given a group: advance its tag by `amount / weight` and count the group's
-        (estimated) samples and cost in the windows."""
+        (estimated) samples and cost in the windows. `in_turn=False`: the group was not this
+        queue's pick (work submitted ahead of the fair share) -- charged, but out of turn."""
         d = self._domains[name]
         now = self.clock()
         if name == self._guard_pick:  # the guard's service (not a pick that was only a look)
             self.guard_credit -= 1.0
             self.guard_served += 1
             self._guard_pick = None
-        else:
+        elif in_turn:
             # The virtual time is the start tag of the latest service *in tag order*: a service
-            # out of turn (the guard's, whose domain's tag may lie far ahead) must not move it, or
-            # every domain that comes back from a block is raised to that far tag and loses its
-            # turn -- in a 329-domain run the sandboxed domains, paused at their concurrency
-            # limit during each of their groups, got half their quota so.
+            # out of turn (the guard's or submitted work's, whose domain's tag may lie far ahead)
+            # must not move it, or every domain that comes back from a block is raised to that
+            # far tag and loses its turn -- in a 329-domain run the sandboxed domains, paused at
+            # their concurrency limit during each of their groups, got half their quota so.
             self.vtime = max(self.vtime, d.vtime)
         self.guard_credit = min(1.0, self.guard_credit + self.starvation_share)
         d.vtime += amount / d.weight
