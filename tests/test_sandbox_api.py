@@ -24,6 +24,7 @@ from posttrain.sandbox import (
     open_sandbox,
 )
 from posttrain.sandbox.bwrap import bwrap_problem
+from posttrain.sandbox.factory import check_available
 
 BWRAP_PROBLEM = bwrap_problem()
 needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None,
@@ -268,6 +269,8 @@ def test_process_backend_needs_opt_in(monkeypatch):
     monkeypatch.delenv("POSTTRAIN_ALLOW_UNSANDBOXED", raising=False)
     with pytest.raises(SandboxUnavailable, match="allow_unsandboxed"):
         open_sandbox(backend="process")
+    with pytest.raises(SandboxUnavailable, match="allow_unsandboxed"):
+        check_available(backend="process")  # what a run asks before it starts
     with pytest.raises(ValueError):
         open_sandbox(backend="docker")
 
@@ -281,7 +284,10 @@ def test_auto_without_bwrap_names_the_install_command(monkeypatch):
     try:
         with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
             open_sandbox()
+        with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+            check_available()
         monkeypatch.setenv("POSTTRAIN_ALLOW_UNSANDBOXED", "1")
+        check_available()  # the fallback open_sandbox takes below
         with pytest.warns(RuntimeWarning, match="WITHOUT a sandbox"):
             with open_sandbox() as box:
                 assert box.info.backend == "process"

@@ -124,6 +124,26 @@ def test_an_unknown_domain_glob(tmp_path, capsys, monkeypatch):
     assert code == EXIT_BAD_INPUT and "--tasks: no domain matches 'nosuch.*'" in out
 
 
+def test_a_run_that_needs_a_sandbox_where_none_can_start(tmp_path, capsys, monkeypatch):
+    """No bubblewrap: one line naming what to install, exit 1, said before the run's checks and
+    evaluations (minutes, with hundreds of domains), not as a traceback at the first episode."""
+    from posttrain.sandbox import bwrap
+
+    monkeypatch.setattr(bwrap, "find_bwrap", lambda: None)
+    monkeypatch.delenv("POSTTRAIN_ALLOW_UNSANDBOXED", raising=False)
+    bwrap.bwrap_problem.cache_clear()
+    try:
+        cfg = _config(tmp_path, '[domains]\ntrain = ["code.dict.merge"]\nheldout = []\n', name="nobwrap")
+        code, out = cli(capsys, monkeypatch, "run", str(cfg))
+    finally:
+        bwrap.bwrap_problem.cache_clear()
+    assert code == 1, out
+    lines = [line for line in out.splitlines() if line.startswith("error:")]
+    assert lines == ["error: bubblewrap (bwrap) is not installed: install it with `apt-get install "
+                     "bubblewrap` (Debian/Ubuntu; `dnf install bubblewrap` on Fedora)"], out
+    assert not list((tmp_path / "runs").rglob("contamination.json"))  # before the checks
+
+
 # -- a full disk ---------------------------------------------------------------------------------
 
 def test_a_full_disk_during_a_checkpoint_names_the_checkpoint(tmp_path, monkeypatch):

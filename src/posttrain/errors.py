@@ -7,7 +7,8 @@
 
 and exits 2. `run_cli` is that boundary: it also turns the environment's refusals that are not
 bugs (a full disk, a permission denied, a read-only file system, a missing or mistyped path)
-into one line naming the path, exit 1. Anything else is a bug and keeps its traceback.
+into one line naming the path, exit 1, and so a missing program (`Unavailable`: no bubblewrap).
+Anything else is a bug and keeps its traceback.
 `POSTTRAIN_DEBUG=1` shows the traceback of every error, these included.
 
 Exit codes of every `posttrain` command:
@@ -46,6 +47,11 @@ _ENV_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quot
                errno.EROFS: "read-only file system", errno.ENOENT: "no such file or directory",
                errno.ENOTDIR: "not a directory", errno.EISDIR: "is a directory",
                errno.ENAMETOOLONG: "file name too long"}
+
+
+class Unavailable(Exception):
+    """The machine lacks something the command needs (a program, a kernel feature): the message
+    names it and how to get it. One line and exit 1, like the environment's other refusals."""
 
 
 class UserError(Exception):
@@ -138,6 +144,8 @@ def describe(exc: BaseException) -> tuple[int, str] | None:
     refusal; None for anything else (a bug, which keeps its traceback)."""
     if isinstance(exc, UserError):
         return EXIT_BAD_INPUT, exc.line()
+    if isinstance(exc, Unavailable):
+        return EXIT_CHECK_FAILED, str(exc)
     if isinstance(exc, OSError) and exc.errno in _ENV_ERRNOS:
         what = exc.strerror or _ENV_ERRNOS[exc.errno]
         what = what[:1].lower() + what[1:]

@@ -411,6 +411,9 @@ class Job:
             torch.set_num_threads(cfg.model.threads)
         self.console.print(f"[bold]posttrain run[/] {cfg.name}: {len(self.train_domains)} trained domains, "
                            f"{len(self.heldout_domains)} held out -> {self.run_dir}")
+        from posttrain.scheduling.engine import check_sandbox, sandbox_pool
+
+        check_sandbox(self.train_domains + self.heldout_domains)  # before minutes of checks
         eval_tasks = self.eval_tasks()
         trainer, sched_state = self.make_trainer()
         unfit = checks.check_context(_policy(trainer), self.train_domains, eval_tasks,
@@ -439,8 +442,6 @@ class Job:
             # the sources' paths made absolute: `posttrain replay` re-reads them from anywhere
             store.start_run(cfg.name, {**cfg.model_dump(mode="json"),
                                        "sources": [absolute(s) for s in cfg.domains.sources]})
-            from posttrain.scheduling.engine import sandbox_pool
-
             sandbox_factory = stack.enter_context(sandbox_pool(self.train_domains + self.heldout_domains,
                                                                cfg.scheduler.workers))
             start = trainer.version

@@ -46,6 +46,28 @@ def warn_unsandboxed(reason: str) -> None:
         log.warning(msg)
 
 
+def check_available(*, backend: str = "auto", allow_unsandboxed: bool = False) -> None:
+    """Raise `SandboxUnavailable` where `open_sandbox` with these settings would refuse a plain
+    sandbox (no usable bubblewrap, an unsandboxed backend not allowed), without starting one: a
+    run asks this before its minutes of checks and evaluation, not at its first episode."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    allow = bool(allow_unsandboxed) or os.environ.get(ALLOW_ENV, "") == "1"
+    if backend == "process":
+        if not allow:
+            raise SandboxUnavailable(_PROCESS_REFUSED)
+        return
+    from posttrain.sandbox.bwrap import bwrap_problem
+
+    problem = bwrap_problem()
+    if problem is not None and not (backend == "auto" and allow):
+        raise SandboxUnavailable(problem)
+
+
+_PROCESS_REFUSED = ("the 'process' backend does not isolate anything; pass allow_unsandboxed=True "
+                    f"(or set {ALLOW_ENV}=1) to run trusted code with it")
+
+
 def open_sandbox(limits: Limits = Limits(), *, backend: str = "auto",
                  allow_unsandboxed: bool = False, preload: Sequence[str] = (),
                  clock: int | None = DEFAULT_CLOCK, image: dict | None = None,
@@ -77,9 +99,7 @@ def open_sandbox(limits: Limits = Limits(), *, backend: str = "auto",
     allow = bool(allow_unsandboxed) or os.environ.get(ALLOW_ENV, "") == "1"
     if backend == "process":
         if not allow:
-            raise SandboxUnavailable(
-                "the 'process' backend does not isolate anything; pass allow_unsandboxed=True "
-                f"(or set {ALLOW_ENV}=1) to run trusted code with it")
+            raise SandboxUnavailable(_PROCESS_REFUSED)
         warn_unsandboxed("backend='process' was requested")
         return SupervisedSandbox(limits, mode="process", preload=preload, clock=clock,
                                  image=_process_image(), layers={"process": True})

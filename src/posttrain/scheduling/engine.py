@@ -38,6 +38,7 @@ from typing import Any
 from posttrain.envs import EnvConfig, needs_sandbox, sandbox_preload
 from posttrain.envs.single import SandboxFactory
 from posttrain.envs.vision import for_policy
+from posttrain.errors import Unavailable
 from posttrain.policies.base import Policy, ScriptedPlayer
 from posttrain.scheduling.config import BatchConfig, DomainSpec, QuarantineConfig, RetryConfig, SchedulerConfig
 from posttrain.scheduling.episodes import RolloutEpisodeFactory
@@ -69,6 +70,29 @@ class WorkItem:
 
 
 @contextmanager
+def _unavailable() -> Iterator[None]:
+    """A sandbox that cannot start here is the machine's lack, said in one line by the CLI
+    (`errors.Unavailable`: the sandbox package imports nothing of the project, so it cannot say
+    so itself)."""
+    from posttrain.sandbox import SandboxUnavailable
+
+    try:
+        yield
+    except SandboxUnavailable as e:
+        raise Unavailable(str(e)) from e
+
+
+def check_sandbox(domains: Sequence[Domain]) -> None:
+    """Raise `errors.Unavailable` (naming what to install) when any of `domains` needs a sandbox
+    and none can start here: before a run's checks and evaluations, not at its first episode."""
+    if any(needs_sandbox(d) for d in domains):
+        from posttrain.sandbox.factory import check_available
+
+        with _unavailable():
+            check_available()
+
+
+@contextmanager
 def sandbox_pool(domains: Sequence[Domain], size: int) -> Iterator[SandboxFactory | None]:
     """A warm pool of `size` sandboxes, preloaded for `domains`, when any of them needs one (else
     None): the sandbox factory every episode of a run takes its sandbox from."""
@@ -77,7 +101,9 @@ def sandbox_pool(domains: Sequence[Domain], size: int) -> Iterator[SandboxFactor
         return
     from posttrain.sandbox import SandboxPool
 
-    with SandboxPool(size=size, preload=sandbox_preload(list({d.name: d for d in domains}.values()))) as pool:
+    with _unavailable():
+        pool = SandboxPool(size=size, preload=sandbox_preload(list({d.name: d for d in domains}.values())))
+    with pool:
         yield pool.sandbox
 
 
