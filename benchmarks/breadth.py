@@ -98,8 +98,10 @@ def step_mix(store, run_id: str, weights: dict[str, float], adaptive, prior: dic
         w = {d: 0.0 if d in tracker.retired else weights[d] * m[d] for d in weights}
         effective.append({d: x / sum(w.values()) for d, x in w.items()})
         boosted.append({d for d in weights if m[d] > adaptive.floor and d not in tracker.retired})
+    spread = Counter(g["domain"] for g in groups.values()
+                     if len(g["rewards"]) > 1 and max(g["rewards"]) != min(g["rewards"]))
     return {"per_step": [dict(c) for c in per_step], "configured": [configured] * len(per_step),
-            "effective": effective, "above_floor": boosted}
+            "effective": effective, "above_floor": boosted, "signal": dict(spread)}
 
 
 def above_floor(per_step: list[dict[str, int]], quotas: list[dict[str, float]],
@@ -276,6 +278,10 @@ def main() -> None:
 
     learnable = [d for d in trained if (pass_of(before, d, f"pass@{k}") or 0) >= 0.2]
     deltas = [x for x in (delta(d) for d in learnable) if x is not None]
+    groups: Counter = Counter()
+    for c in per_step:
+        groups.update(c)  # adds the step's counts
+    signal = mix["signal"]
     held = [x for x in (delta(d.name) for d in job.heldout_domains) if x is not None]
     null = null_deltas(before, learnable)
     ab = compare(before, after)
@@ -297,6 +303,11 @@ def main() -> None:
         "step_families_max": max((len({d.split(".")[0] for d in c}) for c in per_step), default=0),
         "step_families_min": min((len({d.split(".")[0] for d in c}) for c in per_step), default=0),
         "learnable_domains": len(learnable),
+        # what the learnable domains were trained on: their groups, and those with a reward spread
+        # (the only ones that move a GRPO policy), against all of the run's
+        "learnable_groups": sum(groups[d] for d in learnable), "groups": sum(groups.values()),
+        "learnable_signal_groups": sum(signal.get(d, 0) for d in learnable),
+        "signal_groups": sum(signal.values()),
         "mean_delta": sum(deltas) / len(deltas) if deltas else None,
         "worst_delta": min(deltas) if deltas else None,
         "heldout_delta": sum(held) / len(held) if held else None,

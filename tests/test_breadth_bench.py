@@ -69,6 +69,7 @@ def test_each_step_is_measured_against_the_quotas_the_adaptive_scheduler_held(be
     store = SimpleNamespace(trajectories=lambda run_id, split: rows)
     mix = bench.step_mix(store, "run", {"a": 1.0, "b": 1.0}, AdaptiveConfig(window=4, min_groups=1, floor=0.1))
     assert mix["per_step"] == [{"a": 1, "b": 1}, {"a": 2, "b": 1}]
+    assert mix["signal"] == {"a": 3}  # the groups with a reward spread, per domain
     assert mix["configured"] == [{"a": 0.5, "b": 0.5}] * 2
     # step 0 begins with the configured weights; step 1 with b at the floor after its flat group
     assert mix["effective"][0] == {"a": 0.5, "b": 0.5}
