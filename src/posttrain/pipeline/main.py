@@ -403,17 +403,17 @@ class Job:
         from posttrain.training.engines import ranks
 
         hf_logging.disable_progress_bar()  # our own progress display says what is happening
+        from posttrain.scheduling.engine import check_sandbox, sandbox_pool
+
         cfg = self.config
         t_start = time.perf_counter()
+        check_sandbox(self.train_domains + self.heldout_domains)  # not after minutes of checks
         self.run_dir.mkdir(parents=True, exist_ok=True)
         _write_json(self.run_dir / "config.json", cfg.model_dump(mode="json"))
         if cfg.model.threads:
             torch.set_num_threads(cfg.model.threads)
         self.console.print(f"[bold]posttrain run[/] {cfg.name}: {len(self.train_domains)} trained domains, "
                            f"{len(self.heldout_domains)} held out -> {self.run_dir}")
-        from posttrain.scheduling.engine import check_sandbox, sandbox_pool
-
-        check_sandbox(self.train_domains + self.heldout_domains)  # before minutes of checks
         eval_tasks = self.eval_tasks()
         trainer, sched_state = self.make_trainer()
         unfit = checks.check_context(_policy(trainer), self.train_domains, eval_tasks,
