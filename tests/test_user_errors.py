@@ -134,13 +134,16 @@ def test_a_run_that_needs_a_sandbox_where_none_can_start(tmp_path, capsys, monke
     bwrap.bwrap_problem.cache_clear()
     try:
         cfg = _config(tmp_path, '[domains]\ntrain = ["code.dict.merge"]\nheldout = []\n', name="nobwrap")
-        code, out = cli(capsys, monkeypatch, "run", str(cfg))
+        ran = cli(capsys, monkeypatch, "run", str(cfg))
+        evaluated = cli(capsys, monkeypatch, "eval", "--policy", "oracle", "--tasks", "code.dict.merge",
+                        "--per-domain", "1")
     finally:
         bwrap.bwrap_problem.cache_clear()
-    assert code == 1, out
-    lines = [line for line in out.splitlines() if line.startswith("error:")]
-    assert lines == ["error: bubblewrap (bwrap) is not installed: install it with `apt-get install "
-                     "bubblewrap` (Debian/Ubuntu; `dnf install bubblewrap` on Fedora)"], out
+    missing = ("error: bubblewrap (bwrap) is not installed: install it with `apt-get install bubblewrap` "
+               "(Debian/Ubuntu; `dnf install bubblewrap` on Fedora)")
+    for code, out in (ran, evaluated):
+        assert code == 1, out
+        assert [line for line in out.splitlines() if line.startswith("error:")] == [missing], out
     assert not list((tmp_path / "runs").rglob("*.json"))  # said before the checks: no config.json
 
 
