@@ -203,6 +203,22 @@ def test_a_service_out_of_turn_does_not_move_the_virtual_time():
     assert got / 640 >= 0.9 * HEAVY_FAIR
 
 
+def test_submitted_work_is_charged_out_of_turn():
+    """Work submitted ahead of the fair share (charged with `in_turn=False`) moves neither the
+    virtual time nor the guard's budget, even for the domain the guard last looked at."""
+    clock = Clock()
+    q = FairQueue(window_s=1e9, starvation_s=5.0, clock=clock, starvation_share=0.5)
+    q.add("a", 1.0)
+    q.add("b", 1.0)
+    clock.t = 10.0
+    assert q.pick() == "a"  # the guard's pick (both outwaited 5 s), only looked at
+    for _ in range(3):
+        q.charge("a", 4.0, samples=4, cost=1.0, in_turn=False)
+    assert (q.vtime, q.guard_served) == (0.0, 0)
+    q.charge("b", 4.0, samples=4, cost=1.0)  # in turn: b's start tag, 0
+    assert q.vtime == 0.0 and q.pick() == "b"
+
+
 def test_domain_spec_validation_names_field_and_value():
     with pytest.raises(ValueError, match=r"DomainSpec 'x'.weight must be > 0, got -1"):
         DomainSpec("x", weight=-1)

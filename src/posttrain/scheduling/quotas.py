@@ -235,11 +235,13 @@ class FairQueue:
         queue's pick (work submitted ahead of the fair share) -- charged, but out of turn."""
         d = self._domains[name]
         now = self.clock()
-        if name == self._guard_pick:  # the guard's service (not a pick that was only a look)
+        if not in_turn:
+            pass  # submitted work: neither the guard's service nor a turn in tag order
+        elif name == self._guard_pick:  # the guard's service (not a pick that was only a look)
             self.guard_credit -= 1.0
             self.guard_served += 1
             self._guard_pick = None
-        elif in_turn:
+        else:
             # The virtual time is the start tag of the latest service *in tag order*: a service
             # out of turn (the guard's or submitted work's, whose domain's tag may lie far ahead)
             # must not move it, or every domain that comes back from a block is raised to that
