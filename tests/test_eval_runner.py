@@ -24,6 +24,13 @@ from tests.toydomains import CrashingVerifier, add_domain
 SMALL = "math.add.d2,text.sort.l3"
 
 
+def test_progress_counts_every_sample_once_up_to_the_total():
+    tasks = resolve_tasks(SMALL, per_domain=3)
+    seen: list[tuple[int, int]] = []
+    run_eval(ScriptedPolicy.named("oracle"), tasks, EvalConfig(k=(1, 2)), on_progress=lambda f, t: seen.append((f, t)))
+    assert seen == [(i, 12) for i in range(1, 13)]
+
+
 def test_oracle_and_wrong_score_one_and_zero_with_cis():
     tasks = resolve_tasks(SMALL, per_domain=6)
     good = run_eval(ScriptedPolicy.named("oracle"), tasks, EvalConfig(k=(1, 2)))

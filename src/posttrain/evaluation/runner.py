@@ -28,7 +28,7 @@ the workers; each attempt's result (trajectory, task, final workspace) goes to t
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from posttrain.envs.single import SandboxFactory
@@ -48,21 +48,25 @@ from posttrain.values.trajectory import Trajectory
 def run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalConfig = EvalConfig(), *,
              name: str = "", policy_spec: str = "", task_source: str = "", store=None,
              sandbox_factory: SandboxFactory | None = None, resume: bool = False,
-             sources: Sequence[str] = ()) -> EvalResult:
+             sources: Sequence[str] = (),
+             on_progress: Callable[[int, int], None] | None = None) -> EvalResult:
     """Evaluate `policy` on `tasks`; trajectories go to `store` (a `posttrain.storage.Store`) when
     given, under run id `eval:<name>`; `resume`: reuse the samples already stored there (see the
-    module docstring). Raises ValueError on an empty task set, or on stored samples that are not
-    this evaluation's."""
+    module docstring). `on_progress(finished, total)`: called as each sample finishes (samples
+    resumed from the store count as finished; an infrastructure error does not, its retry will).
+    Raises ValueError on an empty task set, or on stored samples that are not this evaluation's."""
     if not tasks:
         raise ValueError("run_eval: the task set is empty")
     with old_objects_frozen():  # the records too: they allocate as much as the episodes
         return _run_eval(policy, tasks, config, name=name, policy_spec=policy_spec, task_source=task_source,
-                         store=store, sandbox_factory=sandbox_factory, resume=resume, sources=sources)
+                         store=store, sandbox_factory=sandbox_factory, resume=resume, sources=sources,
+                         on_progress=on_progress)
 
 
 def _run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: EvalConfig, *, name: str,
               policy_spec: str, task_source: str, store, sandbox_factory: SandboxFactory | None,
-              resume: bool, sources: Sequence[str]) -> EvalResult:
+              resume: bool, sources: Sequence[str],
+              on_progress: Callable[[int, int], None] | None) -> EvalResult:
     tasks = list({t.hash: (d, t) for d, t in tasks}.values())  # a task listed twice is one task
     started = time.perf_counter()
     name = name or f"{policy.version.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -78,15 +82,22 @@ def _run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: Eval
                                  "policy_spec": policy_spec, "tasks": task_source, "sources": list(sources),
                                  **config.to_dict()})
 
-    def save(result: EpisodeResult) -> None:
-        store.put_trajectory(result.trajectory, result.task, result.workspace_archive)
-
     todo = [key for key in index if gids[key] not in done]
+    finished = len(index) - len(todo)
+
+    def on_result(result: EpisodeResult) -> None:
+        nonlocal finished
+        if store is not None:
+            store.put_trajectory(result.trajectory, result.task, result.workspace_archive)
+        if on_progress is not None and result.trajectory.status != "infra_error":
+            finished += 1
+            on_progress(finished, len(index))
+
     items = [WorkItem(*index[key], group_id=gids[key]) for key in todo]
     results = run_workload(items, seeded, sampling, workers=config.workers, run_id=run_id,
                            retries=config.retries, sandbox_factory=sandbox_factory,
                            player=policy if isinstance(policy, ScriptedPlayer) else None,
-                           on_result=save if store is not None else None)
+                           on_result=on_result if store is not None or on_progress is not None else None)
     attempts = {key: done[gids[key]] for key in index if gids[key] in done}
     attempts.update({key: [r.trajectory for r in rs] for key, rs in zip(todo, results)})
     records = _records(tasks, config.n_samples, attempts)
