@@ -181,18 +181,14 @@ class Job:
             store.delete_run(f"eval:{name}")
         cfg = self.config
         t0 = time.perf_counter()
-        tenth = max(1, len(tasks) * cfg.eval.samples // 10)
+        from posttrain.pipeline.progress import EvalLog
 
-        def log(finished: int, total: int) -> None:  # a log file sees no spinner: a line a tenth
-            if finished % tenth == 0 or finished == total:
-                self.console.print(f"{name}: {finished}/{total} samples, {time.perf_counter() - t0:.0f}s",
-                                   highlight=False)
-
+        log = None if self.console.is_terminal else EvalLog(self.console, name, len(tasks) * cfg.eval.samples)
         with self.console.status(f"evaluating {policy.version.name} ({name}): {len(tasks)} tasks "
                                  f"x {cfg.eval.samples} samples"):
             result = run_eval(policy, tasks, cfg.eval, name=name, policy_spec=policy.version.name, store=store,
                               sandbox_factory=sandbox_factory, resume=True,
-                              on_progress=None if self.console.is_terminal else log)
+                              on_progress=log)
         result.save_to_run(self.run_dir)
         self.console.print(f"{name}: {len(tasks)} tasks evaluated in {time.perf_counter() - t0:.1f}s")
         return result

@@ -9,13 +9,32 @@ not a terminal (CI, a log file) it prints one plain line every few steps instead
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+
+class EvalLog:
+    """An evaluation's progress where no spinner shows (a log file, CI): a line at each tenth of its
+    samples, `every_s` apart at least, so a short evaluation says nothing beyond its total. Pass
+    it as `run_eval(on_progress=...)`."""
+
+    def __init__(self, console: Console, name: str, total: int, every_s: float = 10.0,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.console, self.name, self.every_s, self.clock = console, name, every_s, clock
+        self.tenth = max(1, total // 10)
+        self.started = self.said = clock()
+
+    def __call__(self, finished: int, total: int) -> None:
+        now = self.clock()
+        if finished % self.tenth == 0 and finished < total and now - self.said >= self.every_s:
+            self.said = now
+            self.console.print(f"{self.name}: {finished}/{total} samples, {now - self.started:.0f}s",
+                               highlight=False)
 
 
 class RoundProgress:
