@@ -11,7 +11,7 @@ from posttrain.pipeline.progress import EvalLog
 def lines_of(finished_at: list[tuple[int, float]], total: int) -> list[str]:
     out = io.StringIO()
     now = [0.0]
-    log = EvalLog(Console(file=out, width=200), "before", total, every_s=10.0, clock=lambda: now[0])
+    log = EvalLog(Console(file=out, width=200), "before", every_s=10.0, clock=lambda: now[0])
     for finished, t in finished_at:
         now[0] = t
         log(finished, total)

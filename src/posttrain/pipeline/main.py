@@ -183,12 +183,11 @@ class Job:
         t0 = time.perf_counter()
         from posttrain.pipeline.progress import EvalLog
 
-        log = None if self.console.is_terminal else EvalLog(self.console, name, len(tasks) * cfg.eval.samples)
+        log = None if self.console.is_terminal else EvalLog(self.console, name)
         with self.console.status(f"evaluating {policy.version.name} ({name}): {len(tasks)} tasks "
                                  f"x {cfg.eval.samples} samples"):
             result = run_eval(policy, tasks, cfg.eval, name=name, policy_spec=policy.version.name, store=store,
-                              sandbox_factory=sandbox_factory, resume=True,
-                              on_progress=log)
+                              sandbox_factory=sandbox_factory, resume=True, on_progress=log)
         result.save_to_run(self.run_dir)
         self.console.print(f"{name}: {len(tasks)} tasks evaluated in {time.perf_counter() - t0:.1f}s")
         return result

@@ -23,15 +23,14 @@ class EvalLog:
     samples, `every_s` apart at least, so a short evaluation says nothing beyond its total. Pass
     it as `run_eval(on_progress=...)`."""
 
-    def __init__(self, console: Console, name: str, total: int, every_s: float = 10.0,
+    def __init__(self, console: Console, name: str, every_s: float = 10.0,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.console, self.name, self.every_s, self.clock = console, name, every_s, clock
-        self.tenth = max(1, total // 10)
         self.started = self.said = clock()
 
     def __call__(self, finished: int, total: int) -> None:
         now = self.clock()
-        if finished % self.tenth == 0 and finished < total and now - self.said >= self.every_s:
+        if finished % max(1, total // 10) == 0 and finished < total and now - self.said >= self.every_s:
             self.said = now
             self.console.print(f"{self.name}: {finished}/{total} samples, {now - self.started:.0f}s",
                                highlight=False)
