@@ -208,6 +208,59 @@ def null_deltas(before, domains: list[str]) -> dict[str, float]:
     return {d: (sum(v) / len(v)) / 2 ** 0.5 for d, v in per.items()}
 
 
+def focus_evals(job: Job, learnable: list[str], n_tasks: int) -> tuple:
+    """The learnable domains evaluated again on `n_tasks` eval tasks each (at the run's samples), by
+    the starting and the trained weights: `evals/focus-before.json`, `evals/focus-after.json`.
+
+    With 4 tasks a domain, a policy that settled on one answer (`rg.circuit_logic`: "0" in 26 of
+    32 samples after training) moves by whatever those 4 tasks' answers happen to be; the odd/even
+    null above does not see that noise (it resamples the same tasks). Like the run's own
+    evaluations these are resumable (a kill loses no stored sample) and loaded when done. Tasks
+    that the contamination check finds in the training sample are left out (and counted): the run
+    checked only its own 4 a domain. Returns (before, after, leaked task count)."""
+    from posttrain.evaluation.contamination import check_contamination
+    from posttrain.pipeline.checks import eval_tasks
+    from posttrain.pipeline.main import _policy
+    from posttrain.scheduling.engine import sandbox_pool
+    from posttrain.storage.store import Store
+
+    cfg = job.config
+    wanted = set(learnable)
+    domains = [d for d in job.train_domains if d.name in wanted]
+    tasks = eval_tasks(domains, n_tasks)
+    per_domain = max(200, cfg.rollout.groups_per_step * cfg.steps // max(1, len(job.train_domains)))
+    train = [d.task(seed, "train") for d in domains for seed in range(min(per_domain, 2000))]
+    leaked = set(check_contamination(train, [t for _, t in tasks]).leaked_eval_hashes)
+    tasks = [(d, t) for d, t in tasks if t.hash not in leaked]
+    trainer, _ = job.make_trainer()
+    with Store.for_run_dir(cfg.run_dir) as store, sandbox_pool(domains, cfg.scheduler.workers) as factory:
+        before = job.evaluate(job._base_policy(), "focus-before", tasks, store, factory)
+        after = job.evaluate(_policy(trainer), "focus-after", tasks, store, factory)
+    return before, after, len(leaked)
+
+
+def focus_figures(job: Job, learnable: list[str], n_tasks: int) -> dict:
+    """`focus_evals`' deltas (nothing without `n_tasks`): the same figures as the run's own, on
+    more tasks a domain, with their null and paired A/B."""
+    if not n_tasks or not learnable:
+        return {}
+    from posttrain.evaluation.ab import compare
+
+    before, after, leaked = focus_evals(job, learnable, n_tasks)
+    deltas = {d: p1 - p0 for d in learnable
+              if (p0 := pass_of(before, d, "pass@1")) is not None and (p1 := pass_of(after, d, "pass@1")) is not None}
+    null = null_deltas(before, learnable)
+    ab = compare(before, after)
+    moved = [ab.domains[d] for d in learnable if d in ab.domains]
+    return {"focus_tasks": n_tasks, "focus_leaked_tasks": leaked,
+            "focus_mean_delta": sum(deltas.values()) / len(deltas) if deltas else None,
+            "focus_worst_delta": min(deltas.values()) if deltas else None,
+            "focus_worst_domain": min(deltas, key=deltas.__getitem__) if deltas else None,
+            "focus_null_worst_delta": min(null.values()) if null else None,
+            "focus_significant_regressions": sum(v["regression"] for v in moved),
+            "focus_significant_improvements": sum(v["improvement"] for v in moved)}
+
+
 def _step_number(version: str) -> int:
     tail = version.rsplit("step-", 1)[-1]
     return int(tail) if tail.isdigit() else -1
@@ -226,6 +279,9 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="starting model (default: the config's)")
     ap.add_argument("--allow-contamination", action="store_true",
                     help="run even if the contamination guard refuses (reported in the JSON line)")
+    ap.add_argument("--focus-tasks", type=int, default=0,
+                    help="then evaluate the learnable domains again on this many eval tasks each, "
+                         "before and after (the focus_* figures; may be added on --resume)")
     ap.add_argument("--resume", action="store_true",
                     help="continue the run in --runs-dir (same flags) instead of starting again")
     args = ap.parse_args()
@@ -235,7 +291,8 @@ def main() -> None:
         shutil.rmtree(runs, ignore_errors=True)
     elif not segments_file.exists():
         raise SystemExit(f"--resume: no run of this benchmark in {runs} ({segments_file.name} is missing)")
-    segments = _load_segments(segments_file, vars(args))
+    # --focus-tasks measures the finished run again; it is no flag of the run itself
+    segments = _load_segments(segments_file, {k: v for k, v in vars(args).items() if k != "focus_tasks"})
     overrides = {"runs_dir": str(runs), "steps": args.steps, "checkpoint_every": max(1, args.steps),
                  "eval.tasks_per_domain": args.tasks_per_domain, "eval.samples": args.samples,
                  "logging.backends": []}
@@ -316,6 +373,7 @@ def main() -> None:
         "significant_regressions": sum(v["regression"] for v in moved),
         "significant_improvements": sum(v["improvement"] for v in moved),
         "base_pass1": summary.get("base_pass1"), "final_pass1": summary.get("final_pass1"),
+        **focus_figures(job, learnable, args.focus_tasks),
         "wall_s": round(wall_s, 1),
         "segments": len(segments["segments"]),
         "contamination_overridden": json.loads((cfg.run_dir / "contamination.json").read_text())["overridden"],

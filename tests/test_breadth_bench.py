@@ -87,3 +87,42 @@ def test_each_step_is_measured_against_the_quotas_the_adaptive_scheduler_held(be
     seeded = bench.step_mix(store, "run", {"a": 1.0, "b": 1.0},
                             AdaptiveConfig(window=4, min_groups=1, floor=0.1, prior_groups=2), {"a": 0.5, "b": 0.0})
     assert seeded["effective"][0] == pytest.approx({"a": 0.5 / 0.6, "b": 0.1 / 0.6})
+
+
+@pytest.mark.slow
+def test_focus_evaluations_measure_the_finished_run_on_more_tasks_once(bench, tmp_path):
+    import os
+
+    from rich.console import Console
+
+    from posttrain.pipeline.config import load_config
+    from posttrain.pipeline.main import Job
+    from posttrain.storage.store import Store
+    from tests.test_pipeline import SMOKE
+
+    path = tmp_path / "focus.toml"
+    path.write_text(SMOKE.format(name="focus", runs=tmp_path / "runs", steps=2))
+    job = Job(load_config(path), Console(file=open(os.devnull, "w")))
+    job.run()
+    wanted = ["math.add.d2", "text.reverse.l3"]
+    before, after, leaked = bench.focus_evals(job, wanted, 6)
+    assert leaked == 0
+    # 6 tasks a domain (the run evaluated 4), of the learnable domains only, by the base and the
+    # trained weights
+    for result in (before, after):
+        assert sorted({r.domain for r in result.records}) == wanted
+        assert len(result.records) == 2 * 6
+    assert after.policy.endswith("step-2") and before.policy != after.policy
+    run_dir = job.config.run_dir
+    assert (run_dir / "evals" / "focus-before.json").exists() and (run_dir / "evals" / "focus-after.json").exists()
+    with Store.for_run_dir(run_dir, readonly=True) as store:
+        stored = store.counts("eval:focus-after")["episodes"]
+    assert stored == 2 * 6 * 2
+    # a second call loads what was written: nothing is generated again
+    again = bench.focus_figures(job, wanted, 6)
+    with Store.for_run_dir(run_dir, readonly=True) as store:
+        assert store.counts("eval:focus-after")["episodes"] == stored
+        assert sum(store.duplicates().values()) == 0
+    assert again["focus_tasks"] == 6 and again["focus_leaked_tasks"] == 0
+    assert again["focus_worst_delta"] <= again["focus_mean_delta"]
+    assert again["focus_worst_domain"] in wanted
