@@ -144,12 +144,18 @@ def family_mix(per_step: list[dict[str, int]], quotas: list[dict[str, float]]) -
 
 def _load_segments(path: Path, args: dict) -> dict:
     """The segments of this benchmark's run so far (none for a fresh one); a resume must repeat the
-    flags it started with, or its figures would mix two runs."""
+    flags it started with, or its figures would mix two runs -- except a larger `--steps`: the run
+    is trained further from its last checkpoint (the trainer's learning rate is constant, so this
+    is the longer run; its base evaluation is kept, its final one is made again), and the steps it
+    had are listed in `extended_from`."""
     flags = {k: v for k, v in args.items() if k != "resume"}
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         return {"flags": flags, "segments": []}
     old = json.loads(path.read_text())
+    if flags["steps"] > old["flags"]["steps"] and {**old["flags"], "steps": flags["steps"]} == flags:
+        old["extended_from"] = [*old.get("extended_from", []), old["flags"]["steps"]]
+        old["flags"] = flags
     if old["flags"] != flags:
         changed = sorted(k for k in flags.keys() | old["flags"].keys() if flags.get(k) != old["flags"].get(k))
         raise SystemExit(f"--resume: {path} was started with other flags ({', '.join(changed)}): "
@@ -376,6 +382,7 @@ def main() -> None:
         **focus_figures(job, learnable, args.focus_tasks),
         "wall_s": round(wall_s, 1),
         "segments": len(segments["segments"]),
+        "extended_from": segments.get("extended_from", []),
         "contamination_overridden": json.loads((cfg.run_dir / "contamination.json").read_text())["overridden"],
     }
     table = Table(title=f"breadth: {len(trained)} trained domains, {cfg.steps} steps (shortened)")

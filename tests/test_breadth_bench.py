@@ -50,8 +50,20 @@ def test_a_resume_must_repeat_the_flags_it_started_with(bench, tmp_path):
         pass
     stored = json.loads(path.read_text())
     assert len(stored["segments"]) == 2 and all(s["wall_s"] >= 0 for s in stored["segments"])
+    with pytest.raises(SystemExit, match="samples"):
+        bench._load_segments(path, {**flags, "samples": 4, "resume": True})
+    # fewer steps, or more steps together with another flag: refused
     with pytest.raises(SystemExit, match="steps"):
-        bench._load_segments(path, {**flags, "steps": 41, "resume": True})
+        bench._load_segments(path, {**flags, "steps": 20, "resume": True})
+    with pytest.raises(SystemExit, match="samples"):
+        bench._load_segments(path, {**flags, "steps": 80, "samples": 4, "resume": True})
+    # more steps alone: the run is trained further, and says from where
+    longer = bench._load_segments(path, {**flags, "steps": 80, "resume": True})
+    assert longer["flags"]["steps"] == 80 and longer["extended_from"] == [40]
+    with bench._Segment(path, longer):
+        pass
+    again = bench._load_segments(path, {**flags, "steps": 80, "resume": True})
+    assert again["extended_from"] == [40] and len(again["segments"]) == 3
 
 
 def test_each_step_is_measured_against_the_quotas_the_adaptive_scheduler_held(bench):
