@@ -26,8 +26,17 @@ Runs the job in-process with the overrides below, then reports, from the run dir
   deltas' noise comes to it); and `significant_regressions` / `significant_improvements`, the
   learnable domains whose paired A/B comparison (`posttrain.evaluation.ab`: task bootstrap and
   Holm-corrected McNemar) finds a significant change;
+* with `--focus-tasks N` (also on a `--resume` of a finished run): the learnable domains evaluated
+  again on N eval tasks each by the base and the trained weights (`focus_evals`), and the same
+  figures from them: `focus_mean_delta`, `focus_worst_delta` (and its domain),
+  `focus_null_worst_delta`, `focus_significant_*`. At 4 tasks a domain the deltas carry the
+  noise of which tasks were drawn, which the odd/even null cannot see: a policy that settled on
+  one answer gains or loses by those few tasks' answers;
 * `wall_s`: the whole run (evaluations included); a run continued with `--resume` after a kill
-  sums its segments (`segments` counts them; the time between them is not counted).
+  sums its segments (`segments` counts them; the time between them is not counted). `--resume`
+  with a larger `--steps` trains a finished run further (`extended_from` lists its earlier step
+  counts). The focus evaluations are not in `wall_s`: `focus_s` is their time in this process
+  (~0 where they were loaded).
 
 Shortened how: `--steps` trainer steps instead of the config's, `--tasks-per-domain` eval tasks
 per domain and `--samples` samples each (and `--group-size` samples per training group), so on a
@@ -252,7 +261,9 @@ def focus_figures(job: Job, learnable: list[str], n_tasks: int) -> dict:
         return {}
     from posttrain.evaluation.ab import compare
 
+    t0 = time.perf_counter()
     before, after, leaked = focus_evals(job, learnable, n_tasks)
+    focus_s = time.perf_counter() - t0
     deltas = {d: p1 - p0 for d in learnable
               if (p0 := pass_of(before, d, "pass@1")) is not None and (p1 := pass_of(after, d, "pass@1")) is not None}
     null = null_deltas(before, learnable)
@@ -264,7 +275,8 @@ def focus_figures(job: Job, learnable: list[str], n_tasks: int) -> dict:
             "focus_worst_domain": min(deltas, key=deltas.__getitem__) if deltas else None,
             "focus_null_worst_delta": min(null.values()) if null else None,
             "focus_significant_regressions": sum(v["regression"] for v in moved),
-            "focus_significant_improvements": sum(v["improvement"] for v in moved)}
+            "focus_significant_improvements": sum(v["improvement"] for v in moved),
+            "focus_s": round(focus_s, 1)}
 
 
 def _step_number(version: str) -> int:
