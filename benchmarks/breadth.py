@@ -224,7 +224,8 @@ def null_deltas(before, domains: list[str]) -> dict[str, float]:
 
 
 def focus_evals(job: Job, learnable: list[str], n_tasks: int) -> tuple:
-    """The learnable domains evaluated again on `n_tasks` eval tasks each (at the run's samples), by
+    """The learnable domains evaluated again on `n_tasks` eval tasks each (the first `n_tasks` of the
+    eval split, so the run's own among them; at the run's samples), by
     the starting and the trained weights: `evals/focus-before.json`, `evals/focus-after.json`.
 
     With 4 tasks a domain, a policy that settled on one answer (`rg.circuit_logic`: "0" in 26 of
