@@ -223,6 +223,21 @@ def null_deltas(before, domains: list[str]) -> dict[str, float]:
     return {d: (sum(v) / len(v)) / 2 ** 0.5 for d, v in per.items()}
 
 
+def pass1_deltas(before, after, domains: list[str]) -> dict[str, float]:
+    """Per domain, pass@1 after - before (domains either evaluation did not score left out)."""
+    return {d: p1 - p0 for d in domains
+            if (p0 := pass_of(before, d, "pass@1")) is not None and (p1 := pass_of(after, d, "pass@1")) is not None}
+
+
+def ab_counts(before, after, domains: list[str]) -> tuple[int, int]:
+    """(significant regressions, significant improvements) among `domains` in the paired A/B."""
+    from posttrain.evaluation.ab import compare
+
+    ab = compare(before, after)
+    moved = [ab.domains[d] for d in domains if d in ab.domains]
+    return sum(v["regression"] for v in moved), sum(v["improvement"] for v in moved)
+
+
 def focus_evals(job: Job, learnable: list[str], n_tasks: int) -> tuple:
     """The learnable domains evaluated again on `n_tasks` eval tasks each (the first `n_tasks` of the
     eval split, so the run's own among them; at the run's samples), by
@@ -235,7 +250,7 @@ def focus_evals(job: Job, learnable: list[str], n_tasks: int) -> tuple:
     that the contamination check finds in the training sample are left out (and counted): the run
     checked only its own 4 a domain. Returns (before, after, leaked task count)."""
     from posttrain.evaluation.contamination import check_contamination
-    from posttrain.pipeline.checks import eval_tasks
+    from posttrain.pipeline.checks import eval_tasks, train_sample
     from posttrain.pipeline.main import _policy
     from posttrain.scheduling.engine import sandbox_pool
     from posttrain.storage.store import Store
@@ -244,8 +259,7 @@ def focus_evals(job: Job, learnable: list[str], n_tasks: int) -> tuple:
     wanted = set(learnable)
     domains = [d for d in job.train_domains if d.name in wanted]
     tasks = eval_tasks(domains, n_tasks)
-    per_domain = max(200, cfg.rollout.groups_per_step * cfg.steps // max(1, len(job.train_domains)))
-    train = [d.task(seed, "train") for d in domains for seed in range(min(per_domain, 2000))]
+    train = train_sample(domains, job.contamination_per_domain())
     leaked = set(check_contamination(train, [t for _, t in tasks]).leaked_eval_hashes)
     tasks = [(d, t) for d, t in tasks if t.hash not in leaked]
     trainer, _ = job.make_trainer()
@@ -260,23 +274,19 @@ def focus_figures(job: Job, learnable: list[str], n_tasks: int) -> dict:
     more tasks a domain, with their null and paired A/B."""
     if not n_tasks or not learnable:
         return {}
-    from posttrain.evaluation.ab import compare
-
     t0 = time.perf_counter()
     before, after, leaked = focus_evals(job, learnable, n_tasks)
     focus_s = time.perf_counter() - t0
-    deltas = {d: p1 - p0 for d in learnable
-              if (p0 := pass_of(before, d, "pass@1")) is not None and (p1 := pass_of(after, d, "pass@1")) is not None}
+    deltas = pass1_deltas(before, after, learnable)
     null = null_deltas(before, learnable)
-    ab = compare(before, after)
-    moved = [ab.domains[d] for d in learnable if d in ab.domains]
+    regressions, improvements = ab_counts(before, after, learnable)
     return {"focus_tasks": n_tasks, "focus_leaked_tasks": leaked,
             "focus_mean_delta": sum(deltas.values()) / len(deltas) if deltas else None,
             "focus_worst_delta": min(deltas.values()) if deltas else None,
             "focus_worst_domain": min(deltas, key=deltas.__getitem__) if deltas else None,
             "focus_null_worst_delta": min(null.values()) if null else None,
-            "focus_significant_regressions": sum(v["regression"] for v in moved),
-            "focus_significant_improvements": sum(v["improvement"] for v in moved),
+            "focus_significant_regressions": regressions,
+            "focus_significant_improvements": improvements,
             "focus_s": round(focus_s, 1)}
 
 
@@ -331,7 +341,6 @@ def main() -> None:
         summary = job.run()
     wall_s = sum(seg["wall_s"] for seg in segments["segments"])
 
-    from posttrain.evaluation.ab import compare
     from posttrain.evaluation.result import EvalResult
     from posttrain.storage.store import Store
 
@@ -348,20 +357,15 @@ def main() -> None:
     floor_share, floor_quota = above_floor(per_step, mix["effective"], mix["above_floor"])
     served = {d for c in per_step for d in c}
 
-    def delta(name: str) -> float | None:
-        p0, p1 = pass_of(before, name, "pass@1"), pass_of(after, name, "pass@1")
-        return None if p0 is None or p1 is None else p1 - p0
-
     learnable = [d for d in trained if (pass_of(before, d, f"pass@{k}") or 0) >= 0.2]
-    deltas = [x for x in (delta(d) for d in learnable) if x is not None]
+    deltas = list(pass1_deltas(before, after, learnable).values())
     groups: Counter = Counter()
     for c in per_step:
         groups.update(c)  # adds the step's counts
     signal = mix["signal"]
-    held = [x for x in (delta(d.name) for d in job.heldout_domains) if x is not None]
+    held = list(pass1_deltas(before, after, [d.name for d in job.heldout_domains]).values())
     null = null_deltas(before, learnable)
-    ab = compare(before, after)
-    moved = [ab.domains[d] for d in learnable if d in ab.domains]
+    regressions, improvements = ab_counts(before, after, learnable)
     families = Counter(d.split(".")[0] for d in served)
     out = {
         "domains_trained": len(served),
@@ -389,8 +393,8 @@ def main() -> None:
         "heldout_delta": sum(held) / len(held) if held else None,
         "null_worst_delta": min(null.values()) if null else None,
         "null_mean_delta": sum(null.values()) / len(null) if null else None,
-        "significant_regressions": sum(v["regression"] for v in moved),
-        "significant_improvements": sum(v["improvement"] for v in moved),
+        "significant_regressions": regressions,
+        "significant_improvements": improvements,
         "base_pass1": summary.get("base_pass1"), "final_pass1": summary.get("final_pass1"),
         **focus_figures(job, learnable, args.focus_tasks),
         "wall_s": round(wall_s, 1),

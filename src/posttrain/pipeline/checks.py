@@ -44,9 +44,15 @@ def eval_tasks(domains: Sequence[Domain], per_domain: int) -> list[tuple[Domain,
     return out
 
 
+def train_sample(train_domains: Sequence[Domain], per_domain: int) -> list[Task]:
+    """The training tasks the contamination check compares eval tasks with: the first
+    `per_domain` (at most 2,000) of each domain's train split."""
+    return [d.task(seed, "train") for d in train_domains for seed in range(min(per_domain, 2000))]
+
+
 def check_contamination(train_domains: Sequence[Domain], evals: Sequence[tuple[Domain, Task]], *,
                         per_domain: int, run_dir: Path, allow: bool, console: Console) -> None:
-    train = [d.task(seed, "train") for d in train_domains for seed in range(min(per_domain, 2000))]
+    train = train_sample(train_domains, per_domain)
     report = _contamination(train, [t for _, t in evals])
     guard_training(report, run_dir, allow=allow)
     if not report.ok:

@@ -154,6 +154,12 @@ class Job:
                 "regressions": outcome.report.regressions}
 
     # -- steps of the job -------------------------------------------------------------
+    def contamination_per_domain(self) -> int:
+        """Training tasks a domain the contamination check samples: what the run can draw of it
+        (its share of the groups), 200 at least."""
+        cfg = self.config
+        return max(200, cfg.rollout.groups_per_step * cfg.steps // max(1, len(self.train_domains)))
+
     def eval_tasks(self) -> list:
         return checks.eval_tasks(self.train_domains + self.heldout_domains, self.config.eval.tasks_per_domain)
 
@@ -429,10 +435,8 @@ class Job:
             if not self.train_domains:
                 raise ConfigError("no trained domain fits the model's context (all were left out)")
         # after the context check: a domain left out is not trained, so it cannot leak
-        cfg_r = cfg.rollout
         checks.check_contamination(self.train_domains, eval_tasks, run_dir=self.run_dir,
-                                   per_domain=max(200, cfg_r.groups_per_step * cfg.steps
-                                                  // max(1, len(self.train_domains))),
+                                   per_domain=self.contamination_per_domain(),
                                    allow=cfg.allow_contamination, console=self.console)
         with ExitStack() as stack:
             store = stack.enter_context(Store.for_run_dir(self.run_dir))
