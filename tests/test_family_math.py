@@ -103,3 +103,15 @@ def test_word_problems_that_differ_only_in_their_nouns_share_a_split():
             ref = domain.task(seed, split).reference
             numbers.setdefault(split, set()).add((ref["n1"], ref["n2"], ref["grams"]))
     assert numbers["train"] and numbers["eval"] and not numbers["train"] & numbers["eval"]
+
+
+@pytest.mark.parametrize(("op", "k"), sorted(math_family.BALANCED))
+def test_skewed_small_operand_domains_draw_their_answers_uniformly(op, k):
+    """min(3 digits) is 0 a third of the time: a policy learns "0"; these draw the answer first."""
+    from collections import Counter
+
+    domain = {d.name: d for d in DOMAINS}[f"math.{op}.d{k}"]
+    answers = Counter(domain.task(s, "train").reference["answer"] for s in range(600))
+    support = {str(a) for a in math_family.BALANCED[op, k]}
+    assert set(answers) <= support and len(answers) >= len(support) - 1  # a lone problem may be eval's
+    assert max(answers.values()) / 600 < 2.2 / len(support)

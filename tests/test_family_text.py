@@ -75,3 +75,18 @@ def test_generation_is_deterministic_and_splits_disjoint():
     train = {domain.task(s, "train").prompt for s in range(200)}
     evals = {domain.task(s, "eval").prompt for s in range(200)}
     assert not train & evals and len(train) > 50 and len(evals) > 50
+
+
+def test_count_answers_are_uniform_so_no_constant_answer_pays():
+    """Letters drawn at random made "0" the answer of ~45% of `text.count.l3` (a policy learned
+    it instead of counting); the count is drawn first."""
+    from collections import Counter
+
+    domain = {d.name: d for d in text_family.domains()}["text.count.l8"]
+    answers = Counter(domain.task(s, "train").reference["answer"] for s in range(900))
+    assert set(answers) == {str(k) for k in range(9)}
+    assert max(answers.values()) / 900 < 0.16  # uniform: 1/9 = 0.11
+    for s in range(50):
+        task = domain.task(s, "train")
+        word, letter = task.reference["word"], task.reference["letter"]
+        assert len(word) == 8 and str(word.count(letter)) == task.reference["answer"]

@@ -6,6 +6,7 @@ import itertools
 import json
 from dataclasses import dataclass, replace
 
+import pytest
 from typer.testing import CliRunner
 
 from posttrain.cli import app as root_app
@@ -282,3 +283,50 @@ def test_domains_graded_directly_are_checked_beside_the_sandboxed_ones(monkeypat
     here = str(os.getpid())
     assert where[boxed[0].name] == where[boxed[1].name] == where["fake.ok"] == here  # unregistered: here
     assert where[direct[0].name] == where[direct[1].name] != here
+
+
+def _skewed(name: str, zero_share_in_10: int) -> Domain:
+    """Answers "0" for `zero_share_in_10` of every 10 seeds, else a spread of 1..9."""
+    def generate(seed, split):
+        answer = "0" if seed % 10 < zero_share_in_10 else str(1 + seed % 9)
+        return Task(domain=name, prompt=f"task {seed}", reference={"answer": answer}, split=split, seed=seed)
+
+    return _good(name, generate=generate)
+
+
+def test_the_constant_answer_probe_flags_a_skewed_domain_and_the_cli_names_it():
+    skewed, even = _skewed("fake.skewed", 5), _skewed("fake.even", 1)
+    report = check_domains([skewed, even], per_domain=2, guess_tasks=100)
+    assert report.ok  # guessable is a warning: every per-task check still passes
+    guess = {c.domain: c.guess for c in report.checks}
+    assert guess["fake.skewed"].answer == "0" and guess["fake.skewed"].rate == 0.5
+    assert guess["fake.skewed"].chance == 0.1 and guess["fake.skewed"].guessable
+    assert guess["fake.even"].rate <= 0.2 and not guess["fake.even"].guessable
+    summary = report.summary()
+    assert list(summary["guessable"]) == ["fake.skewed"]
+    assert summary["guessable"]["fake.skewed"] == {"answer": "0", "rate": 0.5, "chance": 0.1}
+    assert "guess" not in check_domains([skewed], per_domain=1).summary()["by_domain"]["fake.skewed"]  # off
+
+    flagged = runner.invoke(root_app, ["tasks", "check", "-d", "rg.syllogism", "-n", "1", "--guess-tasks", "60"])
+    assert flagged.exit_code == 0, flagged.output
+    assert "guessable rg.syllogism" in flagged.output and "'Yes'" in flagged.output
+    off = runner.invoke(root_app, ["tasks", "check", "-d", "rg.syllogism", "-n", "1", "--guess-tasks", "0"])
+    assert off.exit_code == 0 and "guessable" not in off.output
+
+
+@pytest.mark.slow
+def test_no_generator_of_the_project_is_guessable():
+    """The constant-answer probe on every directly graded domain the project generates itself
+    (reasoning-gym's third-party generators are reported by `tasks check`, not fixed here)."""
+    from posttrain.envs import needs_sandbox
+    from posttrain.tasks.check import guess_probe
+    from posttrain.tasks.registry import all_domains
+
+    own = [d for n, d in sorted(all_domains().items()) if not n.startswith("rg.") and not needs_sandbox(d)]
+    assert len(own) > 150
+    guessable = {}
+    for d in own:
+        g = guess_probe(d, 200)
+        if g is not None and g.guessable:
+            guessable[d.name] = (g.answer, g.rate, round(g.chance, 3))
+    assert guessable == {}

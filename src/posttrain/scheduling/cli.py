@@ -129,11 +129,15 @@ def check(family: str | None = typer.Option(None, "--family", "-f", help="only t
           workers: int = typer.Option(1, "--workers", "-w", min=1,
                                help="processes (2 did not help on a shared 2-core machine: "
                                     "see benchmarks/tasks_check.py)"),
+          guess_tasks: int = typer.Option(100, "--guess-tasks", min=0,
+                                          help="train tasks per directly graded domain for the "
+                                               "constant-answer probe (0: skip it)"),
           as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables"),
           source: list[str] | None = source_option()) -> None:
     """Self-check domains: oracle passes, negatives fail, grading is stable, generation is
     deterministic. Exits 1 on any failure (including infrastructure errors). With --source and
-    no --domains/--family, checks the domains the sources add."""
+    no --domains/--family, checks the domains the sources add. Domains that one constant answer
+    games (the constant-answer probe) are listed as guessable: a warning, not a failure."""
     import fnmatch
 
     added = apply_sources(source)
@@ -143,7 +147,8 @@ def check(family: str | None = typer.Option(None, "--family", "-f", help="only t
     from posttrain.tasks import registry
     from posttrain.tasks.cli import select_domains
 
-    report = check_domains(select_domains(family, domains), per_domain=per_domain, workers=workers)
+    report = check_domains(select_domains(family, domains), per_domain=per_domain, workers=workers,
+                           guess_tasks=guess_tasks)
     # a task folder that does not even load is a failed check of the domains it was asked for
     patterns = [p.strip() for p in (domains or "*").split(",") if p.strip()]
     broken = {n: b.error for n, b in registry.broken().items()
@@ -193,6 +198,12 @@ def _print_report(report: CheckReport) -> None:
                       highlight=False)
     if len(report.failures) > 50:
         console.print(f"... and {len(report.failures) - 50} more failures (use --json for all)")
+    for c in report.checks:
+        if c.guess is not None and c.guess.guessable:
+            console.print(f"[yellow]guessable[/yellow] {c.domain}: the constant answer "
+                          f"{escape(repr(c.guess.answer[:40]))} passes {c.guess.rate:.0%} of {c.guess.tasks} "
+                          f"train tasks (uniform chance {c.guess.chance:.0%}): a policy can learn it "
+                          "instead of the task", highlight=False)
     s = report.summary()
     rate = s["tasks"] / report.seconds if report.seconds else 0.0
     console.print(f"{s['domains']} domains, {s['tasks']} tasks in {report.seconds:.1f}s ({rate:.1f} tasks/s); "

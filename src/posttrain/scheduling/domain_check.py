@@ -31,7 +31,15 @@ from posttrain.envs import EnvConfig, default_sandbox_factory, needs_sandbox, sa
 from posttrain.envs.single import SandboxFactory
 from posttrain.policies.scripted import ScriptedPolicy
 from posttrain.scheduling.engine import WorkItem, run_workload
-from posttrain.tasks.check import CheckReport, DomainCheck, EpisodeFailed, Grade, check_with, grade_directly
+from posttrain.tasks.check import (
+    CheckReport,
+    DomainCheck,
+    EpisodeFailed,
+    Grade,
+    check_with,
+    grade_directly,
+    guess_probe,
+)
 from posttrain.tasks.domain import Domain
 from posttrain.values.episode import EpisodeResult
 from posttrain.values.task import Task
@@ -139,16 +147,31 @@ def _check_named(args: tuple[list[str], int, Sequence[int] | None]) -> list[Doma
 
 
 def check_domains(domains: Iterable[Domain], per_domain: int = 5, seeds: Sequence[int] | None = None,
-                  workers: int = 1) -> CheckReport:
+                  workers: int = 1, guess_tasks: int = 0) -> CheckReport:
     """Check every domain. `workers > 1` spreads registered domains over forked processes;
     domains the registry does not know are checked in this process. With one worker, registered
     domains graded directly (no sandbox: math, text, reasoning-gym, documents) are checked in one
     forked process beside this one's sandboxed domains: those keep this process waiting on
     sandboxes (about 1.5 of 2 cores busy on a quiet 2-core machine), which the direct ones (one
-    core, the interpreter lock) fill."""
+    core, the interpreter lock) fill. `guess_tasks` > 0: the constant-answer probe
+    (`posttrain.tasks.check.guess_probe`) on that many train tasks of each directly graded
+    domain, in this process after the checks."""
     if per_domain < 1:
         raise ValueError(f"per_domain must be >= 1, got {per_domain}")
+    if guess_tasks < 0:
+        raise ValueError(f"guess_tasks must be >= 0, got {guess_tasks}")
     domains = list(domains)
+    t0 = time.perf_counter()
+    report = _check_domains(domains, per_domain, seeds, workers)
+    if guess_tasks:
+        for d, c in zip(domains, report.checks):
+            if not c.not_checked and not needs_sandbox(d):
+                c.guess = guess_probe(d, guess_tasks)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _check_domains(domains: list[Domain], per_domain: int, seeds: Sequence[int] | None, workers: int) -> CheckReport:
     t0 = time.perf_counter()
     if len(domains) < 2:
         return CheckReport(_check_all(domains, per_domain, seeds), time.perf_counter() - t0)

@@ -11,6 +11,16 @@ For each domain and each sampled (seed, split):
 * no adversary passes (`posttrain.tasks.adversaries`: attempts that try to game the grader
   without solving the task), nor turns into an infrastructure error: `hack_pass_rate` is 0.
 
+And over the domain's task *distribution* (`guess_probe`, domains graded directly): the
+constant-answer attack. A policy under RL pressure finds the commonest answer long before it
+learns the task: a 40-step breadth run took `text.count.l3` from 0.15 to 0.46 pass@1 by answering
+"0" (45% of its tasks), and the same "0" then cost the look-alike `text.count.l8` most of what it
+could do. Each grader passes the constant answer only where it is right, so no per-task check
+sees this; the probe plays the commonest reference answers on `guess_tasks` train tasks and
+reports the best one's pass rate against the chance of a uniform answer (1 / the distinct
+answers seen). Above `GUESS_EXCESS_LIMIT` the domain is *guessable*: reported, not failed (a
+third-party task set may be skewed by design; the project's own generators are tested not to be).
+
 `check_with(domain, grade, regrade_all=...)` runs these checks; `grade` grades all the attempts
 at one task at once (so a caller can play them as one batch of episodes). Domains whose verifier
 needs nothing but the answer are graded directly (`grade_directly`: `verifier.verify(task,
@@ -43,6 +53,13 @@ from posttrain.verifiers.base import Outcome
 FAILURE_KINDS = ("generate_error", "nondeterministic", "oracle_failed", "negatives_incomplete",
                  "negative_passed", "flip", "infra_error", "hack_passed", "hack_infra_error")
 
+
+GUESS_EXCESS_LIMIT = 0.10
+"""a domain is guessable when one constant answer passes more than this share of its tasks above
+the uniform chance over its answers (a yes/no task at 50/50 is not guessable; at 70/30 it is)"""
+
+GUESS_CANDIDATES = 3
+"""how many of the commonest reference answers the constant-answer probe plays"""
 
 MAX_BROKEN_TASKS_IN_A_ROW = 2
 """a domain whose tasks fail this many times in a row on infrastructure alone (the sandbox does
@@ -83,6 +100,29 @@ class DomainCheck:
     """why the domain could not be checked here ('' when it was)"""
     seconds: float = 0.0
     failures: list[Failure] = field(default_factory=list)
+    guess: Guess | None = None
+    """the constant-answer probe (`guess_probe`); None when not run (a sandboxed domain, or
+    `guess_tasks` 0)"""
+
+
+@dataclass
+class Guess:
+    """The best constant answer over a sample of a domain's train tasks."""
+
+    answer: str
+    rate: float
+    """the share of the sampled tasks it passes"""
+    chance: float
+    """1 / the distinct reference answers of the sample: what a uniform answer mix would give"""
+    tasks: int
+
+    @property
+    def excess(self) -> float:
+        return self.rate - self.chance
+
+    @property
+    def guessable(self) -> bool:
+        return self.excess > GUESS_EXCESS_LIMIT
 
 
 @dataclass
@@ -144,8 +184,13 @@ class CheckReport:
                                     "seconds": round(sum(c.seconds for c in cs), 3)}
                               for fam, cs in sorted(self.by_family().items())},
                 "by_domain": {c.domain: {"hack_pass_rate": c.hacks_passed / c.hacks if c.hacks else 0.0,
-                                         "hacks": c.hacks, "seconds": round(c.seconds, 3)}
+                                         "hacks": c.hacks, "seconds": round(c.seconds, 3),
+                                         **({"guess": {**asdict(c.guess), "excess": round(c.guess.excess, 4)}}
+                                            if c.guess else {})}
                               for c in self.checked},
+                "guessable": {c.domain: {"answer": c.guess.answer, "rate": c.guess.rate,
+                                         "chance": round(c.guess.chance, 4)}
+                              for c in self.checks if c.guess and c.guess.guessable},
                 "failures": [asdict(f) for f in self.failures]}
 
     def by_family(self) -> dict[str, list[DomainCheck]]:
@@ -186,6 +231,40 @@ def grade_directly(domain: Domain, task: Task, attempts: Sequence[Sequence[str]]
         except Exception as e:  # noqa: BLE001 - an infrastructure failure, counted by the caller
             out.append(e)
     return out
+
+
+def guess_probe(domain: Domain, tasks: int) -> Guess | None:
+    """The constant-answer attack on a directly graded domain (module docstring): the
+    `GUESS_CANDIDATES` commonest reference answers (the oracle's last action) of train seeds
+    0..tasks-1, each played on every one of those tasks. None when no task has a text answer
+    (or the domain has no train split). A verifier that raises on an answer counts it as not
+    passed: this measures the distribution; the per-task checks judge the verifier."""
+    sample: list[tuple[Task, str]] = []
+    for seed in range(tasks):
+        try:
+            task = domain.task(seed, "train")
+            actions = list(domain.oracle(task))
+        except NoTasksInSplit:
+            return None
+        except Exception:  # noqa: BLE001 - a generator bug: the per-task checks report it
+            continue
+        if actions and isinstance(actions[-1], str):
+            sample.append((task, actions[-1]))
+    if not sample:
+        return None
+    counts: dict[str, int] = {}
+    for _, answer in sample:
+        counts[answer] = counts.get(answer, 0) + 1
+    best: tuple[int, str] | None = None
+    for answer in sorted(counts, key=lambda a: (-counts[a], a))[:GUESS_CANDIDATES]:
+        passed = 0
+        for task, _ in sample:
+            with contextlib.suppress(Exception):
+                passed += bool(domain.verifier.verify(task, Outcome(answer=answer)).passed)
+        if best is None or passed > best[0]:
+            best = (passed, answer)
+    assert best is not None
+    return Guess(answer=best[1], rate=best[0] / len(sample), chance=1 / len(counts), tasks=len(sample))
 
 
 def _describe(e: BaseException) -> str:

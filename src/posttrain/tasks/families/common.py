@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -84,6 +84,29 @@ def draw_problem(domain: str, split: Split, seed: int, draw: Callable[[random.Ra
     return draw_in_split(domain, split, seed, draw,
                          lambda p: content_split(p.prompt, p.files) if p.identity is None
                          else content_split(p.identity))[0]
+
+
+def balanced(draw: Callable[[random.Random], Problem], answers: Sequence[str]) -> Callable[[random.Random], Problem]:
+    """`draw` with its answers made uniform over `answers`: pick one, then draw until a problem
+    has it (rejection sampling, from the same RNG: deterministic per seed).
+
+    Why: a policy under RL pressure learns a domain's commonest answer before the task. Natural
+    draws are skewed (the min of three digits is 0 a third of the time, a letter is missing from
+    a short word half the time), and `posttrain tasks check`'s constant-answer probe reports such
+    a domain as guessable. Every answer in `answers` must be reachable by `draw`."""
+    choices = list(answers)
+    if not choices:
+        raise ValueError("balanced: no answers to balance over")
+
+    def out(rng: random.Random) -> Problem:
+        want = rng.choice(choices)
+        for _ in range(MAX_DRAWS):
+            p = draw(rng)
+            if p.answer == want:
+                return p
+        raise RuntimeError(f"balanced: no problem with the answer {want!r} in {MAX_DRAWS} draws")
+
+    return out
 
 
 def perturb(answer: str) -> str:

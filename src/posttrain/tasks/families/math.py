@@ -12,12 +12,15 @@ What `d<k>` means per op (an operand "of k digits" is uniform over [10^(k-1), 10
 | --- | --- | --- |
 | add | `37+48=` | both of k digits |
 | sub | `85-37=` | both of k digits, the larger first (the result is never negative) |
-| mul | `12*7=` | first of k digits, second of max(1, k-1) digits |
+| mul | `12*7=` | first of k digits, second of max(1, k-1) digits (neither 0) |
 | div | `84/7=` | exact division: quotient of k digits (>= 1), divisor in [2, 10^max(1,k-1)) |
 | mod | `17%5=` | first of k digits, divisor in [2, 10^max(1,k-1)) (at least 2..9) |
 | max, min | `max(3,9,4)=` | three numbers of k digits |
-| gcd | `gcd(12,18)=` | g * x and g * y: g of max(1, k-1) digits (>= 1), x, y in 1..12 |
+| gcd | `gcd(12,18)=` | g * x and g * y: g of max(1, k-1) digits (>= 1, uniform), x, y in 1..12 |
 | square | `12^2=` | one number of k digits, k >= 2 (d1 has too few problems to split) |
+
+The small-operand domains of `BALANCED` (min, max, sub, div at d1; mod at d1, d2) draw their
+answer uniformly first: their natural answers are skewed enough for a constant answer to pay.
 
 Word problems are `math.word.<kind>` (see `math_word.py`), checked by the `numeric` verifier.
 """
@@ -30,7 +33,7 @@ from math import gcd
 from typing import Any
 
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.families.common import Problem, single_domain
+from posttrain.tasks.families.common import Problem, balanced, single_domain
 from posttrain.tasks.families.math_word import word_domains
 from posttrain.verifiers.answer import EXACT
 
@@ -39,6 +42,11 @@ DIGITS = (1, 2, 3, 4, 5)
 
 def _num(rng: random.Random, k: int) -> int:
     return rng.randrange(0 if k == 1 else 10 ** (k - 1), 10 ** k)
+
+
+def _positive(rng: random.Random, k: int) -> int:
+    """A number of k digits, >= 1 (a factor of 0 makes "0" the answer of a tenth of the tasks)."""
+    return rng.randrange(10 ** (k - 1), 10 ** k)
 
 
 def _small(k: int) -> int:
@@ -90,7 +98,7 @@ def _sub_wrong(d: Mapping[str, Any], ans: str) -> dict[str, str]:
 
 
 def _mul(rng: random.Random, k: int) -> Problem:
-    a, b = _num(rng, k), _num(rng, _small(k))
+    a, b = _positive(rng, k), _positive(rng, _small(k))
     return Problem(f"{a}*{b}=", str(a * b), {"a": a, "b": b})
 
 
@@ -138,7 +146,7 @@ def _extreme_wrong(op: str) -> Wrong:
 
 
 def _gcd(rng: random.Random, k: int) -> Problem:
-    g = max(1, _num(rng, _small(k)))
+    g = _positive(rng, _small(k))
     a, b = g * rng.randint(1, 12), g * rng.randint(1, 12)
     return Problem(f"gcd({a},{b})=", str(gcd(a, b)), {"a": a, "b": b})
 
@@ -171,9 +179,24 @@ OPS: dict[str, tuple[Draw, Wrong, tuple[int, ...], str]] = {
 }
 
 
+BALANCED: dict[tuple[str, int], range] = {
+    ("min", 1): range(10), ("max", 1): range(10), ("sub", 1): range(10), ("div", 1): range(1, 10),
+    ("mod", 1): range(9), ("mod", 2): range(9),
+}
+"""(op, k) -> the answers drawn uniformly (`common.balanced`): the small-operand domains whose
+natural answers are skewed enough for a constant answer to pay (min of three digits is 0 a
+third of the time; `posttrain tasks check` calls such a domain guessable)"""
+
+
 def _arith_domain(op: str, k: int) -> Domain:
     draw, wrong, _, description = OPS[op]
-    return single_domain(f"math.{op}.d{k}", EXACT, lambda rng: draw(rng, k), wrong,
+
+    def drawer(rng: random.Random) -> Problem:
+        return draw(rng, k)
+
+    answers = BALANCED.get((op, k))
+    return single_domain(f"math.{op}.d{k}", EXACT, balanced(drawer, [str(a) for a in answers]) if answers else drawer,
+                         wrong,
                          description=f"{description} ({k}-digit operands)",
                          tags=("math", "arithmetic"))
 

@@ -88,6 +88,13 @@ def _year_total(labels, v, rng):
     return f"What was the total over the four quarters of {year}? Answer with the number.", str(total), str(other)
 
 
+# The counting questions draw their answer first (uniform over COUNTS) and redraw the series
+# until it has it: random series put most counts at 3-4 of 8 quarters, so answering "4" to every
+# rises question passed ~40% of them (`posttrain tasks check`'s constant-answer probe).
+COUNTS = range(1, QUARTERS - 1)
+COUNTING = ("losses", "rises")
+
+
 def _losses(labels, v, rng):
     n = sum(x < 0 for x in v)
     if n == 0:
@@ -121,15 +128,17 @@ def _series(metric: str, rng: random.Random) -> Series:
 
 
 def _draw(kind: ChartKind, style: str, rng: random.Random, split: Split) -> Problem:
+    want = str(rng.choice(COUNTS)) if kind.name in COUNTING else None
     while True:
         company, first_year = company_name(rng, split), rng.randint(2012, 2022)
         labels = [f"Q{q % 4 + 1} {first_year + q // 4}" for q in range(QUARTERS)]
         values = _series(kind.metric, rng)
         try:
             question, answer, wrong = kind.question(labels, values, rng)
-            break
         except _Redraw:
             continue
+        if want is None or answer == want:
+            break
     prompt = (f"The chart shows {company}'s quarterly {kind.metric} in USD millions. {question} "
               "Reply with only the answer.")
     data = {"company": company, "metric": kind.metric, "labels": labels, "values": values, "style": style,
