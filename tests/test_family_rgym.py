@@ -87,3 +87,34 @@ def test_reference_is_json_and_broken_references_are_infra_errors():
     with pytest.raises(VerifierError, match="reasoning-gym data"):
         _grade("rg.arc_agi", broken, "1")
     assert not _grade("rg.arc_agi", task, "").passed and not _grade("rg.arc_agi", task, "nan").passed
+
+
+def test_skewed_generators_are_thinned_to_their_answer_caps():
+    """syllogism answers "Yes" 70% of the time and circuit_logic "0" 60%: a policy learns the
+    constant answer. The shipped caps (measured by `answer_caps`) thin them to ~uniform."""
+    from collections import Counter
+
+    from posttrain.tasks.check import guess_probe
+
+    caps = rg._shipped_caps()
+    assert {"syllogism", "circuit_logic", "shortest_path", "maze"} <= set(caps)
+    assert caps["circuit_logic"] == rg.answer_caps("circuit_logic")  # the table is what the generator gives
+    assert rg.answer_caps("chain_sum") is None  # an unskewed generator needs no cap
+    domain = rg._make("syllogism")
+    answers = Counter(domain.task(s, "train").reference["answer"] for s in range(300))
+    assert 0.4 < answers["Yes"] / 300 < 0.6  # 0.70 unthinned
+    for name in ("syllogism", "circuit_logic", "maze", "self_reference"):
+        guess = guess_probe(rg._make(name), 200)
+        assert guess is not None and not guess.guessable, (name, guess)
+
+
+def test_a_caps_table_of_another_reasoning_gym_version_is_refused(tmp_path, monkeypatch):
+    stale = tmp_path / "caps.json"
+    stale.write_text('{"reasoning_gym": "0.0.1", "caps": {}}')
+    monkeypatch.setattr(rg, "ANSWER_CAPS_FILE", stale)
+    rg._shipped_caps.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="measured on reasoning-gym 0.0.1"):
+            rg._make("syllogism").task(0, "train")
+    finally:
+        rg._shipped_caps.cache_clear()

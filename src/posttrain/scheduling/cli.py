@@ -129,7 +129,7 @@ def check(family: str | None = typer.Option(None, "--family", "-f", help="only t
           workers: int = typer.Option(1, "--workers", "-w", min=1,
                                help="processes (2 did not help on a shared 2-core machine: "
                                     "see benchmarks/tasks_check.py)"),
-          guess_tasks: int = typer.Option(100, "--guess-tasks", min=0,
+          guess_tasks: int = typer.Option(200, "--guess-tasks", min=0,
                                           help="train tasks per directly graded domain for the "
                                                "constant-answer probe (0: skip it)"),
           as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables"),

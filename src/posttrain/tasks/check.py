@@ -18,8 +18,9 @@ learns the task: a 40-step breadth run took `text.count.l3` from 0.15 to 0.46 pa
 could do. Each grader passes the constant answer only where it is right, so no per-task check
 sees this; the probe plays the commonest reference answers on `guess_tasks` train tasks and
 reports the best one's pass rate against the chance of a uniform answer (1 / the distinct
-answers seen). Above `GUESS_EXCESS_LIMIT` the domain is *guessable*: reported, not failed (a
-third-party task set may be skewed by design; the project's own generators are tested not to be).
+answers seen). When even the rate's one-sided 95% lower bound is more than `GUESS_EXCESS_LIMIT`
+above that chance, the domain is *guessable*: reported, not failed (a third-party task set may
+be skewed by design; the project's own generators are tested not to be).
 
 `check_with(domain, grade, regrade_all=...)` runs these checks; `grade` grades all the attempts
 at one task at once (so a caller can play them as one batch of episodes). Domains whose verifier
@@ -36,6 +37,7 @@ tasks are skipped.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import time
 import traceback
@@ -57,6 +59,10 @@ FAILURE_KINDS = ("generate_error", "nondeterministic", "oracle_failed", "negativ
 GUESS_EXCESS_LIMIT = 0.10
 """a domain is guessable when one constant answer passes more than this share of its tasks above
 the uniform chance over its answers (a yes/no task at 50/50 is not guessable; at 70/30 it is)"""
+
+GUESS_Z = 1.645
+"""the constant answer's rate is taken at its one-sided 95% lower bound (normal approximation):
+a 200-task sample of a domain at the limit reads ~0.03 either side of it"""
 
 GUESS_CANDIDATES = 3
 """how many of the commonest reference answers the constant-answer probe plays"""
@@ -122,7 +128,8 @@ class Guess:
 
     @property
     def guessable(self) -> bool:
-        return self.excess > GUESS_EXCESS_LIMIT
+        low = self.rate - GUESS_Z * math.sqrt(self.rate * (1 - self.rate) / self.tasks)
+        return low - self.chance > GUESS_EXCESS_LIMIT
 
 
 @dataclass

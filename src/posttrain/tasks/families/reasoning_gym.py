@@ -48,6 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
 from posttrain.tasks.domain import Domain
@@ -351,15 +352,78 @@ def _wrong_answer(answer: str) -> str:
     return perturb(a[::-1])[::-1]  # perturb() edits the last letter/digit: reversed, the first
 
 
+# -- answer caps ---------------------------------------------------------------------------
+# Some generators are skewed: `syllogism` answers "Yes" 70% of the time, `circuit_logic` "0" 60%,
+# `shortest_path` "infeasible" 34%. A policy under RL pressure learns the commonest answer long
+# before the task (`posttrain tasks check`'s constant-answer probe calls such a domain guessable),
+# and the shortcut spills into look-alike domains. We cannot change the generators, so the task
+# draw thins the over-represented answers: an item whose answer has share p in the generator's
+# output (above the cap c) is kept with probability c / p, so each answer ends at share
+# min(p, c) / Z. The caps are measured once per reasoning-gym version
+# (`answer_caps(name)`, written by `python -m posttrain.tasks.families.reasoning_gym caps`)
+# and shipped in ANSWER_CAPS_FILE: measuring them at run time would cost every process
+# ~400 generated items per domain.
+
+ANSWER_CAPS_FILE = Path(__file__).with_name("rg_answer_caps.json")
+CAP_PROBE_ITEMS = 400
+"""items of a generator (keys from a fixed RNG) its answer shares are measured on"""
+CAP_TARGET_EXCESS = 0.05
+"""the cap makes the commonest answer's share at most this far above 1 / the distinct answers
+(half `posttrain.tasks.check.GUESS_EXCESS_LIMIT`: room for a sample's noise)"""
+
+
+def answer_caps(name: str, items: int = CAP_PROBE_ITEMS) -> dict[str, Any] | None:
+    """{"cap": c, "shares": {answer: share above c}} for a skewed generator, None for one whose
+    commonest answer is within CAP_TARGET_EXCESS of uniform. The shares are measured on `items`
+    items; the cap is the largest c (by bisection) whose thinned mix meets the target."""
+    rng = random.Random(f"rg-answer-caps/{name}")
+    answers: dict[str, int] = {}
+    for _ in range(items):
+        a = _oracle_answer(name, _item(name, rng.randrange(2 ** 31))).strip()
+        answers[a] = answers.get(a, 0) + 1
+    shares = {a: n / items for a, n in answers.items()}
+    target = 1 / len(shares) + CAP_TARGET_EXCESS
+    if max(shares.values()) <= target:
+        return None
+
+    def top(c: float) -> float:
+        return c / sum(min(p, c) for p in shares.values())
+
+    lo, hi = 0.0, max(shares.values())
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if top(mid) <= target else (lo, mid)
+    return {"cap": round(lo, 6), "shares": {a: p for a, p in sorted(shares.items()) if p > lo}}
+
+
+@cache
+def _shipped_caps() -> dict[str, Any]:
+    table = json.loads(ANSWER_CAPS_FILE.read_text())
+    if table.get("reasoning_gym") != RG_VERSION:
+        raise RuntimeError(f"{ANSWER_CAPS_FILE.name} was measured on reasoning-gym {table.get('reasoning_gym')}, "
+                           f"this module is for {RG_VERSION}: measure it again "
+                           "(python -m posttrain.tasks.families.reasoning_gym caps)")
+    return dict(table["caps"])
+
+
 def _make(name: str) -> Domain:
     domain_name = f"rg.{name}"
 
     def generate(seed: int, split: Split) -> Task:
+        caps = _shipped_caps().get(name)
+
         # An item whose reference answer is empty (a rubiks_cube scramble that cancels out)
         # cannot tell an empty answer from a right one: it belongs to no split, draw another.
+        # A skewed generator's over-represented answers are thinned (ANSWER_CAPS_FILE).
         def draw(rng: random.Random) -> tuple[int, dict]:
-            key = rng.randrange(2 ** 31)
-            return key, _item(name, key)
+            while True:
+                key = rng.randrange(2 ** 31)
+                item = _item(name, key)
+                if caps is None:
+                    return key, item
+                share = caps["shares"].get(_oracle_answer(name, item).strip())
+                if share is None or rng.random() < caps["cap"] / share:
+                    return key, item
 
         def split_of(drawn: tuple[int, dict]) -> Split | None:
             item = drawn[1]
@@ -401,3 +465,24 @@ def _make(name: str) -> Domain:
 
 def domains() -> list[Domain]:
     return [_make(n) for n in _generator_names()]
+
+
+def _write_caps() -> None:
+    """Measure every generator's answer caps and write ANSWER_CAPS_FILE."""
+    caps = {}
+    for name in _generator_names():
+        found = answer_caps(name)
+        if found is not None:
+            caps[name] = found
+            print(f"{name}: cap {found['cap']:.3f}, thinned {sorted(found['shares'])[:5]}")
+    ANSWER_CAPS_FILE.write_text(json.dumps({"reasoning_gym": RG_VERSION, "probe_items": CAP_PROBE_ITEMS,
+                                            "target_excess": CAP_TARGET_EXCESS, "caps": caps},
+                                           indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["caps"]:
+        sys.exit("usage: python -m posttrain.tasks.families.reasoning_gym caps")
+    _write_caps()
