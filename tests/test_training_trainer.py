@@ -189,3 +189,40 @@ def test_shared_prompt_pass_matches_whole_sequences():
     assert torch.allclose(grads[0][0], grads[1][0], atol=1e-5)
     for a, b in zip(grads[0][1], grads[1][1]):
         assert torch.allclose(a, b, atol=1e-4)
+
+
+@pytest.mark.parametrize("loss_agg", ["token", "sequence"])
+def test_anchored_zero_variance_groups_add_their_kl_without_diluting_the_policy_gradient(loss_agg):
+    base = TorchPolicy(MODEL, device="cpu")
+    learnable = [as_trajectory(c, float(i % 2)) for i, c in enumerate(sample_group(base, "reverse abc=", seed=7))]
+    all_fail = [as_trajectory(c, 0.0) for c in sample_group(base, "upper xyz=", seed=3)]
+
+    def step(trainer, groups):
+        trainer.optimizer.step = lambda: None  # keep the gradient to compare it
+        metrics = trainer.step(groups)
+        return metrics, torch.cat([p.grad.flatten() for p in trainer.model.parameters()])
+
+    config = dict(kl_beta=0.5, loss_agg=loss_agg, max_grad_norm=0.0)
+    _, plain = step(Trainer(MODEL, TrainerConfig(**config)), [learnable, all_fail])
+    metrics, anchored = step(Trainer(MODEL, TrainerConfig(**config, anchor_zero_variance=True)),
+                             [learnable, all_fail])
+    assert metrics["groups_anchored"] == 1 and metrics["groups_used"] == 1
+    assert metrics["groups_zero_variance"] == 1 and metrics["samples"] == 12
+    # at the reference the KL's gradient is 0: the anchored group changes nothing, and the
+    # learnable group's policy gradient keeps its weight (not halved by six more trajectories)
+    assert plain.abs().max() > 1e-3 and torch.allclose(plain, anchored, atol=1e-6, rtol=1e-5)
+
+    # away from the reference, a step of anchored groups alone pulls the policy back on them
+    trainer = Trainer(MODEL, TrainerConfig(lr=5e-2, kl_beta=0.5, loss_agg=loss_agg, anchor_zero_variance=True,
+                                           old_logprobs="recompute"))
+    for _ in range(2):
+        trainer.step([learnable])
+    kls = [trainer.step([all_fail]) for _ in range(3)]
+    assert all(m["updated"] == 1 and m["groups_used"] == 0 and m["groups_anchored"] == 1 for m in kls)
+    assert abs(kls[0]["pg_loss"]) < 1e-9 and kls[0]["kl"] > 0
+    assert kls[2]["kl"] < kls[0]["kl"]
+
+
+def test_anchoring_needs_a_kl_term():
+    with pytest.raises(ValueError, match="anchor_zero_variance needs kl_beta > 0"):
+        TrainerConfig(anchor_zero_variance=True)
