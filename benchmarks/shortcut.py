@@ -1,6 +1,6 @@
 """Does a policy learn a constant answer instead of the task? A small run that isolates it.
 
-    .venv/bin/python benchmarks/shortcut.py [--runs-dir /tmp/shortcut] [--steps 40] [--seed 0] [--anchor]
+    .venv/bin/python benchmarks/shortcut.py [--runs-dir /tmp/shortcut] [--steps 40] [--seed 0]
 
 tiny-agent trains 40 steps of 8 groups of 8 on `text.count.l3` and `rg.circuit_logic` (weight
 1) and on `text.count.l8` (weight 0.05: few groups, as in a breadth run where hundreds of domains
@@ -13,10 +13,8 @@ Why: with its letters drawn at random, `text.count.l3` answered "0" 45% of the t
 40-step breadth run took it from 0.15 to 0.46 pass@1 by answering "0" -- then answered "0" to
 115 of 160 samples of the look-alike `text.count.l8`, where "0" is rarely right. `posttrain
 tasks check` now calls such a domain guessable, and the project's generators draw their answers
-uniformly; this measures what is left of the shortcut. `--anchor` trains with
-`[trainer] anchor_zero_variance = true` (the groups that all fail or all pass keep their KL term
-to the reference). Prints a table and a final JSON line (`max_mode_share_rise`: the largest rise
-of a domain's commonest-answer share).
+uniformly; this measures what is left of the shortcut. Prints a table and a final JSON line
+(`max_mode_share_rise`: the largest rise of a domain's commonest-answer share).
 """
 
 from __future__ import annotations
@@ -89,7 +87,6 @@ def main() -> None:
     ap.add_argument("--runs-dir", default="/tmp/posttrain-shortcut")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--anchor", action="store_true", help="[trainer] anchor_zero_variance = true")
     args = ap.parse_args()
     runs = Path(args.runs_dir)
     shutil.rmtree(runs, ignore_errors=True)
@@ -97,8 +94,7 @@ def main() -> None:
     config = runs / "shortcut.toml"
     config.write_text(CONFIG)
     cfg = load_config(config, {"runs_dir": str(runs), "steps": args.steps, "logging.backends": [],
-                               "model.path": str(ROOT / "models" / "tiny-agent"), "seed": args.seed,
-                               "trainer.anchor_zero_variance": args.anchor})
+                               "model.path": str(ROOT / "models" / "tiny-agent"), "seed": args.seed})
     t0 = time.perf_counter()
     Job(cfg, Console(force_terminal=False, width=120)).run()
     wall_s = time.perf_counter() - t0
@@ -124,7 +120,7 @@ def main() -> None:
     Console().print(table)
     rise = {d: r["mode_share_after"] - r["mode_share_before"] for d, r in rows.items()}
     worst = max(rise, key=lambda d: rise[d])
-    print(json.dumps({"steps": args.steps, "seed": args.seed, "anchor": args.anchor, "domains": rows,
+    print(json.dumps({"steps": args.steps, "seed": args.seed, "domains": rows,
                       "max_mode_share_rise": round(rise[worst], 4),
                       "max_mode_share_rise_domain": worst, "wall_s": round(wall_s, 1)}))
 

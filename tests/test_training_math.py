@@ -72,25 +72,6 @@ def test_token_weights_token_vs_sequence():
         token_weights([1], [0], "median")
 
 
-def test_anchored_owners_weigh_on_top_of_the_others():
-    # owner 2 is an anchor (a zero-variance group kept for the KL): the others' weights are
-    # unchanged and sum to 1; the anchor weighs by the same formula, on top
-    seq = token_weights([2, 6, 4], [0, 1, 2], "sequence", extra={2})
-    assert sum(seq[0]) == pytest.approx(0.5) and sum(seq[1]) == pytest.approx(0.5)
-    assert sum(seq[2]) == pytest.approx(0.5)
-    tok = token_weights([2, 6, 4], [0, 1, 2], "token", extra={2})
-    assert [w for ws in tok for w in ws] == pytest.approx([1 / 8] * 12)
-    only = token_weights([2, 6], [0, 1], "sequence", extra={0, 1})  # every owner an anchor: counted
-    assert sum(only[0]) + sum(only[1]) == pytest.approx(1.0)
-
-
-def test_anchored_groups_are_kept_with_zero_advantages():
-    groups = [[traj(1.0), traj(0.0)], [traj(0.0), traj(0.0)]]
-    sel = select_groups(groups, anchor_zero_variance=True)
-    assert sel.groups_used == 1 and sel.groups_zero_variance == 1 and sel.groups_anchored == 1
-    assert sel.advantages[2:] == [0.0, 0.0] and sel.anchor == [False, False, True, True]
-
-
 def test_clipped_loss_hand_computed():
     old = torch.zeros(4)
     new = torch.log(torch.tensor([1.5, 0.5, 1.1, 0.7]))  # ratios 1.5, 0.5, 1.1, 0.7

@@ -8,8 +8,7 @@ token of the trajectory.
 A group is skipped -- and counted, never silently -- when
 * after dropping its `infra_error` trajectories (never trained on: they have no reward) fewer
   than `min_group_size` remain, or
-* all its rewards are equal (zero variance: every advantage is 0, nothing to learn) -- unless
-  `anchor_zero_variance`: then it stays for the KL term alone (advantage 0, `Selection.anchor`).
+* all its rewards are equal (zero variance: every advantage is 0, nothing to learn).
 """
 
 from __future__ import annotations
@@ -45,14 +44,10 @@ class Selection:
 
     trajectories: list[Trajectory] = field(default_factory=list)
     advantages: list[float] = field(default_factory=list)
-    anchor: list[bool] = field(default_factory=list)
-    """per trajectory: kept for the KL anchor only (a zero-variance group, `anchor_zero_variance`)"""
     groups: int = 0
     groups_used: int = 0
     groups_zero_variance: int = 0
     groups_too_small: int = 0
-    groups_anchored: int = 0
-    """zero-variance groups kept for the KL anchor (counted in `groups_zero_variance` too)"""
     trajectories_in: int = 0
     infra_errors: int = 0
     truncated: int = 0
@@ -66,9 +61,8 @@ class Selection:
 
 def select_groups(groups: Sequence[Sequence[Trajectory]], *, scale_by_std: bool = True,
                   eps: float = 1e-4, filter_zero_variance: bool = True,
-                  min_group_size: int = 2, anchor_zero_variance: bool = False) -> Selection:
-    """Drop infra errors, skip unusable groups, attach advantages to the rest. With
-    `anchor_zero_variance` a zero-variance group is kept with advantages 0, marked in `anchor`."""
+                  min_group_size: int = 2) -> Selection:
+    """Drop infra errors, skip unusable groups, attach advantages to the rest."""
     sel = Selection(groups=len(groups))
     for group in groups:
         sel.trajectories_in += len(group)
@@ -84,16 +78,9 @@ def select_groups(groups: Sequence[Sequence[Trajectory]], *, scale_by_std: bool 
             continue
         if is_zero_variance(rewards):
             sel.groups_zero_variance += 1
-            if anchor_zero_variance:
-                sel.groups_anchored += 1
-                sel.trajectories.extend(ok)
-                sel.advantages.extend([0.0] * len(ok))
-                sel.anchor.extend([True] * len(ok))
-                continue
             if filter_zero_variance:
                 continue
         sel.groups_used += 1
         sel.trajectories.extend(ok)
         sel.advantages.extend(group_advantages(rewards, scale_by_std=scale_by_std, eps=eps))
-        sel.anchor.extend([False] * len(ok))
     return sel

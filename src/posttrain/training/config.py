@@ -90,15 +90,6 @@ class TrainerConfig:
     trajectory's tokens are averaged first, then trajectories (original GRPO)"""
     filter_zero_variance: bool = True
     """drop groups whose rewards are all equal (no learning signal; always counted)"""
-    anchor_zero_variance: bool = False
-    """keep the groups whose rewards are all equal for the KL term alone (needs `kl_beta` > 0):
-    their advantage is 0, each of their trajectories weighs in the KL as one trajectory of the
-    step, and the policy gradient of the groups with a reward spread keeps its weight. Why: in a
-    run over hundreds of domains most groups all fail; dropped, nothing in the loss holds those
-    domains to the reference, and a shortcut learned elsewhere spreads to them unopposed (a
-    constant answer learned on one domain taken up by a look-alike one whose groups all fail).
-    A step whose groups are all anchored is a KL-only update. Costs the anchored trajectories'
-    forward and backward passes (measured by `benchmarks/shortcut.py --anchor`)"""
     min_group_size: int = 2
     """groups with fewer trainable trajectories (after dropping infra_error) are skipped, counted"""
     old_logprobs: OldLogprobs = "sampler"
@@ -152,8 +143,6 @@ class TrainerConfig:
         check(0 <= self.clip_low < 1, self, "clip_low", "must be in [0, 1)")
         check(self.clip_high >= 0, self, "clip_high", "must be >= 0")
         check(self.kl_beta >= 0, self, "kl_beta", "must be >= 0")
-        check(not self.anchor_zero_variance or self.kl_beta > 0, self, "anchor_zero_variance",
-              "needs kl_beta > 0 (the anchored groups carry the KL term alone)")
         check(self.adv_eps > 0, self, "adv_eps", "must be > 0")
         check(self.tis_cap == 0 or self.tis_cap >= 1, self, "tis_cap", "must be 0 (off) or >= 1")
         check(self.engine in ("local", "fsdp"), self, "engine", "must be 'local' or 'fsdp'")

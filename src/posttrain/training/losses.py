@@ -9,8 +9,7 @@ Per generated token t of a trajectory with advantage A:
 
 and the batch loss is sum_t w_t * loss_t, with token weights that sum to 1 over the whole step
 (`token_weights`), so gradient accumulation over micro-batches is exact: each micro-batch
-back-propagates its share and the sum is the full-batch gradient. (Trajectories kept for the KL
-anchor alone, `TrainerConfig.anchor_zero_variance`, have A = 0 and weights on top of that 1.)
+back-propagates its share and the sum is the full-batch gradient.
 
 A token is *clipped* when the clipped term is the one chosen and differs from the unclipped one
 (the gradient through it is zero); `clip_fraction` is the weighted share of such tokens.
@@ -18,40 +17,30 @@ A token is *clipped* when the clipped term is the one chosen and differs from th
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 
-def token_weights(lengths: Sequence[int], owners: Sequence[int], agg: str,
-                  extra: Collection[int] = ()) -> list[list[float]]:
+def token_weights(lengths: Sequence[int], owners: Sequence[int], agg: str) -> list[list[float]]:
     """Per-token weights for sequences of `lengths` tokens; `owners[i]` is the trajectory that
     sequence i belongs to (a multi-turn trajectory has one sequence per turn).
 
     'token'    -> every token 1 / (all tokens of the step);
     'sequence' -> 1 / (number of trajectories * tokens of its trajectory).
-
-    The owners in `extra` (a zero-variance group's, kept for the KL anchor) are weighed by the
-    same formula but not counted in it: the others' weights are what they would be without
-    them (they sum to 1), so anchors add their KL without diluting the policy gradient. When
-    every owner is extra, they are counted.
     """
     if len(lengths) != len(owners):
         raise ValueError("token_weights: lengths and owners differ in length")
-    counted = [o not in extra for o in owners]
-    if not any(c and n for c, n in zip(counted, lengths)):
-        counted = [True] * len(owners)
     if agg == "token":
-        total = sum(n for n, c in zip(lengths, counted) if c)
+        total = sum(lengths)
         return [[1.0 / total] * n for n in lengths] if total else [[] for _ in lengths]
     if agg == "sequence":
         per_owner: dict[int, int] = {}
         for n, o in zip(lengths, owners):
             per_owner[o] = per_owner.get(o, 0) + n
         live = {o: n for o, n in per_owner.items() if n > 0}
-        n_counted = len({o for o, c in zip(owners, counted) if c and o in live})
-        return [[1.0 / (n_counted * live[o])] * n if n else [] for n, o in zip(lengths, owners)]
+        return [[1.0 / (len(live) * live[o])] * n if n else [] for n, o in zip(lengths, owners)]
     raise ValueError(f"unknown loss aggregation {agg!r} (expected 'token' or 'sequence')")
 
 

@@ -144,7 +144,7 @@ class Trainer:
         t0 = time.perf_counter()
         sel = select_groups(groups, scale_by_std=cfg.scale_by_std, eps=cfg.adv_eps,
                             filter_zero_variance=cfg.filter_zero_variance,
-                            min_group_size=cfg.min_group_size, anchor_zero_variance=cfg.anchor_zero_variance)
+                            min_group_size=cfg.min_group_size)
         self._check_temperature(sel.trajectories)
         samples, skipped_turns = samples_from(sel.trajectories, sel.advantages,
                                               image_inputs=self.vision.image_inputs if self.vision else None)
@@ -153,8 +153,7 @@ class Trainer:
             "groups": sel.groups, "groups_used": sel.groups_used,
             "groups_zero_variance": sel.groups_zero_variance,
             "share_zero_variance": sel.groups_zero_variance / max(sel.groups, 1),
-            "groups_too_small": sel.groups_too_small, "groups_anchored": sel.groups_anchored,
-            "trajectories": sel.trajectories_in,
+            "groups_too_small": sel.groups_too_small, "trajectories": sel.trajectories_in,
             "infra_errors": sel.infra_errors,
             "truncation_share": sel.truncated / max(sel.trainable, 1),
             "length_cut_share": sel.length_cut / max(sel.trainable, 1),
@@ -162,7 +161,7 @@ class Trainer:
             "samples": len(samples), "tokens": n_tokens, "skipped_turns": skipped_turns,
         }
         if n_tokens:
-            metrics.update(self._update(samples, {i for i, a in enumerate(sel.anchor) if a}))
+            metrics.update(self._update(samples))
             self.engine.refresh()
         else:
             metrics.update({"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0,
@@ -201,7 +200,7 @@ class Trainer:
                else default_cap_bytes(next(self.engine.model.parameters()).device))
         return self.memory.train_tokens(cap, max(sample_tokens(samples), default=1))
 
-    def _update(self, samples: list[Sample], anchors: set[int]) -> dict[str, float]:
+    def _update(self, samples: list[Sample]) -> dict[str, float]:
         cfg = self.config
         engine = self.engine
         device = next(engine.model.parameters()).device
@@ -209,7 +208,7 @@ class Trainer:
         for s in samples:
             offsets.append(offsets[-1] + len(s.completion_ids))
         weights = torch.tensor([w for ws in token_weights([len(s.completion_ids) for s in samples],
-                                                          [s.owner for s in samples], cfg.loss_agg, anchors)
+                                                          [s.owner for s in samples], cfg.loss_agg)
                                 for w in ws], device=device)
         adv = torch.tensor([s.advantage for s in samples for _ in s.completion_ids], device=device)
         has_sampler = all(s.old_logprobs for s in samples)
