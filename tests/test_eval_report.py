@@ -160,3 +160,23 @@ def test_report_loads_in_headless_chromium(built, tmp_path):
     assert len(images) == 9 and all(ok and w > 0 and h > 0 for ok, w, h in images), images
     assert "posttrain report" in out.stdout
     shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_the_movers_compare_the_newest_evaluation_with_the_oldest_of_the_same_tasks(tmp_path):
+    """A benchmark adds evaluations of more tasks to a finished run (before, after, then
+    focus-before, focus-after): the movers compare focus-after with focus-before, not with the
+    run's `before` (which shares a few of its tasks)."""
+    import time
+
+    few, many = resolve_tasks("math.add.d2", per_domain=3), resolve_tasks("math.add.d2", per_domain=12)
+    cfg = EvalConfig(k=(1,))
+    runs = [("before", few, 0.2), ("after", few, 0.3), ("focus-before", many, 0.5), ("focus-after", many, 0.9)]
+    for name, tasks, p in runs:
+        run_eval(CoinPolicy(p, name), tasks, cfg, name=name).save_to_run(tmp_path)
+        time.sleep(0.01)  # created in this order
+    page = build_report(tmp_path).read_text()
+    assert "moved most: focus-before &rarr; focus-after" in page
+    assert "moved most: before &rarr;" not in page
+
+    (tmp_path / "evals" / "focus-before.json").unlink()  # no evaluation of the same tasks: the oldest
+    assert "moved most: before &rarr; focus-after" in build_report(tmp_path).read_text()

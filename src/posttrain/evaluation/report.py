@@ -7,9 +7,9 @@ What it reads from the run directory (each section says so in the page when its 
   against its quotas over time, the quarantined, retired and budget-exhausted domains. Lines
   without an integer `step`, and unparseable lines, are skipped and counted in a visible note.
 * `evals/*.json` -- eval results (`posttrain.evaluation.result`): pass@1 per family (and per
-  domain, up to `SMALL` domains) of the oldest and newest evaluation, the domains that moved most
-  between them with confidence intervals (`movers`), the latest one's tables, cost against pass
-  rate.
+  domain, up to `SMALL` domains) of the newest evaluation and the oldest one of the same tasks
+  (else the oldest: `_baseline`), the domains that moved most between them with confidence
+  intervals (`movers`), the latest one's tables, cost against pass rate.
 * `ab/*.json` -- A/B reports (`posttrain eval compare --run-dir`): forest plots.
 * `forgetting/*.json` -- forgetting reports (`posttrain.evaluation.forgetting`).
 * `noise.json`, `quarantine.json` -- verifier noise and quarantined tasks (`posttrain tasks noise`).
@@ -62,13 +62,14 @@ def _evals(run: Path) -> tuple[dict[str, Any], list[str]]:
     results.sort(key=lambda r: (r.created_at, r.name))
     if not results:
         return {"note": f"no eval results in {EVALS_DIR}/ (run `posttrain eval --run-dir {run}`)"}, problems
+    latest = results[-1]
+    first = _baseline(results)
     series = [(r.name, {d: (v["pass@1"]["value"], *v["pass@1"]["ci"]) for d, v in r.summary["domains"].items()
                         if v["pass@1"]["value"] is not None}) for r in results]
-    shown = [series[0], series[-1]] if len(series) > 2 else series
-    latest = results[-1]
+    shown = [series[results.index(first)], series[-1]] if len(series) > 2 else series
     fams = [(r.name, {f: (v["micro_pass1"], *v["micro_pass1_ci"]) for f, v in r.summary["families"].items()
                       if v.get("micro_pass1") is not None and v.get("micro_pass1_ci")})
-            for r in ([results[0], results[-1]] if len(results) > 1 else results)]
+            for r in ([first, latest] if len(results) > 1 else results)]
     n_domains = len({d for _, vals in shown for d in vals})
     doms = latest.summary["domains"]
     points = [(d, v["family"], v["cost"]["per_episode"]["prompt_tokens"] + v["cost"]["per_episode"]["output_tokens"],
@@ -84,10 +85,22 @@ def _evals(run: Path) -> tuple[dict[str, Any], list[str]]:
             "n_domains": n_domains,
             "family_figure": figures.pass1_by_domain(fams, what="family (micro, all tasks)")
             if any(f[1] for f in fams) else None,
-            "moves": _moves(results[0], results[-1]) if len(results) > 1 else None,
+            "moves": _moves(first, latest) if len(results) > 1 else None,
             "cost_figure": figures.cost_vs_pass(points) if points else None,
             "latest": latest.name, "families": latest.summary["families"], "domains": doms,
             "k": latest.config.k}, problems
+
+
+def _baseline(results: list[EvalResult]) -> EvalResult:
+    """What the newest evaluation is compared with: the oldest one of the same tasks, else the
+    oldest. A run's directory can hold evaluations of other task sets beside its before/after
+    pair (a benchmark's evaluations of more tasks, made later): compared with `before`, the newest
+    would be paired on the few tasks the two share, under a title naming the whole of both."""
+    def tasks(r: EvalResult) -> frozenset[str]:
+        return frozenset(t.hash for t in r.records)
+
+    want = tasks(results[-1])
+    return next((r for r in results[:-1] if tasks(r) == want), results[0])
 
 
 def _moves(first: EvalResult, last: EvalResult) -> dict[str, Any]:
