@@ -32,6 +32,10 @@ Runs the job in-process with the overrides below, then reports, from the run dir
   `focus_null_worst_delta`, `focus_significant_*`. At 4 tasks a domain the deltas carry the
   noise of which tasks were drawn, which the odd/even null cannot see: a policy that settled on
   one answer gains or loses by those few tasks' answers;
+* `max_answer_rise` (and `_domain`, and the 5 largest in `answer_rises`; `focus_*` on the focus
+  evaluations): per learnable domain, how much the share of the trained policy's commonest
+  answer rose from the base evaluation (`posttrain.evaluation.shortcuts`). A constant answer that
+  pays somewhere and is carried to look-alike prompts shows here;
 * `wall_s`: the whole run (evaluations included); a run continued with `--resume` after a kill
   sums its segments (`segments` counts them; the time between them is not counted). `--resume`
   with a larger `--steps` trains a finished run further (`extended_from` lists its earlier step
@@ -280,6 +284,7 @@ def focus_figures(job: Job, learnable: list[str], n_tasks: int) -> dict:
     deltas = pass1_deltas(before, after, learnable)
     null = null_deltas(before, learnable)
     regressions, improvements = ab_counts(before, after, learnable)
+    rises = answer_rises(job.config.run_dir, "focus-before", "focus-after", learnable)
     return {"focus_tasks": n_tasks, "focus_leaked_tasks": leaked,
             "focus_mean_delta": sum(deltas.values()) / len(deltas) if deltas else None,
             "focus_worst_delta": min(deltas.values()) if deltas else None,
@@ -287,7 +292,26 @@ def focus_figures(job: Job, learnable: list[str], n_tasks: int) -> dict:
             "focus_null_worst_delta": min(null.values()) if null else None,
             "focus_significant_regressions": regressions,
             "focus_significant_improvements": improvements,
+            **{f"focus_{k}": v for k, v in rises.items()},
             "focus_s": round(focus_s, 1)}
+
+
+def answer_rises(run_dir: Path, before: str, after: str, domains: list[str], top: int = 5) -> dict:
+    """How far the trained policy settled on one answer per domain of `domains`, between the
+    evaluations `before` and `after` (`posttrain.evaluation.shortcuts`): the largest rise of a
+    domain's commonest answer's share, its domain, and the `top` largest (answer, rise, the pass@1
+    that answer earns). A constant answer learned where it pays and carried to look-alike prompts
+    shows here before it costs a domain its pass rate."""
+    from posttrain.evaluation.shortcuts import answer_shift, final_answers, largest_rise
+    from posttrain.storage.store import Store
+
+    with Store.for_run_dir(run_dir, readonly=True) as store:
+        shift = answer_shift(final_answers(store, f"eval:{before}"), final_answers(store, f"eval:{after}"))
+    worst, rise = largest_rise(shift, domains)
+    wanted = set(domains)
+    ranked = sorted((d for d in shift if d in wanted), key=lambda d: (-shift[d]["rise"], d))[:top]
+    return {"max_answer_rise": rise, "max_answer_rise_domain": worst,
+            "answer_rises": {d: {k: shift[d][k] for k in ("answer", "rise", "pass1_by_answer")} for d in ranked}}
 
 
 def _step_number(version: str) -> int:
@@ -395,6 +419,7 @@ def main() -> None:
         "null_mean_delta": sum(null.values()) / len(null) if null else None,
         "significant_regressions": regressions,
         "significant_improvements": improvements,
+        **answer_rises(cfg.run_dir, "before", "after", learnable),
         "base_pass1": summary.get("base_pass1"), "final_pass1": summary.get("final_pass1"),
         **focus_figures(job, learnable, args.focus_tasks),
         "wall_s": round(wall_s, 1),

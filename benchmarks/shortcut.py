@@ -23,12 +23,12 @@ import argparse
 import json
 import shutil
 import time
-from collections import Counter, defaultdict
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from posttrain.evaluation.shortcuts import answer_shift, final_answers, largest_rise
 from posttrain.pipeline.config import load_config
 from posttrain.pipeline.main import Job
 
@@ -73,15 +73,6 @@ enabled = false
 """
 
 
-def answers(store, run_id: str) -> dict[str, list[tuple[str, bool]]]:
-    """domain -> (the last turn's action, passed) of every stored episode of `run_id`."""
-    out: dict[str, list[tuple[str, bool]]] = defaultdict(list)
-    for t in store.trajectories(run_id=run_id):
-        action = t.turns[-1].action.strip() if t.turns else ""
-        out[t.domain].append((action, bool(t.verdict and t.verdict.passed)))
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs-dir", default="/tmp/posttrain-shortcut")
@@ -102,28 +93,16 @@ def main() -> None:
     from posttrain.storage.store import Store
 
     with Store.for_run_dir(cfg.run_dir, readonly=True) as store:
-        before, after = answers(store, "eval:before"), answers(store, "eval:after")
+        shift = answer_shift(final_answers(store, "eval:before"), final_answers(store, "eval:after"))
     table = Table("domain", "pass@1 before", "after", "commonest answer after", "its share before",
                   "after", "pass@1 it earns after", title="the commonest answer, before and after training")
-    rows = {}
-    for domain in sorted(after):
-        b, a = before[domain], after[domain]
-        mode = Counter(x for x, _ in a).most_common(1)[0][0]
-        row = {"pass1_before": sum(p for _, p in b) / len(b), "pass1_after": sum(p for _, p in a) / len(a),
-               "mode_answer": mode, "mode_share_before": sum(x == mode for x, _ in b) / len(b),
-               "mode_share_after": sum(x == mode for x, _ in a) / len(a),
-               "mode_pass1_after": sum(x == mode and p for x, p in a) / len(a)}
-        rows[domain] = row
-        table.add_row(domain, f"{row['pass1_before']:.3f}", f"{row['pass1_after']:.3f}", repr(mode),
-                      f"{row['mode_share_before']:.3f}", f"{row['mode_share_after']:.3f}",
-                      f"{row['mode_pass1_after']:.3f}")
+    for domain, r in shift.items():
+        table.add_row(domain, f"{r['pass1_before']:.3f}", f"{r['pass1_after']:.3f}", repr(r["answer"]),
+                      f"{r['share_before']:.3f}", f"{r['share_after']:.3f}", f"{r['pass1_by_answer']:.3f}")
     Console().print(table)
-    rise = {d: r["mode_share_after"] - r["mode_share_before"] for d, r in rows.items()}
-    worst = max(rise, key=lambda d: rise[d])
-    print(json.dumps({"steps": args.steps, "seed": args.seed, "domains": rows,
-                      "max_mode_share_rise": round(rise[worst], 4),
+    worst, rise = largest_rise(shift)
+    print(json.dumps({"steps": args.steps, "seed": args.seed, "domains": shift, "max_mode_share_rise": rise,
                       "max_mode_share_rise_domain": worst, "wall_s": round(wall_s, 1)}))
-
 
 if __name__ == "__main__":
     main()

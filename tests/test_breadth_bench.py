@@ -138,3 +138,6 @@ def test_focus_evaluations_measure_the_finished_run_on_more_tasks_once(bench, tm
     assert again["focus_tasks"] == 6 and again["focus_leaked_tasks"] == 0
     assert again["focus_worst_delta"] <= again["focus_mean_delta"]
     assert again["focus_worst_domain"] in wanted
+    # the answer shift of the same evaluations, from the stored episodes (2 samples x 6 tasks)
+    assert again["focus_max_answer_rise_domain"] in wanted and set(again["focus_answer_rises"]) == set(wanted)
+    assert -1.0 <= again["focus_max_answer_rise"] <= 1.0
