@@ -302,15 +302,16 @@ def answer_rises(run_dir: Path, before: str, after: str, domains: list[str], top
     domain's commonest answer's share, its domain, and the `top` largest (answer, rise, the pass@1
     that answer earns). A constant answer learned where it pays and carried to look-alike prompts
     shows here before it costs a domain its pass rate."""
-    from posttrain.evaluation.shortcuts import answer_shift, final_answers, largest_rise
+    from posttrain.evaluation.shortcuts import answer_shift, final_answers
     from posttrain.storage.store import Store
 
     with Store.for_run_dir(run_dir, readonly=True) as store:
         shift = answer_shift(final_answers(store, f"eval:{before}"), final_answers(store, f"eval:{after}"))
-    worst, rise = largest_rise(shift, domains)
     wanted = set(domains)
-    ranked = sorted((d for d in shift if d in wanted), key=lambda d: (-shift[d]["rise"], d))[:top]
-    return {"max_answer_rise": rise, "max_answer_rise_domain": worst,
+    # largest first, ties as `shortcuts.largest_rise` breaks them: the first is its pick
+    ranked = sorted((d for d in shift if d in wanted), key=lambda d: (shift[d]["rise"], d), reverse=True)[:top]
+    return {"max_answer_rise": shift[ranked[0]]["rise"] if ranked else None,
+            "max_answer_rise_domain": ranked[0] if ranked else None,
             "answer_rises": {d: {k: shift[d][k] for k in ("answer", "rise", "pass1_by_answer")} for d in ranked}}
 
 

@@ -104,5 +104,6 @@ def main() -> None:
     print(json.dumps({"steps": args.steps, "seed": args.seed, "domains": shift, "max_mode_share_rise": rise,
                       "max_mode_share_rise_domain": worst, "wall_s": round(wall_s, 1)}))
 
+
 if __name__ == "__main__":
     main()

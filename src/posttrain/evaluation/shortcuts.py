@@ -27,7 +27,7 @@ def final_answers(store: Any, run_id: str) -> dict[str, list[tuple[str, bool]]]:
     (an evaluation's episodes are stored under 'eval:<name>'); infrastructure errors left out."""
     out: dict[str, list[tuple[str, bool]]] = defaultdict(list)
     for t in store.trajectories(run_id=run_id):
-        if t.status == "infra_error" or t.passed is None:
+        if t.passed is None:  # no verdict: an infrastructure error
             continue
         out[t.domain].append((t.turns[-1].action.strip() if t.turns else "", bool(t.passed)))
     return dict(out)
