@@ -90,6 +90,17 @@ class TrainerConfig:
     trajectory's tokens are averaged first, then trajectories (original GRPO)"""
     filter_zero_variance: bool = True
     """drop groups whose rewards are all equal (no learning signal; always counted)"""
+    replay_solved: int = 0
+    """keep solved domains solved: each step replays up to this many kept all-pass groups (the
+    newest per domain, the domains least recently replayed first, none of a domain the step
+    samples) with advantage `replay_advantage`, their ratio taken against the log-probs the
+    sampler recorded for them -- so the term only pulls back where the policy has moved
+    probability away from a success (`posttrain.training.replay`). Why: a domain the base model
+    solves gives GRPO no gradient, adaptive sampling floors it, and its neighbours' updates
+    can undo it unopposed. 0: off"""
+    replay_advantage: float = 1.0
+    """the advantage a replayed success carries (a group with a reward spread has advantages of
+    about +-1 under `scale_by_std`)"""
     min_group_size: int = 2
     """groups with fewer trainable trajectories (after dropping infra_error) are skipped, counted"""
     old_logprobs: OldLogprobs = "sampler"
@@ -143,6 +154,8 @@ class TrainerConfig:
         check(0 <= self.clip_low < 1, self, "clip_low", "must be in [0, 1)")
         check(self.clip_high >= 0, self, "clip_high", "must be >= 0")
         check(self.kl_beta >= 0, self, "kl_beta", "must be >= 0")
+        check(self.replay_solved >= 0, self, "replay_solved", "must be >= 0 (0: off)")
+        check(self.replay_advantage > 0, self, "replay_advantage", "must be > 0")
         check(self.adv_eps > 0, self, "adv_eps", "must be > 0")
         check(self.tis_cap == 0 or self.tis_cap >= 1, self, "tis_cap", "must be 0 (off) or >= 1")
         check(self.engine in ("local", "fsdp"), self, "engine", "must be 'local' or 'fsdp'")

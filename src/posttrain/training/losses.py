@@ -17,30 +17,40 @@ A token is *clipped* when the clipped term is the one chosen and differs from th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
 
 
-def token_weights(lengths: Sequence[int], owners: Sequence[int], agg: str) -> list[list[float]]:
+def token_weights(lengths: Sequence[int], owners: Sequence[int], agg: str,
+                  extra: Collection[int] = ()) -> list[list[float]]:
     """Per-token weights for sequences of `lengths` tokens; `owners[i]` is the trajectory that
     sequence i belongs to (a multi-turn trajectory has one sequence per turn).
 
     'token'    -> every token 1 / (all tokens of the step);
     'sequence' -> 1 / (number of trajectories * tokens of its trajectory).
+
+    The owners in `extra` (replayed successes, `posttrain.training.replay`) are weighed by the
+    same formula but not counted in it: the others' weights are what they would be without them
+    (they sum to 1), so a replay adds its term without diluting the step's policy gradient. When
+    every owner is extra, they are counted.
     """
     if len(lengths) != len(owners):
         raise ValueError("token_weights: lengths and owners differ in length")
+    counted = [o not in extra for o in owners]
+    if not any(c and n for c, n in zip(counted, lengths)):
+        counted = [True] * len(owners)
     if agg == "token":
-        total = sum(lengths)
+        total = sum(n for n, c in zip(lengths, counted) if c)
         return [[1.0 / total] * n for n in lengths] if total else [[] for _ in lengths]
     if agg == "sequence":
         per_owner: dict[int, int] = {}
         for n, o in zip(lengths, owners):
             per_owner[o] = per_owner.get(o, 0) + n
         live = {o: n for o, n in per_owner.items() if n > 0}
-        return [[1.0 / (len(live) * live[o])] * n if n else [] for n, o in zip(lengths, owners)]
+        n_counted = len({o for o, c in zip(owners, counted) if c and o in live})
+        return [[1.0 / (n_counted * live[o])] * n if n else [] for n, o in zip(lengths, owners)]
     raise ValueError(f"unknown loss aggregation {agg!r} (expected 'token' or 'sequence')")
 
 

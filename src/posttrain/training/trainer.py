@@ -51,6 +51,7 @@ from posttrain.training.config import TrainerConfig
 from posttrain.training.engines import make_engine, ranks
 from posttrain.training.engines.base import sample_tokens
 from posttrain.training.losses import clipped_pg_loss, off_policy, token_weights
+from posttrain.training.replay import SolvedReplay
 from posttrain.values.generation import PolicyVersion
 from posttrain.values.trajectory import Trajectory
 
@@ -105,6 +106,8 @@ class Trainer:
         """groups consumed so far; a caller drawing data in order resumes from here"""
         self.extra: dict[str, Any] = {}
         self.totals: dict[str, int] = {k: 0 for k in _TOTALS}
+        self.replay = SolvedReplay()
+        """the kept all-pass groups (`TrainerConfig.replay_solved`; checkpointed)"""
         self._hash_cache: tuple[int, str] | None = None
 
     # -- versions --------------------------------------------------------------------
@@ -145,9 +148,16 @@ class Trainer:
         sel = select_groups(groups, scale_by_std=cfg.scale_by_std, eps=cfg.adv_eps,
                             filter_zero_variance=cfg.filter_zero_variance,
                             min_group_size=cfg.min_group_size)
-        self._check_temperature(sel.trajectories)
-        samples, skipped_turns = samples_from(sel.trajectories, sel.advantages,
+        replayed: list[Trajectory] = []
+        if cfg.replay_solved:  # drawn before this batch is kept: never replayed in its own step
+            drawn = self.replay.draw(cfg.replay_solved, self.step_count, exclude={g[0].domain for g in groups if g})
+            replayed = [t for g in drawn for t in g]
+            kept = self.replay.observe(groups, self.step_count)
+        trajectories = sel.trajectories + replayed
+        self._check_temperature(trajectories)
+        samples, skipped_turns = samples_from(trajectories, sel.advantages + [cfg.replay_advantage] * len(replayed),
                                               image_inputs=self.vision.image_inputs if self.vision else None)
+        replay_owners = set(range(len(sel.trajectories), len(trajectories)))
         n_tokens = sum(len(s.completion_ids) for s in samples)
         metrics: dict[str, float] = {
             "groups": sel.groups, "groups_used": sel.groups_used,
@@ -160,8 +170,12 @@ class Trainer:
             "reward_mean": sel.reward_sum / max(sel.trainable, 1),
             "samples": len(samples), "tokens": n_tokens, "skipped_turns": skipped_turns,
         }
+        if cfg.replay_solved:
+            metrics.update(replay_groups=len(replayed) // max(len(drawn[0]), 1) if replayed else 0,
+                           replay_trajectories=len(replayed), replay_kept=kept,
+                           replay_domains=len(self.replay.groups))
         if n_tokens:
-            metrics.update(self._update(samples))
+            metrics.update(self._update(samples, replay_owners))
             self.engine.refresh()
         else:
             metrics.update({"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0,
@@ -200,7 +214,7 @@ class Trainer:
                else default_cap_bytes(next(self.engine.model.parameters()).device))
         return self.memory.train_tokens(cap, max(sample_tokens(samples), default=1))
 
-    def _update(self, samples: list[Sample]) -> dict[str, float]:
+    def _update(self, samples: list[Sample], replay_owners: set[int]) -> dict[str, float]:
         cfg = self.config
         engine = self.engine
         device = next(engine.model.parameters()).device
@@ -208,7 +222,7 @@ class Trainer:
         for s in samples:
             offsets.append(offsets[-1] + len(s.completion_ids))
         weights = torch.tensor([w for ws in token_weights([len(s.completion_ids) for s in samples],
-                                                          [s.owner for s in samples], cfg.loss_agg)
+                                                          [s.owner for s in samples], cfg.loss_agg, replay_owners)
                                 for w in ws], device=device)
         adv = torch.tensor([s.advantage for s in samples for _ in s.completion_ids], device=device)
         has_sampler = all(s.old_logprobs for s in samples)
@@ -223,10 +237,21 @@ class Trainer:
         if behaviour is not None and not use_sampler:  # trainer vs sampler, token by token
             is_weights, mismatch = off_policy(old, behaviour, weights, cfg.tis_cap if tis else 0.0)
         ref = self._logprobs_no_grad(self.reference, samples, tokens) if self.reference is not None else None
+        replay_w = None
+        if replay_owners:  # a replayed success's ratio is against what its sampler recorded
+            mask = torch.tensor([s.owner in replay_owners for s in samples for _ in s.completion_ids], device=device)
+            recorded = torch.tensor([lp for s in samples for lp in (
+                s.old_logprobs if s.owner in replay_owners and s.old_logprobs else [0.0] * len(s.completion_ids))],
+                device=device, dtype=old.dtype)
+            old = torch.where(mask, recorded, old)
+            if is_weights is not None:
+                is_weights = torch.where(mask, torch.ones_like(is_weights), is_weights)
+            replay_w = weights * mask
+            replay_w = replay_w / replay_w.sum().clamp_min(1e-12)
 
         engine.model.train()
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0,
-                "grad_norm": 0.0, "sampler_logprob_diff": 0.0}
+                "grad_norm": 0.0, "sampler_logprob_diff": 0.0, "replay_drift": 0.0}
         ratio_max = 0.0
         ranges = engine.micro_batches(sample_tokens(samples), cfg.micro_batch_size, tokens)
         for epoch in range(cfg.ppo_epochs):
@@ -251,6 +276,8 @@ class Trainer:
                 ratio_max = max(ratio_max, parts.ratio_max)
                 assert entropy is not None
                 step_sums["entropy"] += float((entropy * weights[a:b]).sum())
+                if epoch == 0 and replay_w is not None:  # how far the kept successes have slipped
+                    step_sums["replay_drift"] += float(((old[a:b] - new.detach()) * replay_w[a:b]).sum())
                 if epoch == 0:
                     step_sums["sampler_logprob_diff"] += float(((new.detach() - old[a:b]).abs()
                                                                 * weights[a:b]).sum())
@@ -261,6 +288,9 @@ class Trainer:
         sums["ratio_max"] = engine.reduce({"ratio_max": ratio_max}, how="max")["ratio_max"]
         out = {k: (v if k == "ratio_max" else v / cfg.ppo_epochs) for k, v in sums.items()}
         out["sampler_logprob_diff"] = sums["sampler_logprob_diff"] if use_sampler else 0.0
+        out["replay_drift"] = sums["replay_drift"]  # summed over epoch 0 only, like the line above
+        if replay_w is None:
+            del out["replay_drift"]
         out["old_logprobs_from_sampler"] = float(use_sampler)
         out.update(mismatch)
         out["updated"] = 1
@@ -285,7 +315,8 @@ class Trainer:
         state = {"step": self.step_count, "data_cursor": self.data_cursor,
                  "config": self.config.to_dict(), "version": version.to_dict(),
                  "start_version": self.start_version.to_dict(), "totals": dict(self.totals),
-                 "extra": self.extra, "vision": self.vision is not None}
+                 "extra": self.extra, "vision": self.vision is not None,
+                 "replay": self.replay.state_dict()}
         lora = self.config.lora is not None
         if lora:
             if self.base_path is None:
@@ -340,5 +371,6 @@ class Trainer:
         trainer.data_cursor = int(state["data_cursor"])
         trainer.totals.update(state.get("totals", {}))
         trainer.extra = dict(state.get("extra") or {})
+        trainer.replay.load_state_dict(state.get("replay") or {})
         checkpoints.set_rng_state(checkpoints.load_tensors(directory, "rng.pt"))
         return trainer

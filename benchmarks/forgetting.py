@@ -1,0 +1,151 @@
+"""Does a domain the base model already solves survive training on its neighbours? A small run
+that isolates the forgetting the 20-step breadth run showed.
+
+    .venv/bin/python benchmarks/forgetting.py [--runs-dir /tmp/forgetting] [--steps 20] [--seed 0]
+        [--set trainer.replay_groups=4 ...]
+
+tiny-agent trains 20 steps of 16 groups of 8 on the terminal domains the breadth run trained most
+(`grep`, `count`, `text.sort-numeric`, `text.csv-sum`, `archive.tar`, `find.empty`) and on the
+`terminal.files` ones it already solves (`concat` 0.96 pass@1, `rename-ext` 1.0, `move`), with
+the breadth config's trainer and adaptive sampling: a saturated domain's groups all pass, give
+GRPO no gradient, and its weight falls to the floor -- so nothing in the loss holds it while its
+neighbours' updates move the shell commands it shares with them. In the breadth run
+`terminal.files.concat` went from 0.96 to 0.52 pass@1 (its command degenerated into a loop of
+`done > full.txt`) after 2 groups of its own in 20 steps.
+
+The base and the trained weights are evaluated on 20 eval tasks x 8 samples a domain. Reported
+per domain: pass@1 before and after and the delta. `--set KEY=VALUE` overrides a run-config field
+(the value read as JSON where it parses), e.g. `--set trainer.replay_groups=0` for the run
+without replay. Prints a table and a final JSON line (`worst_delta`, `saturated_delta`: the
+mean delta of the domains at >= 0.8 pass@1 before, `trained_delta`: the others').
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from posttrain.evaluation.shortcuts import final_answers
+from posttrain.pipeline.config import load_config
+from posttrain.pipeline.main import Job
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SATURATED = 0.8
+"""pass@1 before training at or above which a domain counts as already solved"""
+
+CONFIG = """\
+name = "forgetting"
+steps = 20
+checkpoint_every = 10
+
+[model]
+path = "models/tiny-agent"
+threads = 2
+
+[domains]
+train = ["terminal.grep.to-file", "terminal.grep.level-counts", "terminal.text.sort-numeric",
+         "terminal.count.words", "terminal.count.level-lines", "terminal.count.unique-ips",
+         "terminal.count.files", "terminal.archive.tar", "terminal.text.csv-sum",
+         "terminal.find.empty", "terminal.files.concat", "terminal.files.rename-ext",
+         "terminal.files.move"]
+heldout = []
+
+[rollout]
+group_size = 8
+groups_per_step = 16
+max_tokens = 160
+temperature = 1.0
+
+[trainer]
+lr = 2e-4
+ppo_epochs = 2
+loss_agg = "sequence"
+kl_beta = 0.2
+
+[eval]
+tasks_per_domain = 20
+samples = 8
+temperature = 1.0
+
+[scheduler]
+workers = 8
+max_staleness = 0
+share_by = "samples"
+[scheduler.domains."terminal.*"]
+max_concurrency = 4
+
+[scheduler.adaptive]
+window = 4
+min_groups = 1
+floor = 0.1
+prior_groups = 4
+"""
+
+
+def _value(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs-dir", default="/tmp/posttrain-forgetting")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a run-config field (dotted key; the value parsed as JSON where it can be)")
+    args = ap.parse_args()
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            ap.error(f"--set {item!r}: expected KEY=VALUE")
+        overrides[key] = _value(value)
+    runs = Path(args.runs_dir)
+    shutil.rmtree(runs, ignore_errors=True)
+    runs.mkdir(parents=True)
+    config = runs / "forgetting.toml"
+    config.write_text(CONFIG)
+    cfg = load_config(config, {"runs_dir": str(runs), "steps": args.steps, "logging.backends": [],
+                               "model.path": str(ROOT / "models" / "tiny-agent"), "seed": args.seed,
+                               **overrides})
+    t0 = time.perf_counter()
+    Job(cfg, Console(force_terminal=False, width=120)).run()
+    wall_s = time.perf_counter() - t0
+
+    from posttrain.storage.store import Store
+
+    rates: dict[str, dict[str, float]] = {}
+    with Store.for_run_dir(cfg.run_dir, readonly=True) as store:
+        for name in ("before", "after"):
+            for domain, answers in final_answers(store, f"eval:{name}").items():
+                rates.setdefault(domain, {})[name] = sum(p for _, p in answers) / len(answers)
+    table = Table("domain", "pass@1 before", "after", "delta", title="forgetting: pass@1 before and after")
+    domains = {}
+    for domain in sorted(rates, key=lambda d: -rates[d].get("before", 0.0)):
+        before, after = rates[domain].get("before", 0.0), rates[domain].get("after", 0.0)
+        domains[domain] = {"before": round(before, 4), "after": round(after, 4), "delta": round(after - before, 4)}
+        table.add_row(domain, f"{before:.3f}", f"{after:.3f}", f"{after - before:+.3f}")
+    Console().print(table)
+    saturated = [r["delta"] for r in domains.values() if r["before"] >= SATURATED]
+    trained = [r["delta"] for r in domains.values() if r["before"] < SATURATED]
+    worst = min(domains, key=lambda d: domains[d]["delta"]) if domains else None
+    print(json.dumps({
+        "steps": args.steps, "seed": args.seed, "overrides": overrides, "domains": domains,
+        "worst_delta": domains[worst]["delta"] if worst else None, "worst_domain": worst,
+        "saturated_delta": sum(saturated) / len(saturated) if saturated else None,
+        "trained_delta": sum(trained) / len(trained) if trained else None,
+        "wall_s": round(wall_s, 1)}))
+
+
+if __name__ == "__main__":
+    main()
