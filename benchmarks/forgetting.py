@@ -2,22 +2,26 @@
 that isolates the forgetting the 20-step breadth run showed.
 
     .venv/bin/python benchmarks/forgetting.py [--runs-dir /tmp/forgetting] [--steps 20] [--seed 0]
-        [--set trainer.replay_groups=4 ...]
+        [--set trainer.replay_solved=4 ...]
 
 tiny-agent trains 20 steps of 16 groups of 8 on the terminal domains the breadth run trained most
 (`grep`, `count`, `text.sort-numeric`, `text.csv-sum`, `archive.tar`, `find.empty`) and on the
-`terminal.files` ones it already solves (`concat` 0.96 pass@1, `rename-ext` 1.0, `move`), with
-the breadth config's trainer and adaptive sampling: a saturated domain's groups all pass, give
-GRPO no gradient, and its weight falls to the floor -- so nothing in the loss holds it while its
-neighbours' updates move the shell commands it shares with them. In the breadth run
-`terminal.files.concat` went from 0.96 to 0.52 pass@1 (its command degenerated into a loop of
-`done > full.txt`) after 2 groups of its own in 20 steps.
+`terminal.files` ones (`concat` 0.96 pass@1, `rename-ext` 0.99, `move` 0.03), with the breadth
+config's trainer and adaptive sampling. In the breadth run `terminal.files.concat` went from 0.96
+to 0.52 pass@1 (its command degenerated into a loop of `done > full.txt`) after 2 groups of its
+own in 20 steps: a solved domain's groups all pass, give GRPO no gradient, its weight falls to
+the floor and among ~330 domains it is hardly sampled -- nothing in the loss holds it while its
+neighbours' updates move the shell commands it shares with them. Here the two solved domains
+weigh 0.1 and the starvation guard is off, so that they are as rare as there (~1-2 groups in 20
+steps); with the guard on, 13 domains share the steps and each is served every ~2 minutes.
 
 The base and the trained weights are evaluated on 20 eval tasks x 8 samples a domain. Reported
-per domain: pass@1 before and after and the delta. `--set KEY=VALUE` overrides a run-config field
-(the value read as JSON where it parses), e.g. `--set trainer.replay_groups=0` for the run
-without replay. Prints a table and a final JSON line (`worst_delta`, `saturated_delta`: the
-mean delta of the domains at >= 0.8 pass@1 before, `trained_delta`: the others').
+per domain: pass@1 before and after and the delta, and how many training groups it had.
+`--set KEY=VALUE` overrides a run-config field (the value read as JSON where it parses), e.g.
+`--set trainer.replay_solved=4` to replay the kept all-pass groups. Prints a table and a final
+JSON line: `worst_delta`, `saturated_delta` (the mean delta of the domains at >= 0.8 pass@1
+before), `trained_delta` (the others'), `replayed_share` (replayed trajectories over the samples
+the steps' losses held) and `update_s` (the trainer's update time, summed over steps).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ train = ["terminal.grep.to-file", "terminal.grep.level-counts", "terminal.text.s
          "terminal.find.empty", "terminal.files.concat", "terminal.files.rename-ext",
          "terminal.files.move"]
 heldout = []
+weights = {"terminal.files.concat" = 0.1, "terminal.files.rename-ext" = 0.1}
 
 [rollout]
 group_size = 8
@@ -117,35 +122,51 @@ def main() -> None:
     config.write_text(CONFIG)
     cfg = load_config(config, {"runs_dir": str(runs), "steps": args.steps, "logging.backends": [],
                                "model.path": str(ROOT / "models" / "tiny-agent"), "seed": args.seed,
-                               **overrides})
+                               "scheduler.starvation_s": None, **overrides})
     t0 = time.perf_counter()
     Job(cfg, Console(force_terminal=False, width=120)).run()
     wall_s = time.perf_counter() - t0
 
+    print(json.dumps({"steps": args.steps, "seed": args.seed, "overrides": overrides,
+                      **figures(cfg.run_dir, cfg.name), "wall_s": round(wall_s, 1)}))
+
+
+def figures(run_dir: Path, run_id: str) -> dict:
+    """Per-domain pass@1 before / after and training groups of a finished run, printed as a table;
+    the summary figures of the final JSON line."""
     from posttrain.storage.store import Store
 
     rates: dict[str, dict[str, float]] = {}
-    with Store.for_run_dir(cfg.run_dir, readonly=True) as store:
+    groups: dict[str, set[str]] = {}
+    with Store.for_run_dir(run_dir, readonly=True) as store:
         for name in ("before", "after"):
             for domain, answers in final_answers(store, f"eval:{name}").items():
                 rates.setdefault(domain, {})[name] = sum(p for _, p in answers) / len(answers)
-    table = Table("domain", "pass@1 before", "after", "delta", title="forgetting: pass@1 before and after")
+        for t in store.trajectories(run_id=run_id):
+            groups.setdefault(t.domain, set()).add(t.group_id)
+    table = Table("domain", "pass@1 before", "after", "delta", "groups trained",
+                  title="forgetting: pass@1 before and after")
     domains = {}
     for domain in sorted(rates, key=lambda d: -rates[d].get("before", 0.0)):
         before, after = rates[domain].get("before", 0.0), rates[domain].get("after", 0.0)
-        domains[domain] = {"before": round(before, 4), "after": round(after, 4), "delta": round(after - before, 4)}
-        table.add_row(domain, f"{before:.3f}", f"{after:.3f}", f"{after - before:+.3f}")
+        n = len(groups.get(domain, ()))
+        domains[domain] = {"before": round(before, 4), "after": round(after, 4),
+                           "delta": round(after - before, 4), "groups": n}
+        table.add_row(domain, f"{before:.3f}", f"{after:.3f}", f"{after - before:+.3f}", str(n))
     Console().print(table)
     saturated = [r["delta"] for r in domains.values() if r["before"] >= SATURATED]
     trained = [r["delta"] for r in domains.values() if r["before"] < SATURATED]
     worst = min(domains, key=lambda d: domains[d]["delta"]) if domains else None
-    print(json.dumps({
-        "steps": args.steps, "seed": args.seed, "overrides": overrides, "domains": domains,
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {
+        "domains": domains,
         "worst_delta": domains[worst]["delta"] if worst else None, "worst_domain": worst,
         "saturated_delta": sum(saturated) / len(saturated) if saturated else None,
         "trained_delta": sum(trained) / len(trained) if trained else None,
-        "wall_s": round(wall_s, 1)}))
-
+        # the replayed trajectories' share of what the steps' losses held (a cost measure)
+        "replayed_share": (sum(m.get("replay_trajectories", 0) for m in metrics)
+                           / max(sum(m.get("samples", 0) for m in metrics), 1)),
+        "update_s": round(sum(m.get("step_s", 0.0) for m in metrics), 1)}
 
 if __name__ == "__main__":
     main()

@@ -86,6 +86,17 @@ def test_training_sections_without_scheduler_figures(tmp_path):
     assert not any("binary" in n for n in s["learning"]["notes"])  # reward != pass rate: both drawn
 
 
+def test_replay_drift_is_drawn_where_logged_and_never_missing(tmp_path):
+    rows = [{"step": 1, "loss": 0.3, "kl": 0.01, "grad_norm": 1.0, "entropy": 0.9}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plain = sections(tmp_path)["trainer"]
+    assert plain["missing"] == [] and set(plain["last"]) == {"loss", "kl", "grad_norm", "entropy"}
+    rows.append({**rows[0], "step": 2, "replay_drift": 0.04})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    replayed = sections(tmp_path)["trainer"]
+    assert replayed["missing"] == [] and replayed["last"]["replay_drift"] == 0.04
+
+
 @pytest.fixture(scope="module")
 def breadth(tmp_path_factory):
     run = tmp_path_factory.mktemp("breadth")

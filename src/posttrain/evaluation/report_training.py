@@ -28,6 +28,9 @@ SCHEDULER_FILE = "scheduler.json"
 CURVE_METRICS = ("reward", "pass_rate")
 """the `family/<f>/<metric>` metrics drawn as learning curves, in this order"""
 TRAINER_METRICS = ("loss", "kl", "grad_norm", "entropy")
+OPTIONAL_TRAINER_METRICS = ("replay_drift",)
+"""plotted where the run logged them, never reported missing: how far the replayed successes of
+solved domains had slipped at each step (`TrainerConfig.replay_solved`)"""
 """the trainer's per-step figures drawn as curves, in this order (those a run logged)"""
 TOP_N = 25
 """rows of a per-domain table shown before the rest is folded away"""
@@ -140,11 +143,13 @@ def learning(log: MetricsLog | None, tiers: Mapping[str, str]) -> dict[str, Any]
 
 
 def trainer(log: MetricsLog | None) -> dict[str, Any]:
-    """Loss, KL, gradient norm and entropy per step (the ones the run logged)."""
+    """Loss, KL, gradient norm and entropy per step (the ones the run logged), and the replay's
+    drift where the run replayed solved domains."""
     if log is None:
         return {"note": f"no {METRICS_FILE}: no trainer metrics"}
-    series = {m: [(r["step"], float(r[m])) for r in log.rows if _num(r.get(m))] for m in TRAINER_METRICS}
-    missing = [m for m, v in series.items() if not v]
+    series = {m: [(r["step"], float(r[m])) for r in log.rows if _num(r.get(m))]
+              for m in TRAINER_METRICS + OPTIONAL_TRAINER_METRICS}
+    missing = [m for m, v in series.items() if not v and m in TRAINER_METRICS]
     series = {m: v for m, v in series.items() if v}
     out: dict[str, Any] = {"missing": missing}
     if series:
