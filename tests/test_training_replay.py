@@ -39,12 +39,15 @@ def traj(domain: str, passed: bool | None, *, logprobs: bool = True, tokens=(5, 
 
 def test_only_all_pass_groups_with_sampler_logprobs_are_kept_newest_first():
     r = SolvedReplay()
+    pictured = traj("g", True)
+    pictured.turns[0].observation_images = [{"sha256": "0" * 64, "mime": "image/png", "bytes": 1}]
     kept = r.observe([
         [traj("a", True), traj("a", True)],
         [traj("b", True), traj("b", False)],               # a reward spread: trained, not kept
         [traj("c", True), traj("c", None)],                # an infra error: not a success
         [traj("d", True, logprobs=False)] * 2,             # nothing to take the ratio against
         [traj("e", False)] * 2,                            # all failed
+        [pictured, pictured],                              # its image bytes are not checkpointed
     ], step=0)
     assert kept == 1 and set(r.groups) == {"a"}
     assert not all_passed([]) and not all_passed([traj("c", True), traj("c", None)])

@@ -19,9 +19,10 @@ ratio passes 1 + clip_high; where the policy has moved probability away from it,
 and the term pulls it back. Self-imitation (Oh et al., 2018) with the PPO clip as the bound.
 
 Only groups whose every turn carries the sampler's log-probs are kept (what the replay's ratio is
-taken against); a replayed trajectory weighs in the loss as one trajectory of the step without
-diluting the others (`losses.token_weights`' `extra`). The buffer is part of the trainer's
-checkpoint, so a resumed run replays exactly what the uninterrupted one would have.
+taken against), and none that showed images (`shows_images`); a replayed trajectory weighs in the
+loss as one trajectory of the step without diluting the others (`losses.token_weights`'
+`extra`). The buffer is part of the trainer's checkpoint, so a resumed run replays exactly what
+the uninterrupted one would have.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ def has_sampler_logprobs(group: Sequence[Trajectory]) -> bool:
                for t in group for turn in t.turns if turn.token_ids)
 
 
+def shows_images(group: Sequence[Trajectory]) -> bool:
+    """A group that showed images is not kept: the checkpoint holds trajectories without their
+    image bytes (those live in the store), so a resumed run could not replay it."""
+    return any(turn.observation_images for t in group for turn in t.turns)
+
+
 class SolvedReplay:
     """domain -> its newest all-pass group, and when it was last replayed."""
 
@@ -57,7 +64,7 @@ class SolvedReplay:
         one); returns how many were kept."""
         kept = 0
         for group in groups:
-            if not all_passed(group) or not has_sampler_logprobs(group):
+            if not all_passed(group) or not has_sampler_logprobs(group) or shows_images(group):
                 continue
             domain = group[0].domain
             self.groups[domain] = list(group)
