@@ -92,8 +92,7 @@ class TrainerConfig:
     """drop groups whose rewards are all equal (no learning signal; always counted)"""
     replay_solved: int = 0
     """keep solved domains solved: each step replays up to this many kept all-pass groups (the
-    newest per domain, the domains least recently replayed first, none of a domain the step
-    samples) with advantage `replay_advantage`, their ratio taken against the log-probs the
+    newest per domain, the domains least recently replayed first) with advantage `replay_advantage`, their ratio taken against the log-probs the
     sampler recorded for them -- so the term only pulls back where the policy has moved
     probability away from a success (`posttrain.training.replay`). Why: a domain the base model
     solves gives GRPO no gradient, adaptive sampling floors it, and its neighbours' updates

@@ -27,7 +27,7 @@ the uninterrupted one would have.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from posttrain.values.trajectory import Trajectory
@@ -73,10 +73,11 @@ class SolvedReplay:
             kept += 1
         return kept
 
-    def draw(self, n: int, step: int, *, exclude: Collection[str] = ()) -> list[list[Trajectory]]:
+    def draw(self, n: int, step: int) -> list[list[Trajectory]]:
         """Up to `n` kept groups for this step: the domains replayed least recently first (ties by
-        name), leaving out `exclude` (the domains this batch already samples)."""
-        order = sorted((d for d in self.groups if d not in exclude), key=lambda d: (self.replayed_at[d], d))
+        name). A domain this batch samples too is not left out: its new groups may all pass again
+        (no gradient), and where they have a reward spread the replay only adds its bounded pull."""
+        order = sorted(self.groups, key=lambda d: (self.replayed_at[d], d))
         chosen = order[:max(n, 0)]
         for d in chosen:
             self.replayed_at[d] = step

@@ -150,7 +150,7 @@ class Trainer:
                             min_group_size=cfg.min_group_size)
         replayed: list[Trajectory] = []
         if cfg.replay_solved:  # drawn before this batch is kept: never replayed in its own step
-            drawn = self.replay.draw(cfg.replay_solved, self.step_count, exclude={g[0].domain for g in groups if g})
+            drawn = self.replay.draw(cfg.replay_solved, self.step_count)
             replayed = [t for g in drawn for t in g]
             kept = self.replay.observe(groups, self.step_count)
         trajectories = sel.trajectories + replayed
