@@ -92,11 +92,12 @@ class TrainerConfig:
     """drop groups whose rewards are all equal (no learning signal; always counted)"""
     replay_solved: int = 0
     """keep solved domains solved: each step replays up to this many kept all-pass groups (the
-    newest per domain, the domains least recently replayed first) with advantage `replay_advantage`, their ratio taken against the log-probs the
-    sampler recorded for them -- so the term only pulls back where the policy has moved
-    probability away from a success (`posttrain.training.replay`). Why: a domain the base model
-    solves gives GRPO no gradient, adaptive sampling floors it, and its neighbours' updates
-    can undo it unopposed. 0: off"""
+    newest per domain, the domains least recently replayed first) with advantage
+    `replay_advantage`, their ratio taken against the log-probs the sampler recorded for them --
+    so the term pulls back where the policy has moved probability away from a success and stops
+    at the clip above it (`posttrain.training.replay`). Why: a domain the base model solves
+    gives GRPO no gradient, adaptive sampling floors it, and its neighbours' updates can undo
+    it unopposed. 0: off"""
     replay_advantage: float = 1.0
     """the advantage a replayed success carries (a group with a reward spread has advantages of
     about +-1 under `scale_by_std`)"""
