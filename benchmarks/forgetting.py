@@ -12,8 +12,11 @@ to 0.52 pass@1 (its command degenerated into a loop of `done > full.txt`) after 
 own in 20 steps: a solved domain's groups all pass, give GRPO no gradient, its weight falls to
 the floor and among ~330 domains it is hardly sampled -- nothing in the loss holds it while its
 neighbours' updates move the shell commands it shares with them. Here the two solved domains
-weigh 0.1 and the starvation guard is off, so that they are as rare as there (~1-2 groups in 20
-steps); with the guard on, 13 domains share the steps and each is served every ~2 minutes.
+weigh 0.1 and the starvation guard is off, meant to make them as rare as there -- but with 16
+seats a step and 13 domains the step's stratification still seats every domain once a step (each
+had 20-31 groups in the measured runs), so this measures forgetting under regular sampling, not
+under the breadth run's rarity (for that, fewer seats than domains: `--set
+rollout.groups_per_step=8`).
 
 The base and the trained weights are evaluated on 20 eval tasks x 8 samples a domain. Reported
 per domain: pass@1 before and after and the delta, and how many training groups it had.
