@@ -148,11 +148,11 @@ class Trainer:
         sel = select_groups(groups, scale_by_std=cfg.scale_by_std, eps=cfg.adv_eps,
                             filter_zero_variance=cfg.filter_zero_variance,
                             min_group_size=cfg.min_group_size)
-        replayed: list[Trajectory] = []
+        drawn: list[list[Trajectory]] = []
         if cfg.replay_solved:  # drawn before this batch is kept: never replayed in its own step
             drawn = self.replay.draw(cfg.replay_solved, self.step_count)
-            replayed = [t for g in drawn for t in g]
             kept = self.replay.observe(groups, self.step_count)
+        replayed = [t for g in drawn for t in g]
         trajectories = sel.trajectories + replayed
         self._check_temperature(trajectories)
         samples, skipped_turns = samples_from(trajectories, sel.advantages + [cfg.replay_advantage] * len(replayed),
@@ -171,8 +171,7 @@ class Trainer:
             "samples": len(samples), "tokens": n_tokens, "skipped_turns": skipped_turns,
         }
         if cfg.replay_solved:
-            metrics.update(replay_groups=len(replayed) // max(len(drawn[0]), 1) if replayed else 0,
-                           replay_trajectories=len(replayed), replay_kept=kept,
+            metrics.update(replay_groups=len(drawn), replay_trajectories=len(replayed), replay_kept=kept,
                            replay_domains=len(self.replay.groups))
         if n_tokens:
             metrics.update(self._update(samples, replay_owners))
@@ -288,9 +287,9 @@ class Trainer:
         sums["ratio_max"] = engine.reduce({"ratio_max": ratio_max}, how="max")["ratio_max"]
         out = {k: (v if k == "ratio_max" else v / cfg.ppo_epochs) for k, v in sums.items()}
         out["sampler_logprob_diff"] = sums["sampler_logprob_diff"] if use_sampler else 0.0
-        out["replay_drift"] = sums["replay_drift"]  # summed over epoch 0 only, like the line above
-        if replay_w is None:
-            del out["replay_drift"]
+        out.pop("replay_drift")
+        if replay_w is not None:
+            out["replay_drift"] = sums["replay_drift"]  # summed over epoch 0 only, like the line above
         out["old_logprobs_from_sampler"] = float(use_sampler)
         out.update(mismatch)
         out["updated"] = 1
