@@ -12,11 +12,10 @@ to 0.52 pass@1 (its command degenerated into a loop of `done > full.txt`) after 
 own in 20 steps: a solved domain's groups all pass, give GRPO no gradient, its weight falls to
 the floor and among ~330 domains it is hardly sampled -- nothing in the loss holds it while its
 neighbours' updates move the shell commands it shares with them. Here the two solved domains
-weigh 0.1 and the starvation guard is off, meant to make them as rare as there -- but with 16
-seats a step and 13 domains the step's stratification still seats every domain once a step (each
-had 20-31 groups in the measured runs), so this measures forgetting under regular sampling, not
-under the breadth run's rarity (for that, fewer seats than domains: `--set
-rollout.groups_per_step=8`).
+weigh 0.1 and the starvation guard is off, so that they are as rare as there: ~2 groups each in
+20 steps of 16. (A per-domain concurrency limit the step cannot be filled within -- 4 episodes a
+domain, 13 domains, 128 episodes a step -- would seat every domain every step whatever its
+weight, since the generator is never left idle while a domain can go; the limit here is 16.)
 
 The base and the trained weights are evaluated on 20 eval tasks x 8 samples a domain. Reported
 per domain: pass@1 before and after and the delta, and how many training groups it had.
@@ -87,7 +86,7 @@ workers = 8
 max_staleness = 0
 share_by = "samples"
 [scheduler.domains."terminal.*"]
-max_concurrency = 4
+max_concurrency = 16
 
 [scheduler.adaptive]
 window = 4
