@@ -153,3 +153,44 @@ def test_rollout_mode_defaults_to_standard_and_parses_fast(tmp_path):
     path = tmp_path / "fast.toml"
     path.write_text('[rollout]\nmode = "fast"\n')
     assert load_config(path).rollout.mode == "fast"
+
+
+def test_a_concurrency_limit_below_a_domains_share_of_a_step_is_warned_and_real():
+    """13 domains limited to 4 episodes in flight cannot fill a step of 16 groups of 8 at their
+    weights: the scheduler fills it from whatever domain can go, so a domain weighted 0.1 got a
+    group every step. The warning names that case, and stays quiet where the limits hold."""
+    from posttrain.scheduling import SchedulerCore
+    from posttrain.scheduling.work import Usage
+    from posttrain.values.episode import EpisodeResult
+    from posttrain.values.trajectory import Trajectory
+
+    names = ["math.add.d1", "math.div.d1", "math.gcd.d1", "math.max.d1", "math.min.d1"]
+    domains = [get_domain(n) for n in names]
+    rare_groups = {}
+    for limit in (4, 16):
+        cfg = load_config(None, {"rollout.groups_per_step": 8, "rollout.group_size": 8,
+                                 "domains.weights": {"math.add.d1": 0.1},
+                                 "scheduler.domains": {"math.*": {"max_concurrency": limit}}})
+        specs = mix.domain_specs(cfg, domains)
+        warnings = mix.concurrency_warnings(cfg, specs)
+        if limit == 4:  # 1.95 groups a step wanted by each heavy domain, 1 held at a time
+            (w,) = warnings
+            assert "4 domain(s)" in w and "weight share 1.95 of the 8 groups" in w
+            assert "max_concurrency = 4 holds 1 group(s) of 8" in w and "at least 16" in w
+        else:
+            assert warnings == []
+        core = SchedulerCore(SchedulerConfig(group_size=8, groups_per_step=8, max_running=64, max_staleness=0,
+                                             starvation_s=None, seed=0, adaptive=AdaptiveConfig(enabled=False)),
+                             specs, clock=lambda: 0.0)
+        taken = []
+        for step in range(10):
+            while running := list(iter(core.next_episode, None)):
+                for spec in running:
+                    traj = Trajectory(task_key="k", task_hash="h", domain=spec.domain, split="train",
+                                      policy_version="v", status="completed", reward=1.0)
+                    core.episode_finished(spec, EpisodeResult(traj, None), Usage())
+            taken += core.take(8)
+            core.set_version(f"step-{step + 1}")
+        rare_groups[limit] = sum(g.domain == "math.add.d1" for g in taken)
+    # its quota is 0.1 / 4.1 of 80 groups = ~2
+    assert rare_groups[4] >= 8 and rare_groups[16] <= 3, rare_groups

@@ -279,6 +279,10 @@ class Job:
         factory = RolloutEpisodeFactory(lookup, sampling=sampling, run_id=cfg.name, env_config=env_config,
                                         sandbox_factory=sandbox_factory if scfg.backend == "local" else None)
         specs = mix.domain_specs(cfg, self.train_domains, left_out=self.unfit)
+        for warning in mix.concurrency_warnings(cfg, specs):
+            if warning not in self.warnings:  # once, also when a second round trains
+                self.warnings.append(warning)
+                self.console.print(f"[yellow]warning: {warning}")
 
         def on_group(group: Any) -> None:  # results arrive intact: task and final workspace
             if served is not None:  # the version each episode was really served under

@@ -4,6 +4,8 @@ whose quarantined tasks are never drawn.
 * `domain_specs`: `[domains] weights` and the `[scheduler.domains."GLOB"]` overrides applied to
   each trained domain (later globs win); a glob that matches no trained domain is an error (a
   typo would otherwise change nothing, silently).
+* `concurrency_warnings`: the domains whose `max_concurrency` cannot hold their share of a step
+  (then the step is filled from the domains that can go, and the weights do not hold per step).
 * `signal_prior`: each trained domain's expected share of groups with a reward spread, from the
   base evaluation (`[scheduler.adaptive] prior_groups`).
 * `without_quarantined`: a domain whose generator skips the tasks listed in quarantine files
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +53,39 @@ def domain_specs(cfg: RunConfig, domains: Sequence[Domain], left_out: Iterable[s
                 fields.update(override.given())
         specs.append(DomainSpec(d.name, **fields))  # type: ignore[arg-type]
     return specs
+
+
+def concurrency_warnings(cfg: RunConfig, specs: Sequence[DomainSpec]) -> list[str]:
+    """The trainer tier's domains whose concurrency limit is below their share of one step.
+
+    The scheduler admits a group only while its domain has fewer than `max_concurrency` episodes
+    admitted and not finished, so such a domain holds at most ceil(limit / group_size) groups at
+    a time. Where its weight asks for more of a step's `groups_per_step` than that, the
+    scheduler -- which never leaves the generator idle while some domain can go -- fills the step
+    from the other domains, the rare ones included: with 13 domains limited to 4 episodes and 16
+    groups of 8 a step, every domain had about one group a step whatever its weight. One line
+    naming how many domains, the worst, and the fix; [] when every limit can hold its share."""
+    tier = cfg.scheduler.trainer_tier
+    mine = [s for s in specs if s.tier == tier]
+    total = sum(s.weight for s in mine)
+    seats = cfg.rollout.groups_per_step
+    short = []
+    for s in mine:
+        if s.max_concurrency is None or total <= 0:
+            continue
+        size = s.group_size or cfg.rollout.group_size
+        want = s.weight / total * seats
+        hold = math.ceil(s.max_concurrency / size)
+        if want > hold:
+            short.append((want / hold, s.name, want, hold, s.max_concurrency, size))
+    if not short:
+        return []
+    _, name, want, hold, limit, size = max(short)
+    return [f"scheduler: max_concurrency holds {len(short)} domain(s) below their share of a step, so "
+            f"each step is filled from the domains that can go and the weights do not hold per step "
+            f"(worst {name}: weight share {want:.2f} of the {seats} groups a step, but "
+            f"max_concurrency = {limit} holds {hold} group(s) of {size} at a time); raise its "
+            f"max_concurrency to at least {math.ceil(want) * size}"]
 
 
 def quarantine_dirs(cfg: RunConfig) -> list[Path]:
