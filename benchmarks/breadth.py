@@ -66,7 +66,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from posttrain.pipeline.config import load_config
+from posttrain.pipeline.config import ConfigError, load_config, parse_set
 from posttrain.pipeline.main import Job
 from posttrain.pipeline.mix import domain_specs, signal_prior
 from posttrain.pipeline.report import pass_of
@@ -338,7 +338,13 @@ def main() -> None:
                          "before and after (the focus_* figures; may be added on --resume)")
     ap.add_argument("--resume", action="store_true",
                     help="continue the run in --runs-dir (same flags) instead of starting again")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a run-config field, as `posttrain run --set` (e.g. trainer.replay_solved=4)")
     args = ap.parse_args()
+    try:
+        sets = parse_set(args.set)
+    except ConfigError as e:
+        ap.error(str(e))
     runs = Path(args.runs_dir)
     segments_file = runs / "bench-segments.json"
     if not args.resume:
@@ -346,7 +352,9 @@ def main() -> None:
     elif not segments_file.exists():
         raise SystemExit(f"--resume: no run of this benchmark in {runs} ({segments_file.name} is missing)")
     # --focus-tasks measures the finished run again; it is no flag of the run itself
-    segments = _load_segments(segments_file, {k: v for k, v in vars(args).items() if k != "focus_tasks"})
+    # (no --set is no flag: a run measured before --set existed resumes as before)
+    segments = _load_segments(segments_file, {k: v for k, v in vars(args).items()
+                                              if k != "focus_tasks" and not (k == "set" and not v)})
     overrides = {"runs_dir": str(runs), "steps": args.steps, "checkpoint_every": max(1, args.steps),
                  "eval.tasks_per_domain": args.tasks_per_domain, "eval.samples": args.samples,
                  "logging.backends": []}
@@ -356,9 +364,10 @@ def main() -> None:
         overrides["model.path"] = args.model
     if args.allow_contamination:
         overrides["allow_contamination"] = True
-    cfg = load_config(args.config, overrides)
+    keyed = {**sets, **{tuple(k.split(".")): v for k, v in overrides.items()}}  # the flags win
+    cfg = load_config(args.config, keyed)
     if not Path(cfg.model.path).is_absolute():  # the config's paths are relative to the repository
-        cfg = load_config(args.config, {**overrides, "model.path": str(ROOT / cfg.model.path)})
+        cfg = load_config(args.config, {**keyed, ("model", "path"): str(ROOT / cfg.model.path)})
     console = Console(force_terminal=False, width=120)
     job = Job(cfg, console)
     # each segment's seconds are written while it runs, so a kill loses at most a minute of them
@@ -398,6 +407,7 @@ def main() -> None:
         "domains_unfit": len(job.unfit),
         "families": dict(sorted(families.items())),
         "steps": cfg.steps,
+        "set": args.set,
         "groups_per_step": cfg.rollout.groups_per_step,
         "infra_error_rate": counts["infra_error"] / counts["episodes"] if counts["episodes"] else None,
         "step_mix_error": round(mix_error(per_step, mix["effective"]), 4),

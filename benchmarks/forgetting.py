@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from posttrain.evaluation.shortcuts import final_answers
-from posttrain.pipeline.config import load_config
+from posttrain.pipeline.config import ConfigError, load_config, parse_set
 from posttrain.pipeline.main import Job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,40 +96,32 @@ prior_groups = 4
 """
 
 
-def _value(text: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs-dir", default="/tmp/posttrain-forgetting")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a run-config field (dotted key; the value parsed as JSON where it can be)")
+                    help="override a run-config field, as `posttrain run --set` (a TOML dotted key and value)")
     args = ap.parse_args()
-    overrides = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            ap.error(f"--set {item!r}: expected KEY=VALUE")
-        overrides[key] = _value(value)
+    try:
+        overrides = parse_set(args.set)
+    except ConfigError as e:
+        ap.error(str(e))
     runs = Path(args.runs_dir)
     shutil.rmtree(runs, ignore_errors=True)
     runs.mkdir(parents=True)
     config = runs / "forgetting.toml"
     config.write_text(CONFIG)
-    cfg = load_config(config, {"runs_dir": str(runs), "steps": args.steps, "logging.backends": [],
-                               "model.path": str(ROOT / "models" / "tiny-agent"), "seed": args.seed,
-                               "scheduler.starvation_s": None, **overrides})
+    fixed = {"runs_dir": str(runs), "steps": args.steps, "logging.backends": [],
+             "model.path": str(ROOT / "models" / "tiny-agent"), "seed": args.seed, "scheduler.starvation_s": None}
+    cfg = load_config(config, {**{tuple(k.split(".")): v for k, v in fixed.items()}, **overrides})
     t0 = time.perf_counter()
     Job(cfg, Console(force_terminal=False, width=120)).run()
     wall_s = time.perf_counter() - t0
 
-    print(json.dumps({"steps": args.steps, "seed": args.seed, "overrides": overrides,
+    shown = {".".join(k): v for k, v in overrides.items()}
+    print(json.dumps({"steps": args.steps, "seed": args.seed, "overrides": shown,
                       **figures(cfg.run_dir, cfg.name), "wall_s": round(wall_s, 1)}))
 
 

@@ -4,13 +4,22 @@ validated one way; per-domain scheduler overrides by glob; quarantined tasks are
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from posttrain.evaluation.config import EvalConfig
 from posttrain.pipeline import checks, mix
-from posttrain.pipeline.config import ConfigError, DomainOverride, EvalSection, RunConfig, SchedulerSection, load_config
+from posttrain.pipeline.config import (
+    ConfigError,
+    DomainOverride,
+    EvalSection,
+    RunConfig,
+    SchedulerSection,
+    load_config,
+    parse_set,
+)
 from posttrain.scheduling.config import (
     AdaptiveConfig,
     BatchConfig,
@@ -194,3 +203,22 @@ def test_a_concurrency_limit_below_a_domains_share_of_a_step_is_warned_and_real(
         rare_groups[limit] = sum(g.domain == "math.add.d1" for g in taken)
     # its quota is 0.1 / 4.1 of 80 groups = ~2
     assert rare_groups[4] >= 8 and rare_groups[16] <= 3, rare_groups
+
+
+def test_set_overrides_are_toml_keys_and_values():
+    sets = parse_set(["trainer.replay_solved=4", "trainer.lr = 1e-4", "domains.train=[\"math.*\", \"text.*\"]",
+                      'scheduler.domains."math.*".max_concurrency=16', "rollout.engine=openai:http://127.0.0.1:9/v1#m",
+                      "scheduler.starvation_s=60.5", "allow_contamination=true"])
+    assert sets[("scheduler", "domains", "math.*", "max_concurrency")] == 16
+    assert sets[("rollout", "engine")] == "openai:http://127.0.0.1:9/v1#m"  # not TOML: plain text
+    cfg = load_config(None, {**sets, ("steps",): 3})
+    assert (cfg.trainer.replay_solved, cfg.trainer.lr, cfg.steps) == (4, 1e-4, 3)
+    assert cfg.domains.train == ["math.*", "text.*"] and cfg.allow_contamination is True
+    assert cfg.scheduler.domains["math.*"].max_concurrency == 16 and cfg.scheduler.starvation_s == 60.5
+    for bad in ("trainer.lr", "=3", "trainer..lr=3", "a b=1"):
+        with pytest.raises(ConfigError, match=f"--set '{re.escape(bad)}': expected KEY=VALUE"):
+            parse_set([bad])
+    with pytest.raises(ConfigError, match=r"<default config>: steps: is a value, not a section \(cannot set steps.x\)"):
+        load_config(None, {("steps",): 3, **parse_set(["steps.x=1"])})
+    with pytest.raises(ConfigError, match="trainer.lr: must be > 0"):
+        load_config(None, parse_set(["trainer.lr=-1"]))

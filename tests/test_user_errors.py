@@ -105,6 +105,17 @@ def test_bad_config_values_name_the_file_and_the_field(tmp_path, capsys, monkeyp
     assert not (tmp_path / "runs").exists()
 
 
+def test_bad_set_overrides_name_the_override(tmp_path, capsys, monkeypatch):
+    cfg = _config(tmp_path, "")
+    for args, words in ((["--set", "trainer.lr=-1"], f"{cfg}: trainer.lr: must be > 0"),
+                        (["--set", "trainer.lr"], "--set 'trainer.lr': expected KEY=VALUE"),
+                        (["--set", "steps.x=1"], f"{cfg}: steps: is a value, not a section"),
+                        (["--set", "trainer.learning_rate=1"], f"{cfg}: trainer.learning_rate: unknown field")):
+        code, out = cli(capsys, monkeypatch, "run", str(cfg), *args)
+        assert code == EXIT_BAD_INPUT and words in out, out
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_missing_or_malformed_config_file(tmp_path, capsys, monkeypatch):
     code, out = cli(capsys, monkeypatch, "run", str(tmp_path / "nope.toml"))
     assert code == EXIT_BAD_INPUT and f"{tmp_path / 'nope.toml'}: no such config file" in out

@@ -62,6 +62,10 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
                                              help="exit 3 when the before/after evaluation has more "
                                                   "infrastructure errors than this share (or a domain "
                                                   "has nothing else)"),
+        sets: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE",
+                                       help="override a config field (repeatable): a TOML dotted key and "
+                                            "value, e.g. --set trainer.replay_solved=4 --set "
+                                            "'scheduler.domains.\"code.*\".weight=2'; the flags above win"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON line at the end")) -> None:
     """Post-train a model with GRPO: evaluate, train on the scheduler, evaluate again.
 
@@ -79,19 +83,19 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     from posttrain import runlock, runs
     from posttrain.errors import EXIT_BAD_INPUT, EXIT_UNTRUSTWORTHY, UserError
     from posttrain.evaluation.contamination import ContaminationError
-    from posttrain.pipeline.config import ConfigError, load_config
+    from posttrain.pipeline.config import ConfigError, load_config, parse_set
     from posttrain.pipeline.main import Job
     from posttrain.policies.base import PolicyError
     from posttrain.storage.store import StoreError
     from posttrain.tasks.registry import RegistryError
 
-    overrides = {k: v for k, v in (("name", name), ("steps", steps), ("model.path", model),
-                                   ("domains.skip_unfit", skip_unfit or None)) if v is not None}
+    flags = {tuple(k.split(".")): v for k, v in (("name", name), ("steps", steps), ("model.path", model),
+                                                 ("domains.skip_unfit", skip_unfit or None)) if v is not None}
     source = str(config) if config is not None else "<default config>"
     cfg = None
     created = job_started = False
     try:
-        cfg = load_config(config, overrides)
+        cfg = load_config(config, {**parse_set(sets or []), **flags})
         run_dir = cfg.run_dir
         try:
             _check_model(cfg, "--model" if model is not None else "model.path")

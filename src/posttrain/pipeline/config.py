@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+from collections.abc import Iterable, Mapping
 from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal
@@ -283,8 +284,38 @@ def _format(source: str, e: ValidationError) -> str:
     return "\n".join(f"{source}: {line.removeprefix('(top level): ')}" for line in error_lines(e))
 
 
-def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """The config from a TOML file (or the embedded default), with optional overrides."""
+def parse_set(items: Iterable[str]) -> dict[tuple[str, ...], Any]:
+    """`--set KEY=VALUE` overrides for `load_config`. KEY is a TOML dotted key into the run config
+    (`trainer.lr`; a glob with dots quoted: `'scheduler.domains."code.*".weight'`), VALUE a TOML
+    value (`4`, `1e-4`, `true`, `"text"`, `["math.*", "text.*"]`), else plain text
+    (`openai:http://127.0.0.1:8000/v1#m`)."""
+    out: dict[tuple[str, ...], Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        try:
+            parsed = tomllib.loads(f"{key.strip()} = 0") if sep and key.strip() else None
+        except tomllib.TOMLDecodeError:
+            parsed = None
+        if parsed is None:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE with a dotted run-config key "
+                              "(e.g. trainer.lr=1e-4)")
+        parts: list[str] = []
+        node: Any = parsed
+        while isinstance(node, dict):
+            (name, node), = node.items()
+            parts.append(name)
+        try:
+            out[tuple(parts)] = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[tuple(parts)] = text
+    return out
+
+
+def load_config(path: str | Path | None = None,
+                overrides: Mapping[str, Any] | Mapping[tuple[str, ...], Any] | None = None) -> RunConfig:
+    """The config from a TOML file (or the embedded default), with optional overrides: a dotted
+    key (`"trainer.lr"`) or its parts (`("scheduler", "domains", "code.*", "weight")`, see
+    `parse_set`) -> value."""
     data: dict[str, Any] = {}
     source = "<default config>"
     if path is not None:
@@ -297,9 +328,12 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             raise ConfigError(f"{source}: not valid TOML: {e}") from None
     for key, value in (overrides or {}).items():
         node = data
-        *parents, leaf = key.split(".")
-        for p in parents:
+        *parents, leaf = parts = key.split(".") if isinstance(key, str) else key
+        for i, p in enumerate(parents):
             node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{source}: {'.'.join(parts[:i + 1])}: is a value, not a section "
+                                  f"(cannot set {'.'.join(parts)})")
         node[leaf] = value
     try:
         return RunConfig.model_validate(data)
