@@ -151,12 +151,20 @@ def figures(run_dir: Path, run_id: str) -> dict:
     saturated = [r["delta"] for r in domains.values() if r["before"] >= SATURATED]
     trained = [r["delta"] for r in domains.values() if r["before"] < SATURATED]
     worst = min(domains, key=lambda d: domains[d]["delta"]) if domains else None
+    # the paired A/B of the run's own evaluations (same tasks and seeds; exact McNemar, Holm over
+    # the domains): which domains the trained weights lost significantly
+    from posttrain.evaluation.ab import compare
+    from posttrain.evaluation.result import EvalResult
+
+    ab = compare(EvalResult.load(run_dir / "evals" / "before.json"), EvalResult.load(run_dir / "evals" / "after.json"))
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return {
         "domains": domains,
         "worst_delta": domains[worst]["delta"] if worst else None, "worst_domain": worst,
         "saturated_delta": sum(saturated) / len(saturated) if saturated else None,
         "trained_delta": sum(trained) / len(trained) if trained else None,
+        "significant_regressions": sorted(d for d, v in ab.domains.items() if v["regression"]),
+        "significant_improvements": sum(bool(v["improvement"]) for v in ab.domains.values()),
         # the replayed trajectories' share of what the steps' losses held (a cost measure)
         "replayed_share": (sum(m.get("replay_trajectories", 0) for m in metrics)
                            / max(sum(m.get("samples", 0) for m in metrics), 1)),
