@@ -66,7 +66,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from posttrain.pipeline.config import ConfigError, load_config, parse_set
+from posttrain.pipeline.config import ConfigError, dotted, load_config, parse_set
 from posttrain.pipeline.main import Job
 from posttrain.pipeline.mix import domain_specs, signal_prior
 from posttrain.pipeline.report import pass_of
@@ -364,7 +364,7 @@ def main() -> None:
         overrides["model.path"] = args.model
     if args.allow_contamination:
         overrides["allow_contamination"] = True
-    keyed = {**sets, **{tuple(k.split(".")): v for k, v in overrides.items()}}  # the flags win
+    keyed = {**sets, **dotted(overrides)}  # the flags win
     cfg = load_config(args.config, keyed)
     if not Path(cfg.model.path).is_absolute():  # the config's paths are relative to the repository
         cfg = load_config(args.config, {**keyed, ("model", "path"): str(ROOT / cfg.model.path)})

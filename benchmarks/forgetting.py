@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from posttrain.evaluation.shortcuts import final_answers
-from posttrain.pipeline.config import ConfigError, load_config, parse_set
+from posttrain.pipeline.config import ConfigError, dotted, load_config, parse_set
 from posttrain.pipeline.main import Job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,7 +115,7 @@ def main() -> None:
     config.write_text(CONFIG)
     fixed = {"runs_dir": str(runs), "steps": args.steps, "logging.backends": [],
              "model.path": str(ROOT / "models" / "tiny-agent"), "seed": args.seed, "scheduler.starvation_s": None}
-    cfg = load_config(config, {**{tuple(k.split(".")): v for k, v in fixed.items()}, **overrides})
+    cfg = load_config(config, {**dotted(fixed), **overrides})
     t0 = time.perf_counter()
     Job(cfg, Console(force_terminal=False, width=120)).run()
     wall_s = time.perf_counter() - t0

@@ -83,14 +83,14 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     from posttrain import runlock, runs
     from posttrain.errors import EXIT_BAD_INPUT, EXIT_UNTRUSTWORTHY, UserError
     from posttrain.evaluation.contamination import ContaminationError
-    from posttrain.pipeline.config import ConfigError, load_config, parse_set
+    from posttrain.pipeline.config import ConfigError, dotted, load_config, parse_set
     from posttrain.pipeline.main import Job
     from posttrain.policies.base import PolicyError
     from posttrain.storage.store import StoreError
     from posttrain.tasks.registry import RegistryError
 
-    flags = {tuple(k.split(".")): v for k, v in (("name", name), ("steps", steps), ("model.path", model),
-                                                 ("domains.skip_unfit", skip_unfit or None)) if v is not None}
+    flags = dotted({k: v for k, v in (("name", name), ("steps", steps), ("model.path", model),
+                                      ("domains.skip_unfit", skip_unfit or None)) if v is not None})
     source = str(config) if config is not None else "<default config>"
     cfg = None
     created = job_started = False

@@ -311,6 +311,12 @@ def parse_set(items: Iterable[str]) -> dict[tuple[str, ...], Any]:
     return out
 
 
+def dotted(flat: Mapping[str, Any]) -> dict[tuple[str, ...], Any]:
+    """Dotted-string overrides (`{"trainer.lr": 1e-4}`) as key parts, to merge with `parse_set`'s
+    (the two key kinds cannot share one typed mapping)."""
+    return {tuple(k.split(".")): v for k, v in flat.items()}
+
+
 def load_config(path: str | Path | None = None,
                 overrides: Mapping[str, Any] | Mapping[tuple[str, ...], Any] | None = None) -> RunConfig:
     """The config from a TOML file (or the embedded default), with optional overrides: a dotted
