@@ -20,6 +20,7 @@ def test_breadth_agent_config_trains_everything_with_tiny_agent(tmp_path):
     assert list(cfg.domains.train) == ["*"] and cfg.domains.skip_unfit
     assert cfg.domains.heldout == base.domains.heldout  # forgetting measured as in breadth.toml
     assert cfg.scheduler.workers == 8
+    assert cfg.trainer.replay_solved == 4  # solved domains replayed (README: the breadth run with replay)
 
 
 @pytest.mark.slow
