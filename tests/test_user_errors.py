@@ -118,6 +118,7 @@ def test_bad_set_overrides_name_the_override(tmp_path, capsys, monkeypatch):
     code, out = cli(capsys, monkeypatch, "run", str(cfg), "--set", 'domains.train=["nosuch.*"]',
                     "--set", "steps=-1", "--steps", "2")
     assert code == EXIT_BAD_INPUT and "no domain matches 'nosuch.*'" in out, out
+    assert not (tmp_path / "runs").exists()  # found after the run folder was made: removed, runs/ too
 
 
 def test_a_missing_or_malformed_config_file(tmp_path, capsys, monkeypatch):

@@ -93,7 +93,8 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
                                       ("domains.skip_unfit", skip_unfit or None)) if v is not None})
     source = str(config) if config is not None else "<default config>"
     cfg = None
-    created = job_started = False
+    created: Path | None = None
+    job_started = False
     try:
         cfg = load_config(config, {**parse_set(sets or []), **flags})
         run_dir = cfg.run_dir
@@ -101,7 +102,9 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
             _check_model(cfg, "--model" if model is not None else "model.path")
         except UserError as e:
             raise ConfigError(e.line() if e.field == "--model" else f"{source}: {e.line()}") from None
-        created = not run_dir.exists()
+        # the outermost folder this invocation creates (runs/ itself on a first run), or None
+        created = next((p for p in reversed([run_dir.absolute(), *run_dir.absolute().parents])
+                        if not p.exists()), None)
         runlock.acquire(run_dir, "posttrain run")  # before the check: two runs cannot both pass it
         # a run exists once it has recorded something (its store); a run refused before its
         # first episode (contamination, a config the model cannot serve) may be started again
@@ -117,7 +120,7 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
         summary = job.run()
     except (ConfigError, RegistryError, ContaminationError, PolicyError, UserError) as e:
         if created and cfg is not None and not isinstance(e, ContaminationError):
-            _forget(cfg.run_dir)
+            _forget(cfg.run_dir, created)
         if job_started and cfg is not None:
             runs.mark(cfg.run_dir, "failed", str(e))  # for `posttrain runs` (kept only if the dir is)
         typer.echo(f"error: {e}", err=True)
@@ -155,9 +158,10 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
         raise typer.Exit(1)
 
 
-def _forget(run_dir: Path) -> None:
+def _forget(run_dir: Path, created: Path) -> None:
     """Remove a run directory this invocation created and that holds no recorded run (a model
-    that would not load leaves no `config.json` behind to confuse the next attempt)."""
+    that would not load leaves no `config.json` behind to confuse the next attempt), and the
+    folders above it up to `created` that it created too, where they are empty."""
     import shutil
 
     from posttrain import runlock
@@ -165,3 +169,10 @@ def _forget(run_dir: Path) -> None:
     if not (run_dir / "store.sqlite").exists() and not (run_dir / "checkpoints").exists():
         runlock.release(run_dir)
         shutil.rmtree(run_dir, ignore_errors=True)
+        for parent in run_dir.absolute().parents:
+            if parent != created and created not in parent.parents:
+                break
+            try:
+                parent.rmdir()  # only if empty: another run may have started there meanwhile
+            except OSError:
+                break
