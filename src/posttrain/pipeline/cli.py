@@ -170,7 +170,7 @@ def _forget(run_dir: Path, created: Path) -> None:
         runlock.release(run_dir)
         shutil.rmtree(run_dir, ignore_errors=True)
         for parent in run_dir.absolute().parents:
-            if parent != created and created not in parent.parents:
+            if not parent.is_relative_to(created):
                 break
             try:
                 parent.rmdir()  # only if empty: another run may have started there meanwhile
