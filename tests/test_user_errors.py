@@ -121,6 +121,44 @@ def test_bad_set_overrides_name_the_override(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "runs").exists()  # found after the run folder was made: removed, runs/ too
 
 
+def test_a_resume_under_other_settings_is_refused_and_changes_nothing(tmp_path, capsys, monkeypatch):
+    """`--resume` continues exactly the run that was interrupted: a changed setting (which the
+    checkpoint's trainer would not even read) is refused, naming it, before anything is written;
+    only what does not change what the steps do may differ (`RESUMABLE_CHANGES`)."""
+    from posttrain.pipeline.config import check_resume, load_config, resume_changes
+
+    cfg = _config(tmp_path, "[trainer]\nlr = 1e-4\n[domains.weights]\n\"math.*\" = 2.0\n")
+    run_dir = load_config(cfg).run_dir
+    run_dir.mkdir(parents=True)
+    recorded = load_config(cfg).model_dump(mode="json")
+    (run_dir / "config.json").write_text(json.dumps(recorded))
+    (run_dir / "store.sqlite").write_bytes(b"")  # a started run (nothing else is read here)
+    before = (run_dir / "config.json").read_bytes()
+    for args, words in ((["--set", "trainer.lr=1e-5"], "trainer.lr: 0.0001 -> 1e-05"),
+                        (["--set", "rollout.group_size=4"], "rollout.group_size: 8 -> 4"),
+                        (["--set", 'domains.weights."text.*"=3.0'], "domains.weights.text.*: '(absent)' -> 3.0"),
+                        (["--set", "domains.weights={}"], "domains.weights.math.*: 2.0 -> '(absent)'")):
+        code, out = cli(capsys, monkeypatch, "run", str(cfg), "--resume", *args)
+        assert code == EXIT_BAD_INPUT and words in out and "a resume must repeat them" in out, out
+        named = [line for line in out.splitlines()[1:] if " -> " in line]
+        # the change, and what the config derives from it (the scheduler's group shape)
+        assert len(named) == (4 if "group_size" in args[1] else 1), out
+    assert (run_dir / "config.json").read_bytes() == before and not (run_dir / "status.json").exists()
+    # what may change on a resume; the same config resumes (the check passes)
+    same = load_config(cfg, {"steps": 9, "checkpoint_every": 3, "model.threads": 1,
+                             "eval.baseline": "x.json", "logging.backends": []})
+    assert resume_changes(recorded, same) == []
+    check_resume(same)
+    # a field this version added since the run started compares as its default
+    older = {k: v for k, v in recorded.items() if k != "allow_contamination"}
+    assert resume_changes(older, load_config(cfg)) == []
+    assert resume_changes(older, load_config(cfg, {"allow_contamination": True})) == [
+        "allow_contamination: False -> True"]
+    (run_dir / "config.json").write_text("{not json")
+    with pytest.raises(Exception, match="recorded config is unreadable"):
+        check_resume(same)
+
+
 def test_a_missing_or_malformed_config_file(tmp_path, capsys, monkeypatch):
     code, out = cli(capsys, monkeypatch, "run", str(tmp_path / "nope.toml"))
     assert code == EXIT_BAD_INPUT and f"{tmp_path / 'nope.toml'}: no such config file" in out

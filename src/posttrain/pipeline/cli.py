@@ -83,7 +83,7 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     from posttrain import runlock, runs
     from posttrain.errors import EXIT_BAD_INPUT, EXIT_UNTRUSTWORTHY, UserError
     from posttrain.evaluation.contamination import ContaminationError
-    from posttrain.pipeline.config import ConfigError, dotted, load_config, parse_set
+    from posttrain.pipeline.config import ConfigError, check_resume, dotted, load_config, parse_set, run_started
     from posttrain.pipeline.main import Job
     from posttrain.policies.base import PolicyError
     from posttrain.storage.store import StoreError
@@ -106,14 +106,13 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
         created = next((p for p in reversed([run_dir.absolute(), *run_dir.absolute().parents])
                         if not p.exists()), None)
         runlock.acquire(run_dir, "posttrain run")  # before the check: two runs cannot both pass it
-        # a run exists once it has recorded something (its store); a run refused before its
-        # first episode (contamination, a config the model cannot serve) may be started again
-        started = (run_dir / "store.sqlite").exists() or (run_dir / "checkpoints").exists()
+        started = run_started(run_dir)
         if started and not resume:
             raise ConfigError(f"{run_dir} already holds a run: pass --resume to continue it, or "
                               "--name NEW for a new run")
         if resume and not started:
             raise ConfigError(f"--resume: {run_dir} holds no run to resume")
+        check_resume(cfg)  # also in the job; here it refuses before the run is marked failed
         (run_dir / runs.STATUS_FILE).unlink(missing_ok=True)  # a resumed run is not failed any more
         job_started = True
         job = Job(cfg, max_infra_rate=max_infra_rate)

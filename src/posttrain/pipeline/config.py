@@ -345,3 +345,74 @@ def load_config(path: str | Path | None = None,
         return RunConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(_format(source, e)) from None
+
+
+RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "checkpoint_every", "keep_checkpoints", "runs_dir",
+                                      "model.threads", "eval.baseline", "logging")
+"""what a `--resume` may change: how long the run trains (a larger `steps` trains a finished run
+further), how often it saves and how many saves it keeps, the folder its directory was named from,
+CPU threads, the baseline its result is gated against, where its metrics are logged. Nothing else:
+every other field shapes what the resumed steps do -- and a trainer setting would not even be
+read, the checkpoint holds the trainer's own -- so a change is refused (`check_resume`) rather than
+recorded in `config.json` as if it had taken effect."""
+
+
+def run_started(run_dir: Path) -> bool:
+    """A run exists once it has recorded something (its store or a checkpoint); a run refused
+    before its first episode (contamination, a config the model cannot serve) may start again."""
+    return (run_dir / "store.sqlite").exists() or (run_dir / "checkpoints").exists()
+
+
+def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
+    """'a.b.c' -> value of every non-dict value; an empty table has none (its entries say it all)"""
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: data}
+
+
+def resume_changes(recorded: Mapping[str, Any], config: RunConfig) -> list[str]:
+    """The fields of `config` that differ from the `recorded` one (a run's `config.json`), outside
+    `RESUMABLE_CHANGES`, as 'field: recorded -> now' lines. The recorded config is read through
+    `RunConfig` first, so a field added to the project since the run started compares as its
+    default; one that no longer validates is compared as written."""
+    try:
+        then = RunConfig.model_validate(dict(recorded)).model_dump(mode="json")
+    except ValidationError:
+        then = dict(recorded)
+    before, now = _leaves(then), _leaves(config.model_dump(mode="json"))
+    absent = "(absent)"
+    out = []
+    for key in sorted(set(before) | set(now)):
+        if any(key == f or key.startswith(f + ".") for f in RESUMABLE_CHANGES):
+            continue
+        old, new = before.get(key, absent), now.get(key, absent)
+        if old != new:
+            out.append(f"{key}: {old!r} -> {new!r}")
+    return out
+
+
+def check_resume(config: RunConfig) -> None:
+    """Refuse to continue a started run under settings other than those it recorded (see
+    `RESUMABLE_CHANGES`): a resume continues exactly the run that was interrupted, or not at all."""
+    import json
+
+    run_dir = config.run_dir
+    path = run_dir / "config.json"
+    if not run_started(run_dir) or not path.is_file():
+        return
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: the run's recorded config is unreadable ({e})") from None
+    if not isinstance(recorded, dict):
+        raise ConfigError(f"{path}: the run's recorded config is not a JSON object")
+    changes = resume_changes(recorded, config)
+    if changes:
+        raise ConfigError(
+            f"{run_dir} was started with other settings; a resume must repeat them ({path}: "
+            "recorded -> now):\n  " + "\n  ".join(changes) + "\nResume with the run's own config "
+            f"(only {', '.join(RESUMABLE_CHANGES)} may change), or start a new run (--name NEW) "
+            "from this one's checkpoint with --model.")

@@ -33,7 +33,7 @@ from rich.console import Console
 from posttrain.errors import is_disk_full, no_space, write_text_atomic
 from posttrain.evaluation.trust import DEFAULT_MAX_INFRA_RATE
 from posttrain.pipeline import checks, mix, report
-from posttrain.pipeline.config import ConfigError, RunConfig
+from posttrain.pipeline.config import ConfigError, RunConfig, check_resume
 from posttrain.pipeline.metrics import MetricsLog, step_row
 from posttrain.pipeline.mix import take_with_signal
 from posttrain.tasks.registry import RegistryError, match_domains
@@ -421,6 +421,7 @@ class Job:
         cfg = self.config
         t_start = time.perf_counter()
         check_sandbox(self.train_domains + self.heldout_domains)  # not after minutes of checks
+        check_resume(cfg)  # before config.json is written over: a resume repeats the recorded config
         self.run_dir.mkdir(parents=True, exist_ok=True)
         _write_json(self.run_dir / "config.json", cfg.model_dump(mode="json"))
         if cfg.model.threads:
