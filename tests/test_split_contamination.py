@@ -165,3 +165,31 @@ def test_every_registered_domain_passes_the_guard(tmp_path):
     saved = json.loads((tmp_path / "contamination.json").read_text())
     assert saved["n_train"] == 24 * len(domains) and saved["n_eval"] == len(evals)
     assert saved["ok"], saved["by_domain"]
+
+
+def test_a_resumed_run_does_not_check_the_same_tasks_again(tmp_path, monkeypatch):
+    """The check is recorded with a key of what it compared; run again on the same tasks (a
+    resume) it is not repeated, on other tasks or after a refusal it is."""
+    calls = []
+    monkeypatch.setattr(checks, "_contamination",
+                        lambda train, evals: calls.append(len(train)) or check_contamination(train, evals))
+    domains = [get_domain("math.add.d1"), get_domain("text.upper.l3")]
+    evals = checks.eval_tasks(domains, 3)
+    quiet = Console(quiet=True)
+
+    def check(per_domain=8, ev=evals, allow=False):
+        checks.check_contamination(domains, ev, per_domain=per_domain, run_dir=tmp_path, allow=allow, console=quiet)
+
+    check()
+    first = json.loads((tmp_path / "contamination.json").read_text())
+    check()
+    assert calls == [16] and json.loads((tmp_path / "contamination.json").read_text()) == first
+    check(per_domain=9)                        # another training sample
+    check(per_domain=9, ev=evals[:-1])         # other eval tasks
+    assert calls == [16, 18, 18]
+    (tmp_path / "contamination.json").write_text(json.dumps({**first, "refused": True}))
+    check()                                    # a refused check is never taken as done
+    assert len(calls) == 4
+    (tmp_path / "contamination.json").write_text("{torn")
+    check()
+    assert len(calls) == 5 and json.loads((tmp_path / "contamination.json").read_text())["key"] == first["key"]

@@ -404,13 +404,16 @@ def _is_template(count: int, size: int, cfg: ContaminationConfig) -> bool:
     return count > cfg.template_df * size or (count >= cfg.template_min_count and count > cfg.template_df_low * size)
 
 
-def guard_training(report: ContaminationReport, run_dir: str | Path, *, allow: bool = False) -> Path:
+def guard_training(report: ContaminationReport, run_dir: str | Path, *, allow: bool = False,
+                   key: str | None = None) -> Path:
     """Record the check in `RUN/contamination.json`; raise ContaminationError when eval tasks leak
-    into the training set, unless `allow` (the override is recorded in the same file)."""
+    into the training set, unless `allow` (the override is recorded in the same file). `key`, if
+    given, names what was checked (`posttrain.pipeline.checks.contamination_key`), so that a
+    resumed run can tell the check is already done."""
     path = Path(run_dir) / CONTAMINATION_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     body = {"checked_at": time.time(), "overridden": bool(allow and not report.ok),
-            "refused": not report.ok and not allow, **report.to_dict()}
+            "refused": not report.ok and not allow, **({"key": key} if key else {}), **report.to_dict()}
     write_text_atomic(path, json.dumps(body, indent=1), "the contamination check")
     if not report.ok and not allow:
         by = ", ".join(f"{d} ({n})" for d, n in list(report.by_domain().items())[:10])

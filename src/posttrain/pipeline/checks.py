@@ -8,14 +8,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
 
 from posttrain.envs import EnvConfig, initial_observation
+from posttrain.evaluation.contamination import CONTAMINATION_FILE, ContaminationConfig, guard_training
 from posttrain.evaluation.contamination import check_contamination as _contamination
-from posttrain.evaluation.contamination import guard_training
 from posttrain.pipeline.config import ConfigError
 from posttrain.policies.base import Policy
 from posttrain.tasks.domain import Domain, NoTasksInSplit
@@ -50,14 +52,46 @@ def train_sample(train_domains: Sequence[Domain], per_domain: int) -> list[Task]
     return [d.task(seed, "train") for d in train_domains for seed in range(min(per_domain, 2000))]
 
 
+def contamination_key(train_domains: Sequence[Domain], evals: Sequence[tuple[Domain, Task]],
+                      per_domain: int) -> str:
+    """What a contamination check compared, cheaply: every eval task's hash, and per trained
+    domain its name, how many training tasks were sampled and the hash of its first one (the
+    sample is the first `per_domain` tasks of a seeded generator: the same generator gives the
+    same sample, and a changed one changes its first task too, short of a change that spares
+    task 0). Building the sample itself is the slow half of the check (~3 min for 330 domains)."""
+    h = hashlib.sha256(json.dumps(ContaminationConfig().__dict__, sort_keys=True, default=str).encode())
+    for d, t in evals:
+        h.update(f"eval {d.name} {t.hash}\n".encode())
+    for d in train_domains:
+        h.update(f"train {d.name} {min(per_domain, 2000)} {d.task(0, 'train').hash}\n".encode())
+    return h.hexdigest()
+
+
 def check_contamination(train_domains: Sequence[Domain], evals: Sequence[tuple[Domain, Task]], *,
                         per_domain: int, run_dir: Path, allow: bool, console: Console) -> None:
-    train = train_sample(train_domains, per_domain)
-    report = _contamination(train, [t for _, t in evals])
-    guard_training(report, run_dir, allow=allow)
-    if not report.ok:
-        console.print(f"[yellow]contamination: {len(report.matches)} eval tasks overlap the "
-                      "training sample; allowed by the config (recorded in contamination.json)")
+    """Compare the eval tasks with the training sample (`train_sample`) and record it in
+    `contamination.json`; refuse a leak unless `allow`. A resumed run whose recorded check covered
+    the same tasks (`contamination_key`) and did not refuse is not checked again."""
+    key = contamination_key(train_domains, evals, per_domain)
+    recorded = _recorded_check(run_dir / CONTAMINATION_FILE)
+    if recorded.get("key") == key and not recorded.get("refused"):
+        console.print("contamination: checked when the run started, on the same tasks (contamination.json)")
+        report_ok = not recorded.get("overridden")
+    else:
+        report = _contamination(train_sample(train_domains, per_domain), [t for _, t in evals])
+        guard_training(report, run_dir, allow=allow, key=key)
+        report_ok = report.ok
+    if not report_ok:
+        console.print("[yellow]contamination: eval tasks overlap the training sample; allowed by the "
+                      "config (recorded in contamination.json)")
+
+
+def _recorded_check(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # none yet, or torn: check again
+    return data if isinstance(data, dict) else {}
 
 
 def unfit_domains(policy: Policy, train_domains: Sequence[Domain], evals: Sequence[tuple[Domain, Task]],
