@@ -1,6 +1,6 @@
 """Does a policy learn a constant answer instead of the task? A small run that isolates it.
 
-    .venv/bin/python benchmarks/shortcut.py [--runs-dir /tmp/shortcut] [--steps 40] [--seed 0]
+    .venv/bin/python benchmarks/shortcut.py [--runs-dir /tmp/shortcut] [--steps 40] [--seed 0] [--set K=V]
 
 tiny-agent trains 40 steps of 8 groups of 8 on `text.count.l3` and `rg.circuit_logic` (weight
 1) and on `text.count.l8` (weight 0.05: few groups, as in a breadth run where hundreds of domains
@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from posttrain.evaluation.shortcuts import answer_shift, final_answers, largest_rise
-from posttrain.pipeline.config import load_config
+from posttrain.pipeline.config import ConfigError, dotted, load_config, parse_set
 from posttrain.pipeline.main import Job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,14 +78,21 @@ def main() -> None:
     ap.add_argument("--runs-dir", default="/tmp/posttrain-shortcut")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a run-config field, as `posttrain run --set` (e.g. trainer.collapse_penalty=1)")
     args = ap.parse_args()
+    try:
+        sets = parse_set(args.set)
+    except ConfigError as e:
+        ap.error(str(e))
     runs = Path(args.runs_dir)
     shutil.rmtree(runs, ignore_errors=True)
     runs.mkdir(parents=True)
     config = runs / "shortcut.toml"
     config.write_text(CONFIG)
-    cfg = load_config(config, {"runs_dir": str(runs), "steps": args.steps, "logging.backends": [],
-                               "model.path": str(ROOT / "models" / "tiny-agent"), "seed": args.seed})
+    flags = dotted({"runs_dir": str(runs), "steps": args.steps, "logging.backends": [],
+                    "model.path": str(ROOT / "models" / "tiny-agent"), "seed": args.seed})
+    cfg = load_config(config, {**sets, **flags})  # the flags win
     t0 = time.perf_counter()
     Job(cfg, Console(force_terminal=False, width=120)).run()
     wall_s = time.perf_counter() - t0
@@ -101,8 +108,9 @@ def main() -> None:
                       f"{r['share_before']:.3f}", f"{r['share_after']:.3f}", f"{r['pass1_by_answer']:.3f}")
     Console().print(table)
     worst, rise = largest_rise(shift)
-    print(json.dumps({"steps": args.steps, "seed": args.seed, "domains": shift, "max_mode_share_rise": rise,
-                      "max_mode_share_rise_domain": worst, "wall_s": round(wall_s, 1)}))
+    print(json.dumps({"steps": args.steps, "seed": args.seed, "set": args.set, "domains": shift,
+                      "max_mode_share_rise": rise, "max_mode_share_rise_domain": worst,
+                      "wall_s": round(wall_s, 1)}))
 
 
 if __name__ == "__main__":

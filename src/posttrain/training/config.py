@@ -101,6 +101,16 @@ class TrainerConfig:
     replay_advantage: float = 1.0
     """the advantage a replayed success carries (a group with a reward spread has advantages of
     about +-1 under `scale_by_std`)"""
+    collapse_penalty: float = 0.0
+    """push down a wrong answer the policy has settled on: in a group where every sample failed,
+    the samples that gave the group's commonest answer (the same text, turn for turn), where at
+    least `collapse_share` of the group gave it, carry advantage -collapse_penalty, against the
+    sampler's log-probs under the clip below (`posttrain.training.advantages`). Why: a constant
+    answer learned where it pays is carried to prompts that look alike, where it fails in every
+    sample -- a group without a reward spread, which GRPO cannot see. Like a replayed group, such
+    a sample weighs as one trajectory of the step without diluting the others. 0: off"""
+    collapse_share: float = 0.5
+    """the share of an all-fail group one answer must hold to count as collapsed (`collapse_penalty`)"""
     min_group_size: int = 2
     """groups with fewer trainable trajectories (after dropping infra_error) are skipped, counted"""
     old_logprobs: OldLogprobs = "sampler"
@@ -156,6 +166,8 @@ class TrainerConfig:
         check(self.kl_beta >= 0, self, "kl_beta", "must be >= 0")
         check(self.replay_solved >= 0, self, "replay_solved", "must be >= 0 (0: off)")
         check(self.replay_advantage > 0, self, "replay_advantage", "must be > 0")
+        check(self.collapse_penalty >= 0, self, "collapse_penalty", "must be >= 0 (0: off)")
+        check(0 < self.collapse_share <= 1, self, "collapse_share", "must be in (0, 1]")
         check(self.adv_eps > 0, self, "adv_eps", "must be > 0")
         check(self.tis_cap == 0 or self.tis_cap >= 1, self, "tis_cap", "must be 0 (off) or >= 1")
         check(self.engine in ("local", "fsdp"), self, "engine", "must be 'local' or 'fsdp'")

@@ -147,17 +147,22 @@ class Trainer:
         t0 = time.perf_counter()
         sel = select_groups(groups, scale_by_std=cfg.scale_by_std, eps=cfg.adv_eps,
                             filter_zero_variance=cfg.filter_zero_variance,
-                            min_group_size=cfg.min_group_size)
+                            min_group_size=cfg.min_group_size, collapse_penalty=cfg.collapse_penalty,
+                            collapse_share=cfg.collapse_share)
         drawn: list[list[Trajectory]] = []
         if cfg.replay_solved:  # drawn before this batch is kept: never replayed in its own step
             drawn = self.replay.draw(cfg.replay_solved, self.step_count)
             kept = self.replay.observe(groups, self.step_count)
         replayed = [t for g in drawn for t in g]
-        trajectories = sel.trajectories + replayed
+        trajectories = sel.trajectories + sel.penalized + replayed
         self._check_temperature(trajectories)
-        samples, skipped_turns = samples_from(trajectories, sel.advantages + [cfg.replay_advantage] * len(replayed),
+        advantages = (sel.advantages + [-cfg.collapse_penalty] * len(sel.penalized)
+                      + [cfg.replay_advantage] * len(replayed))
+        samples, skipped_turns = samples_from(trajectories, advantages,
                                               image_inputs=self.vision.image_inputs if self.vision else None)
-        replay_owners = set(range(len(sel.trajectories), len(trajectories)))
+        # neither dilutes the step's policy gradient (`losses.token_weights`' extra)
+        extra_owners = set(range(len(sel.trajectories), len(trajectories)))
+        replay_owners = set(range(len(sel.trajectories) + len(sel.penalized), len(trajectories)))
         n_tokens = sum(len(s.completion_ids) for s in samples)
         metrics: dict[str, float] = {
             "groups": sel.groups, "groups_used": sel.groups_used,
@@ -170,11 +175,13 @@ class Trainer:
             "reward_mean": sel.reward_sum / max(sel.trainable, 1),
             "samples": len(samples), "tokens": n_tokens, "skipped_turns": skipped_turns,
         }
+        if cfg.collapse_penalty:
+            metrics.update(collapse_groups=sel.groups_collapsed, collapse_trajectories=len(sel.penalized))
         if cfg.replay_solved:
             metrics.update(replay_groups=len(drawn), replay_trajectories=len(replayed), replay_kept=kept,
                            replay_domains=len(self.replay.groups))
         if n_tokens:
-            metrics.update(self._update(samples, replay_owners))
+            metrics.update(self._update(samples, replay_owners, extra_owners))
             self.engine.refresh()
         else:
             metrics.update({"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0,
@@ -213,7 +220,7 @@ class Trainer:
                else default_cap_bytes(next(self.engine.model.parameters()).device))
         return self.memory.train_tokens(cap, max(sample_tokens(samples), default=1))
 
-    def _update(self, samples: list[Sample], replay_owners: set[int]) -> dict[str, float]:
+    def _update(self, samples: list[Sample], replay_owners: set[int], extra_owners: set[int]) -> dict[str, float]:
         cfg = self.config
         engine = self.engine
         device = next(engine.model.parameters()).device
@@ -221,7 +228,7 @@ class Trainer:
         for s in samples:
             offsets.append(offsets[-1] + len(s.completion_ids))
         weights = torch.tensor([w for ws in token_weights([len(s.completion_ids) for s in samples],
-                                                          [s.owner for s in samples], cfg.loss_agg, replay_owners)
+                                                          [s.owner for s in samples], cfg.loss_agg, extra_owners)
                                 for w in ws], device=device)
         adv = torch.tensor([s.advantage for s in samples for _ in s.completion_ids], device=device)
         has_sampler = all(s.old_logprobs for s in samples)
