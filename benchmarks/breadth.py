@@ -39,7 +39,11 @@ Runs the job in-process with the overrides below, then reports, from the run dir
 * `wall_s`: the whole run (evaluations included); a run continued with `--resume` after a kill
   sums its segments (`segments` counts them; the time between them is not counted). `--resume`
   with a larger `--steps` trains a finished run further (`extended_from` lists its earlier step
-  counts). The focus evaluations are not in `wall_s`: `focus_s` is their time in this process
+  counts). The focus evaluations run in a second process beside the run (`focus_beside`): the
+  starting weights' once the base evaluation has named the learnable domains, the trained
+  weights' once the last checkpoint is written; this process then loads them
+  (`focus_beside_exit`: that process's exit status). They are not in `wall_s`: `focus_wait_s` is
+  how long this process waited for them after the run, `focus_s` what it spent on them itself
   (~0 where they were loaded).
 
 Shortened how: `--steps` trainer steps instead of the config's, `--tasks-per-domain` eval tasks
@@ -58,6 +62,8 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -242,6 +248,20 @@ def ab_counts(before, after, domains: list[str]) -> tuple[int, int]:
     return sum(v["regression"] for v in moved), sum(v["improvement"] for v in moved)
 
 
+def focus_tasks(job: Job, learnable: list[str], n_tasks: int) -> tuple[list, int]:
+    """`focus_evals`' tasks: the first `n_tasks` eval tasks of each learnable domain, less those
+    the contamination check finds in the training sample; and how many it left out."""
+    from posttrain.evaluation.contamination import check_contamination
+    from posttrain.pipeline.checks import eval_tasks, train_sample
+
+    wanted = set(learnable)
+    domains = [d for d in job.train_domains if d.name in wanted]
+    tasks = eval_tasks(domains, n_tasks)
+    train = train_sample(domains, job.contamination_per_domain())
+    leaked = set(check_contamination(train, [t for _, t in tasks]).leaked_eval_hashes)
+    return [(d, t) for d, t in tasks if t.hash not in leaked], len(leaked)
+
+
 def focus_evals(job: Job, learnable: list[str], n_tasks: int) -> tuple:
     """The learnable domains evaluated again on `n_tasks` eval tasks each (the first `n_tasks` of the
     eval split, so the run's own among them; at the run's samples), by
@@ -250,27 +270,83 @@ def focus_evals(job: Job, learnable: list[str], n_tasks: int) -> tuple:
     With 4 tasks a domain, a policy that settled on one answer (`rg.circuit_logic`: "0" in 26 of
     32 samples after training) moves by whatever those 4 tasks' answers happen to be; the odd/even
     null above does not see that noise (it resamples the same tasks). Like the run's own
-    evaluations these are resumable (a kill loses no stored sample) and loaded when done. Tasks
-    that the contamination check finds in the training sample are left out (and counted): the run
-    checked only its own 4 a domain. Returns (before, after, leaked task count)."""
-    from posttrain.evaluation.contamination import check_contamination
-    from posttrain.pipeline.checks import eval_tasks, train_sample
+    evaluations these are resumable (a kill loses no stored sample) and loaded when done (by the
+    process `focus_beside` ran beside the run, usually). Tasks that the contamination check finds
+    in the training sample are left out (and counted): the run checked only its own 4 a domain.
+    Returns (before, after, leaked task count)."""
     from posttrain.pipeline.main import _policy
     from posttrain.scheduling.engine import sandbox_pool
     from posttrain.storage.store import Store
 
     cfg = job.config
-    wanted = set(learnable)
-    domains = [d for d in job.train_domains if d.name in wanted]
-    tasks = eval_tasks(domains, n_tasks)
-    train = train_sample(domains, job.contamination_per_domain())
-    leaked = set(check_contamination(train, [t for _, t in tasks]).leaked_eval_hashes)
-    tasks = [(d, t) for d, t in tasks if t.hash not in leaked]
+    tasks, leaked = focus_tasks(job, learnable, n_tasks)
     trainer, _ = job.make_trainer()
+    domains = list({d.name: d for d, _ in tasks}.values())
     with Store.for_run_dir(cfg.run_dir) as store, sandbox_pool(domains, cfg.scheduler.workers) as factory:
         before = job.evaluate(job._base_policy(), "focus-before", tasks, store, factory)
         after = job.evaluate(_policy(trainer), "focus-after", tasks, store, factory)
-    return before, after, len(leaked)
+    return before, after, leaked
+
+
+def _wait_for(ready, done: Path, poll_s: float = 5.0):
+    """`ready()`'s first true value; None once `done` exists and `ready()` is still false."""
+    while True:
+        finished = done.exists()  # looked at first: a run that ended has written all it will
+        value = ready()
+        if value or finished:
+            return value or None
+        time.sleep(poll_s)
+
+
+def focus_beside(job: Job, n_tasks: int, done: Path) -> None:
+    """`--focus-tasks`' evaluations in a second process beside the run (`main` starts it): the
+    starting weights' as soon as the run's base evaluation has named the learnable domains, the
+    trained weights' as soon as the run's last checkpoint is written -- while the run trains and
+    makes its final evaluation, on a machine that one evaluation does not keep busy (tiny-agent's
+    episodes wait on their sandboxes). It stores exactly what `focus_evals` would (the same tasks,
+    the same weights, resumable), so the run's process loads them afterwards instead of generating
+    them. It gives up when `done` appears (the run ended short of its last step: the run's process
+    then evaluates whatever it trained) and dies with its parent (a killed benchmark: `--resume`
+    starts it again and it continues the stored evaluations)."""
+    from posttrain.evaluation.result import EvalResult
+    from posttrain.pipeline.checks import unfit_domains
+    from posttrain.pipeline.main import _policy
+    from posttrain.scheduling.engine import sandbox_pool
+    from posttrain.storage.store import Store
+    from posttrain.training.trainer import Trainer
+
+    cfg = job.config
+    before_path = cfg.run_dir / "evals" / "before.json"
+    if _wait_for(before_path.exists, done) is None:
+        return
+    base = job._base_policy()
+    # the run's trained domains: those whose prompts fit (the run leaves the others out)
+    unfit = unfit_domains(base, job.train_domains, job.eval_tasks()) if cfg.domains.skip_unfit else {}
+    job.train_domains = [d for d in job.train_domains if d.name not in unfit]
+    before = EvalResult.load(before_path)
+    k = cfg.eval.n_samples
+    learnable = [d.name for d in job.train_domains if (pass_of(before, d.name, f"pass@{k}") or 0) >= 0.2]
+    if not learnable:
+        return
+    tasks, _ = focus_tasks(job, learnable, n_tasks)
+    domains = list({d.name: d for d, _ in tasks}.values())
+    with Store.for_run_dir(cfg.run_dir) as store, sandbox_pool(domains, cfg.scheduler.workers) as factory:
+        job.evaluate(base, "focus-before", tasks, store, factory)
+        del base
+        latest = _wait_for(lambda: (c := job.checkpoints.latest()) is not None and c["step"] >= cfg.steps and c,
+                           done)
+        if latest is None:
+            return
+        job.evaluate(_policy(Trainer.resume(latest["path"])), "focus-after", tasks, store, factory)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the parent dies (Linux prctl PR_SET_PDEATHSIG), so a
+    killed benchmark leaves no evaluation running that its `--resume` would start a second time."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 
 
 def focus_figures(job: Job, learnable: list[str], n_tasks: int) -> dict:
@@ -320,6 +396,24 @@ def _step_number(version: str) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
+def _config(args: argparse.Namespace, sets: dict, runs: Path):
+    """The run config: `--config` with `--set`, and the benchmark's flags over both."""
+    overrides = {"runs_dir": str(runs), "steps": args.steps, "checkpoint_every": max(1, args.steps),
+                 "eval.tasks_per_domain": args.tasks_per_domain, "eval.samples": args.samples,
+                 "logging.backends": []}
+    if args.group_size:
+        overrides["rollout.group_size"] = args.group_size
+    if args.model:
+        overrides["model.path"] = args.model
+    if args.allow_contamination:
+        overrides["allow_contamination"] = True
+    keyed = {**sets, **dotted(overrides)}  # the flags win
+    cfg = load_config(args.config, keyed)
+    if not Path(cfg.model.path).is_absolute():  # the config's paths are relative to the repository
+        cfg = load_config(args.config, {**keyed, ("model", "path"): str(ROOT / cfg.model.path)})
+    return cfg
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "breadth.toml"))
@@ -340,12 +434,19 @@ def main() -> None:
                     help="continue the run in --runs-dir (same flags) instead of starting again")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a run-config field, as `posttrain run --set` (e.g. trainer.replay_solved=4)")
+    ap.add_argument("--focus-beside", action="store_true", help=argparse.SUPPRESS)  # the side process
     args = ap.parse_args()
     try:
         sets = parse_set(args.set)
     except ConfigError as e:
         ap.error(str(e))
     runs = Path(args.runs_dir)
+    ended = runs / "bench-run-ended"  # written when this segment's run returns or fails
+    if args.focus_beside:
+        with open(runs / "focus-beside.log", "a", encoding="utf-8") as log:
+            focus_beside(Job(_config(args, sets, runs), Console(file=log, force_terminal=False, width=120)),
+                         args.focus_tasks, ended)
+        return
     segments_file = runs / "bench-segments.json"
     if not args.resume:
         shutil.rmtree(runs, ignore_errors=True)
@@ -354,25 +455,26 @@ def main() -> None:
     # --focus-tasks measures the finished run again; it is no flag of the run itself
     # (no --set is no flag: a run measured before --set existed resumes as before)
     segments = _load_segments(segments_file, {k: v for k, v in vars(args).items()
-                                              if k != "focus_tasks" and not (k == "set" and not v)})
-    overrides = {"runs_dir": str(runs), "steps": args.steps, "checkpoint_every": max(1, args.steps),
-                 "eval.tasks_per_domain": args.tasks_per_domain, "eval.samples": args.samples,
-                 "logging.backends": []}
-    if args.group_size:
-        overrides["rollout.group_size"] = args.group_size
-    if args.model:
-        overrides["model.path"] = args.model
-    if args.allow_contamination:
-        overrides["allow_contamination"] = True
-    keyed = {**sets, **dotted(overrides)}  # the flags win
-    cfg = load_config(args.config, keyed)
-    if not Path(cfg.model.path).is_absolute():  # the config's paths are relative to the repository
-        cfg = load_config(args.config, {**keyed, ("model", "path"): str(ROOT / cfg.model.path)})
+                                              if k not in ("focus_tasks", "focus_beside")
+                                              and not (k == "set" and not v)})
+    cfg = _config(args, sets, runs)
     console = Console(force_terminal=False, width=120)
     job = Job(cfg, console)
+    ended.unlink(missing_ok=True)
+    beside = None
+    if args.focus_tasks:  # the focus evaluations, beside the run (`focus_beside`)
+        with open(runs / "focus-beside.err", "ab") as err:
+            beside = subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--focus-beside"],
+                                      stdout=subprocess.DEVNULL, stderr=err, preexec_fn=_die_with_parent)
     # each segment's seconds are written while it runs, so a kill loses at most a minute of them
-    with _Segment(segments_file, segments):
-        summary = job.run()
+    try:
+        with _Segment(segments_file, segments):
+            summary = job.run()
+    finally:
+        ended.touch()
+    t_wait = time.perf_counter()
+    beside_rc = beside.wait() if beside is not None else None
+    focus_wait_s = time.perf_counter() - t_wait
     wall_s = sum(seg["wall_s"] for seg in segments["segments"])
 
     from posttrain.evaluation.result import EvalResult
@@ -433,6 +535,7 @@ def main() -> None:
         **answer_rises(cfg.run_dir, "before", "after", learnable),
         "base_pass1": summary.get("base_pass1"), "final_pass1": summary.get("final_pass1"),
         **focus_figures(job, learnable, args.focus_tasks),
+        "focus_beside_exit": beside_rc, "focus_wait_s": round(focus_wait_s, 1),
         "wall_s": round(wall_s, 1),
         "segments": len(segments["segments"]),
         "extended_from": segments.get("extended_from", []),

@@ -141,3 +141,71 @@ def test_focus_evaluations_measure_the_finished_run_on_more_tasks_once(bench, tm
     # the answer shift of the same evaluations, from the stored episodes (2 samples x 6 tasks)
     assert again["focus_max_answer_rise_domain"] in wanted and set(again["focus_answer_rises"]) == set(wanted)
     assert -1.0 <= again["focus_max_answer_rise"] <= 1.0
+
+
+FOCUS_SMOKE = """
+name = "fb"
+steps = 2
+[domains]
+train = ["text.upper.l3", "math.max.d1"]
+heldout = ["math.max.d2"]
+[rollout]
+group_size = 4
+groups_per_step = 4
+[eval]
+tasks_per_domain = 4
+samples = 8
+"""
+
+
+def _beside_pids(runs: Path) -> list[int]:
+    """The processes running `breadth.py --focus-beside` for `runs` (from /proc)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--focus-beside" in cmd and str(runs).encode() in cmd:
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.slow
+def test_focus_evaluations_run_beside_the_run_and_die_with_it(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    config = tmp_path / "fb.toml"
+    config.write_text(FOCUS_SMOKE)
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "breadth.py"), "--config", str(config), "--runs-dir", str(runs),
+           "--steps", "2", "--tasks-per-domain", "4", "--samples", "8", "--focus-tasks", "6"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    # killed: the process beside it goes too (a --resume would otherwise start a second one)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not _beside_pids(runs):
+        time.sleep(0.2)
+    assert _beside_pids(runs), "the focus process did not start"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 20
+    while time.time() < deadline and _beside_pids(runs):
+        time.sleep(0.2)
+    assert not _beside_pids(runs)
+    # the whole run: the base and trained weights' focus evaluations are made beside it, and the
+    # benchmark's process only loads them
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["focus_beside_exit"] == 0 and out["learnable_domains"] == 2 and out["focus_tasks"] == 6
+    assert "focus-before: loaded" in done.stdout and "focus-after: loaded" in done.stdout
+    side = (runs / "focus-beside.log").read_text()
+    assert "focus-before: 12 tasks evaluated" in side and "focus-after: 12 tasks evaluated" in side
+    evals = runs / "fb" / "evals"
+    after = json.loads((evals / "focus-after.json").read_text())
+    assert after["policy"].endswith("fb/step-2")
