@@ -248,9 +248,9 @@ def ab_counts(before, after, domains: list[str]) -> tuple[int, int]:
     return sum(v["regression"] for v in moved), sum(v["improvement"] for v in moved)
 
 
-def focus_tasks(job: Job, learnable: list[str], n_tasks: int) -> tuple[list, int]:
-    """`focus_evals`' tasks: the first `n_tasks` eval tasks of each learnable domain, less those
-    the contamination check finds in the training sample; and how many it left out."""
+def focus_tasks(job: Job, learnable: list[str], n_tasks: int) -> tuple[list, list, int]:
+    """`focus_evals`' domains and tasks: the first `n_tasks` eval tasks of each learnable domain,
+    less those the contamination check finds in the training sample; and how many it left out."""
     from posttrain.evaluation.contamination import check_contamination
     from posttrain.pipeline.checks import eval_tasks, train_sample
 
@@ -259,7 +259,7 @@ def focus_tasks(job: Job, learnable: list[str], n_tasks: int) -> tuple[list, int
     tasks = eval_tasks(domains, n_tasks)
     train = train_sample(domains, job.contamination_per_domain())
     leaked = set(check_contamination(train, [t for _, t in tasks]).leaked_eval_hashes)
-    return [(d, t) for d, t in tasks if t.hash not in leaked], len(leaked)
+    return domains, [(d, t) for d, t in tasks if t.hash not in leaked], len(leaked)
 
 
 def focus_evals(job: Job, learnable: list[str], n_tasks: int) -> tuple:
@@ -279,9 +279,8 @@ def focus_evals(job: Job, learnable: list[str], n_tasks: int) -> tuple:
     from posttrain.storage.store import Store
 
     cfg = job.config
-    tasks, leaked = focus_tasks(job, learnable, n_tasks)
+    domains, tasks, leaked = focus_tasks(job, learnable, n_tasks)
     trainer, _ = job.make_trainer()
-    domains = list({d.name: d for d, _ in tasks}.values())
     with Store.for_run_dir(cfg.run_dir) as store, sandbox_pool(domains, cfg.scheduler.workers) as factory:
         before = job.evaluate(job._base_policy(), "focus-before", tasks, store, factory)
         after = job.evaluate(_policy(trainer), "focus-after", tasks, store, factory)
@@ -328,8 +327,7 @@ def focus_beside(job: Job, n_tasks: int, done: Path) -> None:
     learnable = [d.name for d in job.train_domains if (pass_of(before, d.name, f"pass@{k}") or 0) >= 0.2]
     if not learnable:
         return
-    tasks, _ = focus_tasks(job, learnable, n_tasks)
-    domains = list({d.name: d for d, _ in tasks}.values())
+    domains, tasks, _ = focus_tasks(job, learnable, n_tasks)
     with Store.for_run_dir(cfg.run_dir) as store, sandbox_pool(domains, cfg.scheduler.workers) as factory:
         job.evaluate(base, "focus-before", tasks, store, factory)
         del base

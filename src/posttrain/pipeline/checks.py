@@ -76,14 +76,14 @@ def check_contamination(train_domains: Sequence[Domain], evals: Sequence[tuple[D
     recorded = _recorded_check(run_dir / CONTAMINATION_FILE)
     if recorded.get("key") == key and not recorded.get("refused"):
         console.print("contamination: checked when the run started, on the same tasks (contamination.json)")
-        report_ok = not recorded.get("overridden")
+        overlaps = len(recorded.get("matches") or [])
     else:
         report = _contamination(train_sample(train_domains, per_domain), [t for _, t in evals])
         guard_training(report, run_dir, allow=allow, key=key)
-        report_ok = report.ok
-    if not report_ok:
-        console.print("[yellow]contamination: eval tasks overlap the training sample; allowed by the "
-                      "config (recorded in contamination.json)")
+        overlaps = len(report.matches)
+    if overlaps:
+        console.print(f"[yellow]contamination: {overlaps} eval tasks overlap the training sample; allowed by "
+                      "the config (recorded in contamination.json)")
 
 
 def _recorded_check(path: Path) -> dict:

@@ -164,8 +164,9 @@ def _forget(run_dir: Path, created: Path) -> None:
     import shutil
 
     from posttrain import runlock
+    from posttrain.pipeline.config import run_started
 
-    if not (run_dir / "store.sqlite").exists() and not (run_dir / "checkpoints").exists():
+    if not run_started(run_dir):
         runlock.release(run_dir)
         shutil.rmtree(run_dir, ignore_errors=True)
         for parent in run_dir.absolute().parents:
