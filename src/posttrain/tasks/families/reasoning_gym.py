@@ -22,9 +22,10 @@ Cost: most items take well under 10 ms; a few puzzle generators run a solver per
 (zebra_puzzles, word_ladder and puzzle24 ~0.45 s on one busy core). An eval task draws ~5
 items on average (20% of items are eval), a train task ~1.25.
 
-Scorer fixes: puzzle24 answers must also use the four given numbers and gsm_symbolic answers
-must be one number (its scorer takes the first number anywhere in the text) (`EXTRA_CHECKS`);
-answers with nan/inf are refused before any scorer sees them; ARC
+Scorer fixes (`rg_answers`): answers a scorer would evaluate as code must have their
+generator's form; scoring runs in a grading child process with a timeout; full credit from a
+too-lenient scorer faces an exact check (puzzle24, countdown, gsm_symbolic, coin_flip,
+number_sorting, pool_matrix); answers with nan/inf are refused before any scorer sees them; ARC
 boards are turned back into tuples before scoring (`RESTORE`); generators that draw from the
 global `random`/numpy state are seeded per item and the caller's state restored.
 
@@ -53,9 +54,11 @@ from typing import Any
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import content_split, draw_in_split, perturb
+from posttrain.tasks.families.rg_answers import EXTRA_CHECKS, FORMS, non_finite, scorer_call, scorer_setup
 from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.values.verdict import Verdict
 from posttrain.verifiers.base import Outcome, VerifierError, verdict
+from posttrain.verifiers.worker import AnswerKilledWorker, GradingWorker
 
 RG_VERSION = "0.1.25"
 """the reasoning-gym version the generator list and the fixes below were checked against"""
@@ -104,23 +107,6 @@ def _tuple_boards(entry: dict) -> dict:
             meta[k] = tuple(tuple(row) for row in meta[k])
     return {**entry, "metadata": meta}
 
-
-def _uses_given_numbers(answer: str, entry: dict) -> bool:
-    """puzzle24's scorer checks that the expression makes 24 with four numbers in range, not
-    that they are the four given ones: any other item's solution would pass."""
-    return sorted(int(n) for n in re.findall(r"\d+", answer)) == sorted(entry["metadata"]["numbers"])
-
-
-def _plain_number(answer: str, entry: dict) -> bool:
-    """gsm_symbolic's scorer takes the first number anywhere in the text: echoing the question,
-    or listing candidates, passes whenever the right one comes first. The answer must be one
-    number."""
-    return re.fullmatch(r"-?\d+(?:\.\d+)?", answer.strip()) is not None
-
-
-# Checks added on top of a scorer that is too lenient: (answer, entry) -> still acceptable.
-EXTRA_CHECKS: dict[str, Callable[[str, dict], bool]] = {"puzzle24": _uses_given_numbers,
-                                                         "gsm_symbolic": _plain_number}
 
 # Generators where another problem's answer may validly solve this one too (a colouring of
 # another graph may colour this one): no 'other_problem' negative.
@@ -269,20 +255,27 @@ def extract_answer(text: str) -> str:
     return (tags[-1] if tags else text).strip()
 
 
-_NON_FINITE = re.compile(r"(?<![A-Za-z])[-+]?(nan|inf|infinity)(?![A-Za-z])", re.I)
+RG_TIMEOUT_S = 10.0
+"""wall budget of one scoring in the grading child (most take well under 10 ms; sympy's
+`simplify` of an honest integration answer up to ~1 s on a busy core)"""
+
+_WORKER = GradingWorker(scorer_setup, scorer_call, "posttrain-rg-scorer")
 
 
 @dataclass(frozen=True)
 class RGScore:
-    """reasoning-gym's own `score_answer`, thresholded at `PASS_THRESHOLD`.
+    """reasoning-gym's own `score_answer`, thresholded at `PASS_THRESHOLD`, behind the checks of
+    `rg_answers` (an attacked scorer's faults, by class).
 
-    An answer with a non-finite number (nan, inf) fails before scoring. A scorer that raises on
-    an answer fails it (the answer decides whether it raises: a policy could otherwise turn any
-    wrong answer into a retried infrastructure error); one that returns a score outside [0, 1]
-    is an infrastructure failure (`VerifierError`): it needs a look, not a zero reward."""
+    Before scoring, an answer fails that has a non-finite number (nan, inf) or, for a scorer that
+    evaluates it, is not of its generator's form (`FORMS`). Scoring runs in a grading child
+    process; an answer that makes the scorer raise, return a score outside [0, 1], outlive
+    `RG_TIMEOUT_S` or kill the child fails (the answer decides these: a policy could otherwise
+    turn any wrong answer into a dropped, retried infrastructure error). A full-credit score then
+    faces the generator's extra check (`EXTRA_CHECKS`) where its scorer is too lenient."""
 
     name: str = "rg"
-    version: str = f"2+rg{RG_VERSION}"
+    version: str = f"3+rg{RG_VERSION}"
     needs_sandbox: bool = False
 
     def verify(self, task: Task, outcome: Outcome) -> Verdict:
@@ -296,18 +289,23 @@ class RGScore:
         answer = extract_answer(outcome.answer)
         if not answer:
             return verdict(self, False, reason="empty answer")
-        if _NON_FINITE.search(answer) and not _NON_FINITE.search(str(ref.get("answer", ""))):
+        if non_finite(answer) and not non_finite(str(ref.get("answer", ""))):
             # before scoring: some scorers turn NaN into full credit (min(1, exp(-nan)) is 1)
             return verdict(self, False, reason="the answer has a non-finite number (nan/inf)")
+        form = FORMS.get(gen)
+        if form is not None and (why := form(answer, entry)) is not None:
+            return verdict(self, False, reason=f"not the form {gen}'s scorer evaluates: {why}")
         entry = RESTORE.get(gen, lambda e: e)(entry)
         try:
-            with _quiet():
-                score = float(_dataset(gen).score_answer(answer, entry))
-        except Exception as e:  # the policy's answer can make a scorer raise: a failure, not infra
-            return verdict(self, False, reason=f"reasoning-gym's scorer rejected the answer: "
-                                               f"{type(e).__name__}: {str(e)[:200]}")
-        if not 0.0 <= score <= 1.0:  # also catches NaN
-            raise VerifierError(f"task {task.key}: reasoning-gym scorer of {gen!r} returned {score}")
+            status, score = _WORKER.call((gen, answer, entry), RG_TIMEOUT_S)
+        except AnswerKilledWorker as e:
+            return verdict(self, False, reason=str(e))
+        if status == "timeout":
+            return verdict(self, False, reason=f"scoring the answer took longer than {RG_TIMEOUT_S:g}s")
+        if status == "raised":  # the policy's answer can make a scorer raise: a failure, not infra
+            return verdict(self, False, reason=f"reasoning-gym's scorer rejected the answer: {score}")
+        if not 0.0 <= score <= 1.0:  # also catches NaN; the answer made the scorer misbehave
+            return verdict(self, False, reason=f"reasoning-gym's scorer returned {score} for the answer")
         passed = score >= PASS_THRESHOLD
         extra = EXTRA_CHECKS.get(gen)
         if passed and extra is not None and not extra(answer, entry):
@@ -413,7 +411,9 @@ def _make(name: str) -> Domain:
         caps = _shipped_caps().get(name)
 
         # An item whose reference answer is empty (a rubiks_cube scramble that cancels out)
-        # cannot tell an empty answer from a right one: it belongs to no split, draw another.
+        # cannot tell an empty answer from a right one, and one whose answer lacks its
+        # generator's form cannot be answered (intermediate_integration's `Integral(...)`, which
+        # sympy could not integrate: restating the question): it belongs to no split, draw another.
         # A skewed generator's over-represented answers are thinned (ANSWER_CAPS_FILE).
         def draw(rng: random.Random) -> tuple[int, dict]:
             while True:
@@ -427,7 +427,9 @@ def _make(name: str) -> Domain:
 
         def split_of(drawn: tuple[int, dict]) -> Split | None:
             item = drawn[1]
-            if not _oracle_answer(name, item).strip():
+            answer = _oracle_answer(name, item).strip()
+            form = FORMS.get(name)
+            if not answer or (form is not None and form(answer, item) is not None):
                 return None
             return content_split(SPLIT_KEY[name](item) if name in SPLIT_KEY else item["question"])
 
