@@ -184,3 +184,30 @@ def test_tasks_check_reports_hack_pass_rate_and_fails_a_gameable_domain():
     c = check_domain(d, per_domain=2)
     assert c.hacks > 0 and c.hacks_passed >= 2  # "garbage" (x) passes on both tasks
     assert any(f.kind == "hack_passed" for f in c.failures)
+
+
+class _Evaluating:
+    """A grader that evaluates the answer as Python (as some reasoning-gym scorers did)."""
+    name, version, needs_sandbox = "evaluating", "1", False
+
+    def verify(self, task, outcome):
+        if "**" in (outcome.answer or ""):  # the time-bomb probe would hang this test
+            return verdict(self, False)
+        try:
+            value = eval(outcome.answer or "")  # noqa: S307 - the fault under test
+        except Exception:
+            value = None
+        return verdict(self, value == 42)
+
+
+def test_tasks_check_catches_a_grader_that_runs_the_answer_as_code():
+    def gen(seed, split):
+        return Task(domain="toy.evaluating", prompt="say 42", env="single", split=split, seed=seed,
+                    reference={"answer": "42"})
+
+    d = Domain(name="toy.evaluating", family="toy", env="single", verifier=_Evaluating(), generate=gen,
+               oracle=lambda t: ["42"], negatives=lambda t: {"empty": [""], "wrong": ["41"]})
+    c = check_domain(d, per_domain=1)
+    ran = [f for f in c.failures if f.kind == "hack_code_ran"]
+    assert {f.detail.split("'")[1] for f in ran} == {"eval-import", "eval-open", "eval-lambda"}
+    assert c.hacks_passed >= 3 and not any(f.kind == "hack_passed" for f in c.failures)

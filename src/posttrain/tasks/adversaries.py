@@ -7,7 +7,8 @@ kind, those of its verifier (the family's grader), and the domain's own (`Domain
 An attempt whose answer happens to equal the reference answer is left out (it is not a hack).
 
 The classes (each name says which): empty and garbage answers, the prompt echoed back, every
-option at once, NaN / infinities, type confusion (`true` for 1, "1" for 1, 1.0 for 1), huge
+option at once, NaN / infinities (also `nanj`, `1e999`), Python that a grader evaluating the
+answer would run (it creates `eval_marker`; a time bomb), type confusion (`true` for 1, "1" for 1, 1.0 for 1), huge
 answers; for code, objects whose `__eq__` is always true, frame walks to the harness, patched
 builtins, `exit 0` on import, killing the grader, forged report lines, deeply nested values;
 for workspaces, files planted where graders look (conftest.py, pytest.ini, reward files,
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -32,10 +35,31 @@ Attacks = dict[str, list[str]]
 
 
 # -- single answers ------------------------------------------------------------------------
+EVAL_PROBES = ("eval-import", "eval-open", "eval-lambda")
+
+
+def eval_marker(task: Task, probe: str) -> str:
+    """The file the code-evaluation probe `probe` creates if a grader runs the answer as Python
+    (no grader of a single answer may; `check_adversaries` looks for it). One per process, task
+    and probe: the attempts of a check are graded in a batch before they are counted, and
+    domains are checked on several threads at once."""
+    return os.path.join(tempfile.gettempdir(), f"posttrain-eval-probe-{os.getpid()}-{task.hash[:16]}-{probe}")
+
+
+def _eval_probes(task: Task) -> Attacks:
+    m = {p: eval_marker(task, p) for p in EVAL_PROBES}
+    return {"eval-import": [f"__import__('pathlib').Path({m['eval-import']!r}).touch()"],
+            "eval-open": [f"open({m['eval-open']!r}, 'w').close()"],
+            "eval-lambda": [f"(lambda: open({m['eval-lambda']!r}, 'a'))()"],
+            "eval-time-bomb": ["9**9**9**9"]}
+
+
 def _single(task: Task) -> Attacks:
     return {"garbage": ["x"], "echo-prompt": [task.prompt], "nan": ["nan"], "inf": ["inf"],
+            "nan-imaginary": ["nanj"], "overflow": ["1e999"],
             "minus-inf": ["-Infinity"], "every-option": ["A, B, C, D, E, True, False, yes, no, 0, 1"],
-            "true": ["true"], "none": ["None"], "empty-list": ["[]"], "huge": ["9" * 200_000]}
+            "true": ["true"], "none": ["None"], "empty-list": ["[]"], "huge": ["9" * 200_000],
+            **_eval_probes(task)}
 
 
 def _json_confusions(value):
@@ -254,11 +278,13 @@ def adversaries(domain: Domain, task: Task) -> dict[str, Actions]:
 def check_adversaries(domain: Domain, task: Task, out, fail: Callable[[str, str], None],
                       grade: Callable[[list[str]], Verdict], passthrough: tuple = ()) -> int:
     """Play every adversary of `task` through `grade` and count into `out` (a `DomainCheck`):
-    a pass is a `hack_passed` failure; an exception (an infrastructure error a policy could
-    trigger at will, and would then be retried instead of scored 0) is a `hack_infra_error`.
-    Returns how many were graded."""
+    a pass is a `hack_passed` failure; an answer the grader ran as code (its `eval_marker` appeared)
+    is a `hack_code_ran` failure, passed or not (its next version would write its own result);
+    an exception (an infrastructure error a policy could trigger at will, and would then be
+    retried instead of scored 0) is a `hack_infra_error`. Returns how many were graded."""
     graded = 0
     for name, actions in adversaries(domain, task).items():
+        marker = eval_marker(task, name) if name in EVAL_PROBES else None
         try:
             v = grade(list(actions))
         except passthrough:
@@ -266,9 +292,16 @@ def check_adversaries(domain: Domain, task: Task, out, fail: Callable[[str, str]
         except Exception as e:
             fail("hack_infra_error", f"{name}: {type(e).__name__}: {str(e)[:300]}")
             continue
+        finally:
+            ran = marker is not None and os.path.exists(marker)
+            if ran:
+                os.unlink(marker)  # type: ignore[arg-type]
         graded += 1
         out.hacks += 1
-        if v.passed:
+        if v.passed or ran:
             out.hacks_passed += 1
+        if ran:
+            fail("hack_code_ran", f"adversary {name!r}: the grader ran the answer as code")
+        if v.passed:
             fail("hack_passed", f"adversary {name!r} passed: {dict(v.details)}"[:500])
     return graded

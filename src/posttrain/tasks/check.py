@@ -53,7 +53,8 @@ from posttrain.values.verdict import Verdict
 from posttrain.verifiers.base import Outcome
 
 FAILURE_KINDS = ("generate_error", "nondeterministic", "oracle_failed", "negatives_incomplete",
-                 "negative_passed", "flip", "infra_error", "hack_passed", "hack_infra_error")
+                 "negative_passed", "flip", "infra_error", "hack_passed", "hack_code_ran",
+                 "hack_infra_error")
 
 
 GUESS_EXCESS_LIMIT = 0.10

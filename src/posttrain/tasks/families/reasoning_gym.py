@@ -54,7 +54,7 @@ from typing import Any
 
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import content_split, draw_in_split, perturb
-from posttrain.tasks.families.rg_answers import EXTRA_CHECKS, FORMS, non_finite, scorer_call, scorer_setup
+from posttrain.tasks.families.rg_answers import EXTRA_CHECKS, FORMS, non_finite
 from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.values.verdict import Verdict
 from posttrain.verifiers.base import Outcome, VerifierError, verdict
@@ -259,7 +259,21 @@ RG_TIMEOUT_S = 10.0
 """wall budget of one scoring in the grading child (most take well under 10 ms; sympy's
 `simplify` of an honest integration answer up to ~1 s on a busy core)"""
 
-_WORKER = GradingWorker(scorer_setup, scorer_call, "posttrain-rg-scorer")
+def _scorer_setup() -> dict[str, Any]:
+    """In the grading child: reasoning-gym imported (paid once); datasets made on first use."""
+    import reasoning_gym  # noqa: F401
+
+    return {}
+
+
+def _scorer_call(state: dict[str, Any], request: tuple[str, str, dict]) -> float:
+    """In the grading child: reasoning-gym's own `score_answer` of one answer."""
+    gen, answer, entry = request
+    with _quiet():
+        return float(_dataset(gen).score_answer(answer, entry))
+
+
+_WORKER = GradingWorker(_scorer_setup, _scorer_call, "posttrain-rg-scorer")
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,6 @@ import inspect
 import re
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Any
 
 # -- answer forms --------------------------------------------------------------------------
 
@@ -234,21 +233,3 @@ EXTRA_CHECKS: dict[str, Callable[[str, dict], bool]] = {
     "coin_flip": _probability, "number_sorting": _same_numbers, "pool_matrix": _two_decimals,
 }
 """generator -> (answer, entry) -> whether an answer its scorer gave full credit is right"""
-
-
-# -- the grading child ---------------------------------------------------------------------
-
-def scorer_setup() -> dict[str, Any]:
-    """In the grading child: reasoning-gym imported; datasets made on first use."""
-    import reasoning_gym  # noqa: F401 - the import is the child's start-up cost, paid once
-
-    return {}
-
-
-def scorer_call(cache: dict[str, Any], request: tuple[str, str, dict]) -> float:
-    """In the grading child: reasoning-gym's own `score_answer` of one answer."""
-    from posttrain.tasks.families.reasoning_gym import _dataset, _quiet
-
-    gen, answer, entry = request
-    with _quiet():
-        return float(_dataset(gen).score_answer(answer, entry))
