@@ -28,6 +28,37 @@ def test_normalized_text():
     assert not grade("normalized", "Paris", "").passed
 
 
+def test_normalized_text_keeps_what_makes_a_number():
+    """Signs, decimal points and separators inside numbers are not punctuation to drop."""
+    for right, wrong in (("-3", "3"), ("3", "-3"), ("1.5", "1 5"), ("3.5", "3,5"), ("1/2", "1-2")):
+        assert not grade("normalized", right, wrong).passed, (right, wrong)
+        assert grade("normalized", right, f" {right}. ").passed
+    assert grade("normalized", "COVID-19", "covid 19").passed  # a hyphen between word and number
+    assert grade("normalized", "A", "(A)").passed
+
+
+def test_numeric_compares_integers_exactly_unless_told_otherwise():
+    assert not grade("numeric", "12345678", "12345679").passed
+    assert not grade("numeric", "2500000", "2500002").passed
+    assert grade("numeric", "12345678", "12,345,678").passed
+    assert grade("numeric", "2.5", "2.5000001").passed  # decimals keep the 1e-6 default
+    assert grade("numeric", "12345678", "12345679", rel_tol=1e-6).passed
+
+
+def test_math_reads_an_answer_once_and_a_relation_is_no_value():
+    """A hedge passes at most one reference; an inequality is not its right-hand side."""
+    for gold, answer in (("3", r"x \neq 3"), ("3", "x > 3"), ("3", "x != 3"), ("3", "2 < 3"),
+                         ("-3", r"x \neq -3"), ("3", r"x=4 \text{ and } x \ne 3"), ("2", r"\{1, 2\}"),
+                         ("3", r"\pm 3"), ("3", r"\text{not } 3")):
+        assert not grade("math", gold, answer).passed, (gold, answer)
+    for hedge in (r"3 \text{ (or 4)}", r"4 \(3\)", "3 4"):
+        assert sum(grade("math", gold, hedge).passed for gold in ("3", "4", "7")) <= 1, hedge
+    for gold, answer in (("2\\sqrt{3}", r"2\sqrt{3}"), ("x^2+2x+1", "x^2 + 2x + 1"), ("1024", "2^{10}"),
+                         ("1/2", r"The answer is $\frac{1}{2}$."), ("3", "x = 3"), ("x > 3", "x > 3"),
+                         ("\\sqrt{2}", r"\sqrt{2}")):
+        assert grade("math", gold, answer).passed, (gold, answer)
+
+
 def test_exact_and_numeric_reuse_the_existing_verifiers():
     assert grade("exact", "Abc", "Abc").passed and not grade("exact", "Abc", "abc").passed
     assert grade("exact", "Abc", "abc", case_sensitive=False).passed

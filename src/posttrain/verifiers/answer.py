@@ -99,6 +99,12 @@ def parse_number(text: str) -> float:
     return value
 
 
+def default_rel_tol(reference: object) -> float:
+    """`numeric`'s relative tolerance where the task sets none: 0 for a reference written as an
+    integer (an off-by-one count is wrong however large), 1e-6 otherwise."""
+    return 0.0 if re.fullmatch(r"\s*[+-]?[\d,]+\s*", str(reference)) else 1e-6
+
+
 def within_tolerance(got: float, want: float, rel_tol: float, abs_tol: float) -> bool:
     """|got - want| <= max(abs_tol, rel_tol * |want|), computed without overflow."""
     diff = abs(got - want)  # both finite and < 1.8e308 in size, so diff may be inf only if huge
@@ -110,13 +116,14 @@ class NumericMatch:
     """Passes iff the answer is a number within tolerance of the reference number.
 
     Tolerance: `|got - want| <= max(abs_tol, rel_tol * |want|)`, from `task.verifier`
-    (`rel_tol`, default 1e-6; `abs_tol`, default 1e-9). A task whose prompt asks for a rounded
+    (`rel_tol`, default 1e-6, but 0 where the reference is written as an integer: 1e-6 of
+    12345678 let 12345679 pass; `abs_tol`, default 1e-9). A task whose prompt asks for a rounded
     answer (e.g. "to 2 decimals") sets `abs_tol` to half a unit of the last place plus a margin.
     The answer must be a plain number (see `parse_number`): "85 apples" fails, as do NaN and inf.
     """
 
     name: str = "numeric"
-    version: str = "1"
+    version: str = "2"
     needs_sandbox: bool = False
 
     def verify(self, task, outcome: Outcome) -> Verdict:
@@ -125,7 +132,7 @@ class NumericMatch:
             want = parse_number(str(raw))
         except ValueError as e:
             raise VerifierError(f"task {task.key}: reference {raw!r} is not a number: {e}") from e
-        rel_tol = float(task.verifier.get("rel_tol", 1e-6))
+        rel_tol = float(task.verifier.get("rel_tol", default_rel_tol(raw)))
         abs_tol = float(task.verifier.get("abs_tol", 1e-9))
         if not (rel_tol >= 0 and abs_tol >= 0 and math.isfinite(rel_tol) and math.isfinite(abs_tol)):
             raise VerifierError(f"task {task.key}: tolerances must be finite and >= 0, "

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from posttrain.values.verdict import Verdict
-from posttrain.verifiers.answer import NUMERIC, ExactMatch, parse_number, reference_answer
+from posttrain.verifiers.answer import NUMERIC, ExactMatch, default_rel_tol, parse_number, reference_answer
 from posttrain.verifiers.base import Outcome, Verifier, VerifierError, verdict
 from posttrain.verifiers.code import UnitTestVerifier
 from posttrain.verifiers.mathexpr import MATH
@@ -36,12 +37,27 @@ REGEX_TIMEOUT_S = 1.0
 """a pattern that backtracks longer than this on an answer fails it (the answer caused it)"""
 
 
+_NUMBER_TOKEN = re.compile(r"(?<!\w)[-+]?\d+(?:[.,/:]\d+)*|\d+(?:[.,/:]\d+)*")
+
+
+def _no_punctuation(text: str) -> str:
+    return "".join(" " if unicodedata.category(c).startswith("P") else c for c in text)
+
+
 def normalize_text(text: str, *, strip_punctuation: bool = True, drop_articles: bool = False) -> str:
     """NFKC, case-folded, punctuation removed (optionally English articles too), whitespace runs
-    collapsed: the usual normalisation of short free-text answers (as in SQuAD's scorer)."""
+    collapsed: the usual normalisation of short free-text answers (as in SQuAD's scorer).
+
+    Punctuation that is part of a number is kept: a sign before it, and `.`, `,`, `/`, `:`
+    between its digits (SQuAD's normalisation made `-3` equal `3`, `1.5` equal `1 5` and `3,5`
+    equal `3.5`)."""
     text = unicodedata.normalize("NFKC", text).casefold()
     if strip_punctuation:
-        text = "".join(" " if unicodedata.category(c).startswith("P") else c for c in text)
+        parts, last = [], 0
+        for m in _NUMBER_TOKEN.finditer(text):
+            parts += [_no_punctuation(text[last:m.start()]), f" {m.group()} "]
+            last = m.end()
+        text = "".join([*parts, _no_punctuation(text[last:])])
     words = text.split()
     if drop_articles:
         words = [w for w in words if w not in ("a", "an", "the")]
@@ -56,7 +72,7 @@ class NormalizedText:
     """
 
     name: str = "normalized"
-    version: str = "1"
+    version: str = "2"
     needs_sandbox: bool = False
 
     def verify(self, task: Any, outcome: Outcome) -> Verdict:
@@ -115,7 +131,7 @@ def _wrong_text(answer: Any, settings: Mapping[str, Any]) -> str:
 
 def _wrong_number(answer: Any, settings: Mapping[str, Any]) -> str:
     want = parse_number(str(answer))
-    rel, abs_ = float(settings.get("rel_tol", 1e-6)), float(settings.get("abs_tol", 1e-9))
+    rel, abs_ = float(settings.get("rel_tol", default_rel_tol(answer))), float(settings.get("abs_tol", 1e-9))
     step = max(1.0, 10 * abs_, abs(want) * max(0.5, 10 * rel))  # well outside the tolerance
     wrong = want + step
     return str(int(wrong)) if wrong == int(wrong) and abs(wrong) < 1e15 else repr(wrong)
@@ -234,7 +250,7 @@ VERIFIERS: dict[str, NamedVerifier] = {
         "drop_articles": (bool, "ignore a/an/the (default false)")},
         wrong=_wrong_text),
     "numeric": NamedVerifier(NUMERIC, {
-        "rel_tol": (_NUM, "relative tolerance (default 1e-6)"),
+        "rel_tol": (_NUM, "relative tolerance (default 1e-6; 0 for an integer reference)"),
         "abs_tol": (_NUM, "absolute tolerance (default 1e-9)")},
         wrong=_wrong_number, reference=_number_reference),
     "regex": NamedVerifier(RegexMatch(), {

@@ -29,7 +29,7 @@ from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.tasks.sources.rows import read_rows
 from posttrain.tasks.sources.spec import ANSWER_COLUMNS, PROMPT_COLUMNS, DataSpec
 from posttrain.values.task import Split, Task, TaskLimits
-from posttrain.verifiers.answer import parse_number, within_tolerance
+from posttrain.verifiers.answer import default_rel_tol, parse_number, within_tolerance
 from posttrain.verifiers.named import NamedVerifier, named_verifier, normalize_text
 
 MAX_REPORTED_ERRORS = 20
@@ -155,7 +155,7 @@ def _distinct(nv: NamedVerifier, a: Any, b: Any, settings: dict[str, Any]) -> bo
     """Whether another row's answer is surely wrong here (used as a negative)."""
     if nv.verifier.name == "numeric":
         x, y = parse_number(str(a)), parse_number(str(b))
-        return not within_tolerance(y, x, 10 * float(settings.get("rel_tol", 1e-6)),
+        return not within_tolerance(y, x, 10 * float(settings.get("rel_tol", default_rel_tol(a))),
                                     10 * float(settings.get("abs_tol", 1e-9)))
     return normalize_text(str(a)) != normalize_text(str(b))
 
