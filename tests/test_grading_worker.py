@@ -45,7 +45,7 @@ def _broken_setup() -> None:
 
 @pytest.fixture
 def worker():
-    w = GradingWorker(_setup, _handle, "test-grading-worker")
+    w = GradingWorker(_setup, _handle, "test-grading-worker", size=1)
     yield w
     w.close()
 
@@ -54,10 +54,28 @@ def test_answers_raises_and_timeouts_are_told_apart(worker):
     assert worker.call(("echo", 1), 10) == ("ok", (1, 1))
     status, detail = worker.call(("raise", "bad answer"), 10)
     assert status == "raised" and "ValueError: bad answer" in detail
-    first = worker.pid()
+    first = worker.pids()
     assert worker.call(("sleep", 30), 1.0) == ("timeout", None)
-    assert worker.pid() is None  # killed; the next call starts a fresh child
-    assert worker.call(("echo", 2), 10) == ("ok", (2, 1)) and worker.pid() != first
+    assert worker.pids() == []  # killed; the next call starts a fresh child
+    assert worker.call(("echo", 2), 10) == ("ok", (2, 1)) and worker.pids() != first
+
+
+def test_a_slow_answer_holds_up_one_child_not_every_grading():
+    import threading
+
+    w = GradingWorker(_setup, _handle, "test-grading-pool", size=2)
+    try:
+        assert w.call(("echo", 0), 10)[0] == "ok"  # one child started
+        slow = threading.Thread(target=w.call, args=(("sleep", 8), 20))
+        slow.start()
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        assert w.call(("echo", 1), 10)[0] == "ok"  # the other child (started now) answers
+        assert time.monotonic() - t0 < 6  # not after the 8 s answer
+        slow.join()
+        assert len(w.pids()) == 2
+    finally:
+        w.close()
 
 
 def test_a_child_killed_by_an_input_twice_fails_that_input_only(worker):
@@ -68,7 +86,7 @@ def test_a_child_killed_by_an_input_twice_fails_that_input_only(worker):
 
 
 def test_a_child_that_cannot_start_is_an_infrastructure_error():
-    w = GradingWorker(_broken_setup, _handle, "test-broken-worker")
+    w = GradingWorker(_broken_setup, _handle, "test-broken-worker", size=1)
     with pytest.raises(VerifierError, match="could not start"):
         w.call(("echo", 1), 10)
     w.close()

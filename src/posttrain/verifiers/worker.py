@@ -4,8 +4,8 @@ Some scorers evaluate what the policy wrote: sympy parses it (`math`, reasoning-
 integration, countdown and puzzle24 scorers), and a parse can run for ever (`9**9**9**9`) or use
 gigabytes. Run in the episode runner's own process, such an answer hangs or kills the run, and a
 timeout that relies on `signal.alarm` works only in a process's main thread (episodes are graded
-on worker threads). So these scorers run in one long-lived child process per grading process
-(`spawn`ed: it imports only what its `setup` imports), one call at a time:
+on worker threads). So these scorers run in long-lived child processes (`spawn`ed: they import
+only what their `setup` imports), a few per grading process, one call at a time each:
 
 * a call that outlives its timeout kills the child (a fresh one starts on the next call) and is
   the answer's failure: the answer is what made it too costly to evaluate;
@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import os
+import queue
 import resource
 import signal
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,9 @@ from posttrain.verifiers.base import VerifierError
 
 FIRST_CALL_S = 30.0
 """extra seconds the first call of a child may take (its start and imports)"""
+
+DEFAULT_SIZE = min(4, os.cpu_count() or 1)
+"""grading children a process may run at once (each imports its scorer's libraries)"""
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 
@@ -71,18 +75,12 @@ def _child(setup: Callable[[], Any], handle: Callable[[Any, Any], Any], conn: An
             conn.send(("raised", f"{type(e).__name__}: {str(e)[:300]}"))
 
 
-class GradingWorker:
-    """One grading child process at a time, shared by the threads of this process.
-
-    In the child, `setup()` runs once (imports, caches) and `handle(state, request)` answers each
-    request. `call(request, timeout_s)` returns ("ok", answer), ("raised", "Error: message") where
-    `handle` raised, or ("timeout", None) where the call outlived `timeout_s` (the child is
-    killed). Both functions must be importable by name (the child is `spawn`ed)."""
+class _Child:
+    """One grading child process (started on first use, again after it was killed)."""
 
     def __init__(self, setup: Callable[[], Any], handle: Callable[[Any, Any], Any], name: str) -> None:
         self._setup, self._handle, self._name = setup, handle, name
-        self._lock = threading.Lock()
-        self._proc: Any = None
+        self.proc: Any = None
         self._conn: Any = None
 
     def _start(self) -> None:
@@ -100,42 +98,68 @@ class GradingWorker:
             proc.join(5)
             parent.close()
             raise VerifierError(f"the {self._name} process could not start: {type(e).__name__}: {e}") from e
-        self._proc, self._conn = proc, parent
+        self.proc, self._conn = proc, parent
 
-    def _stop(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.join(5)
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.join(5)
             self._conn.close()
-        self._proc = self._conn = None
+        self.proc = self._conn = None
 
     def _once(self, request: Any, timeout_s: float) -> tuple[str, Any]:
-        if self._proc is None or not self._proc.is_alive():
+        if self.proc is None or not self.proc.is_alive():
             self._start()
         self._conn.send(request)
         if not self._conn.poll(timeout_s):
-            self._stop()
+            self.stop()
             return "timeout", None
         return self._conn.recv()
 
     def call(self, request: Any, timeout_s: float) -> tuple[str, Any]:
-        with self._lock:
-            try:
-                return self._once(request, timeout_s)
-            except (EOFError, OSError):
-                self._stop()  # died: another child (ready, so its start is sound) gets it again
-            try:
-                return self._once(request, timeout_s)
-            except (EOFError, OSError) as e:
-                self._stop()
-                raise AnswerKilledWorker(f"the {self._name} process died twice on this input "
-                                         f"({type(e).__name__})") from e
+        try:
+            return self._once(request, timeout_s)
+        except (EOFError, OSError):
+            self.stop()  # died: a fresh child (ready, so its start is sound) gets it again
+        try:
+            return self._once(request, timeout_s)
+        except (EOFError, OSError) as e:
+            self.stop()
+            raise AnswerKilledWorker(f"the {self._name} process died twice on this input "
+                                     f"({type(e).__name__})") from e
 
-    def pid(self) -> int | None:
-        """The child's pid, None while none runs."""
-        with self._lock:
-            return self._proc.pid if self._proc is not None else None
+
+class GradingWorker:
+    """Up to `size` grading child processes, shared by the threads of this process: a call takes
+    an idle one (so one answer that runs to its timeout holds up one child, not every grading).
+
+    In a child, `setup()` runs once (imports, caches) and `handle(state, request)` answers each
+    request. `call(request, timeout_s)` returns ("ok", answer), ("raised", "Error: message") where
+    `handle` raised, or ("timeout", None) where the call outlived `timeout_s` (that child is
+    killed). Both functions must be importable by name (the children are `spawn`ed). Children
+    start on first use: a process that grades from one thread starts one."""
+
+    def __init__(self, setup: Callable[[], Any], handle: Callable[[Any, Any], Any], name: str,
+                 size: int | None = None) -> None:
+        self._size = size or DEFAULT_SIZE
+        self._idle: queue.LifoQueue[_Child] = queue.LifoQueue()
+        for _ in range(self._size):
+            self._idle.put(_Child(setup, handle, name))
+        self._children = list(self._idle.queue)
+
+    def call(self, request: Any, timeout_s: float) -> tuple[str, Any]:
+        child = self._idle.get()  # the most recently used first: a started one where there is one
+        try:
+            return child.call(request, timeout_s)
+        finally:
+            self._idle.put(child)
+
+    def pids(self) -> list[int]:
+        """The running children's pids."""
+        return [c.proc.pid for c in self._children if c.proc is not None]
 
     def close(self) -> None:
-        with self._lock:
-            self._stop()
+        for _ in range(self._size):
+            self._idle.get().stop()
+        for c in self._children:
+            self._idle.put(c)
