@@ -35,8 +35,9 @@ from typing import Any
 
 from posttrain.verifiers.base import VerifierError
 
-FIRST_CALL_S = 30.0
-"""extra seconds the first call of a child may take (its start and imports)"""
+FIRST_CALL_S = 120.0
+"""seconds a child may take to start and import its libraries (reasoning-gym: ~3 s idle, ~11 s
+on a loaded 2-core machine)"""
 
 DEFAULT_SIZE = min(4, os.cpu_count() or 1)
 """grading children a process may run at once (each imports its scorer's libraries)"""
