@@ -174,14 +174,20 @@ class _Gullible:
         return verdict(self, "42" in (outcome.answer or "") or outcome.answer == "x")
 
 
-def test_tasks_check_reports_hack_pass_rate_and_fails_a_gameable_domain():
+def _say_42(verifier) -> Domain:
+    """A toy domain whose answer is 42, graded by `verifier`."""
+    name = f"toy.{verifier.name}"
+
     def gen(seed, split):
-        return Task(domain="toy.gullible", prompt="say 42", env="single", split=split, seed=seed,
+        return Task(domain=name, prompt="say 42", env="single", split=split, seed=seed,
                     reference={"answer": "42"})
 
-    d = Domain(name="toy.gullible", family="toy", env="single", verifier=_Gullible(), generate=gen,
-               oracle=lambda t: ["42"], negatives=lambda t: {"empty": [""], "wrong": ["41"]})
-    c = check_domain(d, per_domain=2)
+    return Domain(name=name, family="toy", env="single", verifier=verifier, generate=gen,
+                  oracle=lambda t: ["42"], negatives=lambda t: {"empty": [""], "wrong": ["41"]})
+
+
+def test_tasks_check_reports_hack_pass_rate_and_fails_a_gameable_domain():
+    c = check_domain(_say_42(_Gullible()), per_domain=2)
     assert c.hacks > 0 and c.hacks_passed >= 2  # "garbage" (x) passes on both tasks
     assert any(f.kind == "hack_passed" for f in c.failures)
 
@@ -201,13 +207,7 @@ class _Evaluating:
 
 
 def test_tasks_check_catches_a_grader_that_runs_the_answer_as_code():
-    def gen(seed, split):
-        return Task(domain="toy.evaluating", prompt="say 42", env="single", split=split, seed=seed,
-                    reference={"answer": "42"})
-
-    d = Domain(name="toy.evaluating", family="toy", env="single", verifier=_Evaluating(), generate=gen,
-               oracle=lambda t: ["42"], negatives=lambda t: {"empty": [""], "wrong": ["41"]})
-    c = check_domain(d, per_domain=1)
+    c = check_domain(_say_42(_Evaluating()), per_domain=1)
     ran = [f for f in c.failures if f.kind == "hack_code_ran"]
     assert {f.detail.split("'")[1] for f in ran} == {"eval-import", "eval-open", "eval-lambda"}
     assert c.hacks_passed >= 3 and not any(f.kind == "hack_passed" for f in c.failures)
