@@ -39,11 +39,13 @@ from fractions import Fraction
 
 _TOKEN = re.compile(r"\d+(?:\.\d+)?|[A-Za-z_]\w*|\*\*|[-+*/()]|\s+|.", re.DOTALL)
 
-INTEGRATION_NAMES = frozenset({"C", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
-                               "tanh", "exp", "log", "sqrt", "pi", "E"})
-"""names an integration answer may use besides its variable: the functions the generators'
-integrands and their antiderivatives are written with (measured on their oracle answers), and
-the integration constant. Not `Integral`/`integrate`/`diff`: restating the question is no
+INTEGRATION_NAMES = frozenset({"C", "sin", "cos", "tan", "sec", "csc", "cot", "asin", "acos", "atan",
+                               "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "exp", "log", "ln",
+                               "sqrt", "Abs", "pi", "E"})
+"""names an integration answer may use besides its variable: sympy's elementary functions (those
+the generators' antiderivatives are written with, measured on their oracle answers, and their
+usual relatives: `ln`, `Abs`), pi, e and the integration constant. Each is a plain sympy object:
+none can import, call Python or reach an attribute. Not `Integral`/`integrate`/`diff`: restating the question is no
 answer (the scorer only differentiates the answer)."""
 
 
