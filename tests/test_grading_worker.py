@@ -60,6 +60,7 @@ def test_answers_raises_and_timeouts_are_told_apart(worker):
     assert worker.call(("echo", 2), 10) == ("ok", (2, 1)) and worker.pids() != first
 
 
+@pytest.mark.slow
 def test_a_slow_answer_holds_up_one_child_not_every_grading():
     import threading
 

@@ -53,6 +53,7 @@ def test_a_patched_threshold_cannot_reach_later_answers():
     assert not _grade("rg.gcd", gcd, str(int(gcd.reference["answer"]) + 7)).passed
 
 
+@pytest.mark.slow
 def test_restating_an_integral_is_no_answer():
     task = DOMAINS["rg.simple_integration"].task(0)
     integrand, var = task.reference["entry"]["metadata"]["integrand"], task.reference["entry"]["metadata"]["variable"]
@@ -63,6 +64,7 @@ def test_restating_an_integral_is_no_answer():
     assert all("Integral" not in d.task(s, split).reference["answer"] for s in range(30) for split in ("train", "eval"))
 
 
+@pytest.mark.slow
 def test_an_answer_that_takes_for_ever_fails_and_the_next_one_is_scored(monkeypatch):
     monkeypatch.setattr(rg, "RG_TIMEOUT_S", 3.0)
     task = DOMAINS["rg.simple_integration"].task(0)
