@@ -8,9 +8,10 @@ An attempt whose answer happens to equal the reference answer is left out (it is
 
 The classes (each name says which): empty and garbage answers, the prompt echoed back, every
 option at once, NaN / infinities (also `nanj`, `1e999`), Python that a grader evaluating the
-answer would run (it creates `eval_marker`; a time bomb), type confusion (`true` for 1, "1" for 1, 1.0 for 1), huge
-answers; for code, objects whose `__eq__` is always true, frame walks to the harness, patched
-builtins, `exit 0` on import, killing the grader, forged report lines, deeply nested values;
+answer would run (it creates `eval_marker`; a time bomb), type confusion (`true` for 1, "1"
+for 1, 1.0 for 1), huge answers; for code, objects whose `__eq__` is always true, frame walks
+to the harness, patched builtins, `exit 0` on import, killing the grader, forged report lines,
+deeply nested values;
 for workspaces, files planted where graders look (conftest.py, pytest.ini, reward files,
 `json.py`), edited input data, daemons that kill processes or write rewards while grading,
 output floods; for geometry, marker parts and stray vertices at the asked corners and a
@@ -294,8 +295,8 @@ def check_adversaries(domain: Domain, task: Task, out, fail: Callable[[str, str]
             continue
         finally:
             ran = marker is not None and os.path.exists(marker)
-            if ran:
-                os.unlink(marker)  # type: ignore[arg-type]
+            if marker is not None and ran:
+                os.unlink(marker)
         graded += 1
         out.hacks += 1
         if v.passed or ran:

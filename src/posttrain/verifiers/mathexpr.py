@@ -25,7 +25,7 @@ from typing import Any
 
 from posttrain.values.verdict import Verdict
 from posttrain.verifiers.base import Outcome, VerifierError, verdict
-from posttrain.verifiers.worker import AnswerKilledWorker, GradingWorker
+from posttrain.verifiers.worker import GradingWorker
 
 MAX_ANSWER_CHARS = 4000
 """longer answers are refused before parsing (a failed verdict)"""
@@ -122,14 +122,9 @@ class MathEquivalence:
             return verdict(self, False, reason="a relation is not a value")
         rounding = int(task.verifier.get("float_rounding", 6))
         timeout = float(task.verifier.get("timeout_s", DEFAULT_TIMEOUT_S))
-        try:
-            status, result = _WORKER.call((gold, outcome.answer, rounding), timeout)
-        except AnswerKilledWorker as e:
-            return verdict(self, False, reason=str(e))
-        if status == "timeout":
-            return verdict(self, False, reason=f"evaluating the answer took longer than {timeout:g}s")
-        if status == "raised":  # an answer sympy chokes on is a wrong answer
-            return verdict(self, False, reason=f"could not evaluate the answer: {result}")
+        result, why = _WORKER.judged((gold, outcome.answer, rounding), timeout)
+        if why is not None:  # an answer sympy chokes on is a wrong answer
+            return verdict(self, False, reason=f"could not evaluate the answer: {why}")
         ok, detail = result
         if ok == "bad_gold":
             raise VerifierError(f"task {task.key}: {detail}")

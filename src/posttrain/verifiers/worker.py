@@ -155,6 +155,20 @@ class GradingWorker:
         finally:
             self._idle.put(child)
 
+    def judged(self, request: Any, timeout_s: float) -> tuple[Any, str | None]:
+        """`call` as a grader reads it: (answer, None), or (None, why the input fails) where the
+        handler raised, the call outlived `timeout_s` or the input killed the child twice --
+        each the input's doing, so a failed verdict, never an infrastructure error."""
+        try:
+            status, result = self.call(request, timeout_s)
+        except AnswerKilledWorker as e:
+            return None, str(e)
+        if status == "timeout":
+            return None, f"took longer than {timeout_s:g}s"
+        if status == "raised":
+            return None, f"raised {result}"
+        return result, None
+
     def pids(self) -> list[int]:
         """The running children's pids."""
         return [c.proc.pid for c in self._children if c.proc is not None]

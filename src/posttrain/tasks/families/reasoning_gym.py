@@ -58,7 +58,7 @@ from posttrain.tasks.families.rg_answers import EXTRA_CHECKS, FORMS, non_finite
 from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.values.verdict import Verdict
 from posttrain.verifiers.base import Outcome, VerifierError, verdict
-from posttrain.verifiers.worker import AnswerKilledWorker, GradingWorker
+from posttrain.verifiers.worker import GradingWorker
 
 RG_VERSION = "0.1.25"
 """the reasoning-gym version the generator list and the fixes below were checked against"""
@@ -259,6 +259,7 @@ RG_TIMEOUT_S = 10.0
 """wall budget of one scoring in the grading child (most take well under 10 ms; sympy's
 `simplify` of an honest integration answer up to ~1 s on a busy core)"""
 
+
 def _scorer_setup() -> dict[str, Any]:
     """In the grading child: reasoning-gym imported (paid once); datasets made on first use."""
     import reasoning_gym  # noqa: F401
@@ -310,14 +311,9 @@ class RGScore:
         if form is not None and (why := form(answer, entry)) is not None:
             return verdict(self, False, reason=f"not the form {gen}'s scorer evaluates: {why}")
         entry = RESTORE.get(gen, lambda e: e)(entry)
-        try:
-            status, score = _WORKER.call((gen, answer, entry), RG_TIMEOUT_S)
-        except AnswerKilledWorker as e:
-            return verdict(self, False, reason=str(e))
-        if status == "timeout":
-            return verdict(self, False, reason=f"scoring the answer took longer than {RG_TIMEOUT_S:g}s")
-        if status == "raised":  # the policy's answer can make a scorer raise: a failure, not infra
-            return verdict(self, False, reason=f"reasoning-gym's scorer rejected the answer: {score}")
+        score, why = _WORKER.judged((gen, answer, entry), RG_TIMEOUT_S)
+        if why is not None:  # the policy's answer can make a scorer raise or hang: a failure, not infra
+            return verdict(self, False, reason=f"reasoning-gym's scorer rejected the answer: {why}")
         if not 0.0 <= score <= 1.0:  # also catches NaN; the answer made the scorer misbehave
             return verdict(self, False, reason=f"reasoning-gym's scorer returned {score} for the answer")
         passed = score >= PASS_THRESHOLD

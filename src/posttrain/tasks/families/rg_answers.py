@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import re
 from collections.abc import Callable
 from fractions import Fraction
@@ -44,9 +45,9 @@ INTEGRATION_NAMES = frozenset({"C", "sin", "cos", "tan", "sec", "csc", "cot", "a
                                "sqrt", "Abs", "pi", "E"})
 """names an integration answer may use besides its variable: sympy's elementary functions (those
 the generators' antiderivatives are written with, measured on their oracle answers, and their
-usual relatives: `ln`, `Abs`), pi, e and the integration constant. Each is a plain sympy object:
-none can import, call Python or reach an attribute. Not `Integral`/`integrate`/`diff`: restating the question is no
-answer (the scorer only differentiates the answer)."""
+usual relatives: `ln`, `Abs`), pi, e and the integration constant. Each is a plain sympy
+object: none can import, call Python or reach an attribute. Not `Integral`/`integrate`/`diff`:
+restating the question is no answer (the scorer only differentiates the answer)."""
 
 
 def _expression_in(answer: str, entry: dict) -> str | None:
@@ -93,7 +94,6 @@ def _chars(allowed: str, what: str) -> Callable[[str, dict], str | None]:
     def form(answer: str, entry: dict) -> str | None:
         return None if pattern.fullmatch(answer) else f"only {what} may appear"
 
-    form.__doc__ = f"only {what}"
     return form
 
 
@@ -208,8 +208,6 @@ def _probability(answer: str, entry: dict) -> bool:
 
 def _same_numbers(answer: str, entry: dict) -> bool:
     """every number equals the right one: number_sorting's scorer accepts each off by up to 1"""
-    import json
-
     try:
         given = [float(x) for x in json.loads(answer.replace("'", '"'))]
         right = [float(x) for x in json.loads(str(entry["answer"]).replace("'", '"'))]
