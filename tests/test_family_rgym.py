@@ -95,11 +95,12 @@ def test_skewed_generators_are_thinned_to_their_answer_caps():
     from collections import Counter
 
     from posttrain.tasks.check import guess_probe
+    from posttrain.tasks.families.rg_caps import answer_caps
 
     caps = rg._shipped_caps()
     assert {"syllogism", "circuit_logic", "shortest_path", "maze"} <= set(caps)
-    assert caps["circuit_logic"] == rg.answer_caps("circuit_logic")  # the table is what the generator gives
-    assert rg.answer_caps("chain_sum") is None  # an unskewed generator needs no cap
+    assert caps["circuit_logic"] == answer_caps("circuit_logic")  # the table is what the generator gives
+    assert answer_caps("chain_sum") is None  # an unskewed generator needs no cap
     domain = rg._make("syllogism")
     answers = Counter(domain.task(s, "train").reference["answer"] for s in range(300))
     assert 0.4 < answers["Yes"] / 300 < 0.6  # 0.70 unthinned
@@ -112,9 +113,9 @@ def test_a_caps_table_of_another_reasoning_gym_version_is_refused(tmp_path, monk
     stale = tmp_path / "caps.json"
     stale.write_text('{"reasoning_gym": "0.0.1", "caps": {}}')
     monkeypatch.setattr(rg, "ANSWER_CAPS_FILE", stale)
-    rg._shipped_caps.cache_clear()
+    rg._shipped_table.cache_clear()
     try:
         with pytest.raises(RuntimeError, match="measured on reasoning-gym 0.0.1"):
             rg._make("syllogism").task(0, "train")
     finally:
-        rg._shipped_caps.cache_clear()
+        rg._shipped_table.cache_clear()

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.tasks.domain import Domain
-from posttrain.tasks.families.common import content_split, draw_in_split, perturb
+from posttrain.tasks.families.common import Strata, content_split, draw_in_split, perturb
 from posttrain.tasks.families.rg_answers import EXTRA_CHECKS, FORMS, non_finite
 from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.values.verdict import Verdict
@@ -360,90 +360,85 @@ def _wrong_answer(answer: str) -> str:
     return perturb(a[::-1])[::-1]  # perturb() edits the last letter/digit: reversed, the first
 
 
-# -- answer caps ---------------------------------------------------------------------------
+# -- answer caps and strata ------------------------------------------------------------------
 # Some generators are skewed: `syllogism` answers "Yes" 70% of the time, `circuit_logic` "0" 60%,
 # `shortest_path` "infeasible" 34%. A policy under RL pressure learns the commonest answer long
 # before the task (`posttrain tasks check`'s constant-answer probe calls such a domain guessable),
 # and the shortcut spills into look-alike domains. We cannot change the generators, so the task
 # draw thins the over-represented answers: an item whose answer has share p in the generator's
 # output (above the cap c) is kept with probability c / p, so each answer ends at share
-# min(p, c) / Z. The caps are measured once per reasoning-gym version
-# (`answer_caps(name)`, written by `python -m posttrain.tasks.families.reasoning_gym caps`)
-# and shipped in ANSWER_CAPS_FILE: measuring them at run time would cost every process
-# ~400 generated items per domain.
+# min(p, c) / Z. And some repeat a few problems so often (`self_reference`: one question in ten
+# eval draws) that the hash split leaves the two splits with different answer shares: those draw
+# their answer class first (`common.strata_of`). Both are measured once per reasoning-gym version
+# (`posttrain.tasks.families.rg_caps`, `python -m posttrain.tasks.families.rg_caps`) and
+# shipped in ANSWER_CAPS_FILE: measuring them at run time would cost every process ~1,400
+# generated items per domain.
 
 ANSWER_CAPS_FILE = Path(__file__).with_name("rg_answer_caps.json")
-CAP_PROBE_ITEMS = 400
-"""items of a generator (keys from a fixed RNG) its answer shares are measured on"""
-CAP_TARGET_EXCESS = 0.05
-"""the cap makes the commonest answer's share at most this far above 1 / the distinct answers
-(half `posttrain.tasks.check.GUESS_EXCESS_LIMIT`: room for a sample's noise)"""
-
-
-def answer_caps(name: str, items: int = CAP_PROBE_ITEMS) -> dict[str, Any] | None:
-    """{"cap": c, "shares": {answer: share above c}} for a skewed generator, None for one whose
-    commonest answer is within CAP_TARGET_EXCESS of uniform. The shares are measured on `items`
-    items; the cap is the largest c (by bisection) whose thinned mix meets the target."""
-    rng = random.Random(f"rg-answer-caps/{name}")
-    answers: dict[str, int] = {}
-    for _ in range(items):
-        a = _oracle_answer(name, _item(name, rng.randrange(2 ** 31))).strip()
-        answers[a] = answers.get(a, 0) + 1
-    shares = {a: n / items for a, n in answers.items()}
-    target = 1 / len(shares) + CAP_TARGET_EXCESS
-    if max(shares.values()) <= target:
-        return None
-
-    def top(c: float) -> float:
-        return c / sum(min(p, c) for p in shares.values())
-
-    lo, hi = 0.0, max(shares.values())
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if top(mid) <= target else (lo, mid)
-    return {"cap": round(lo, 6), "shares": {a: p for a, p in sorted(shares.items()) if p > lo}}
 
 
 @cache
-def _shipped_caps() -> dict[str, Any]:
+def _shipped_table() -> dict[str, Any]:
     table = json.loads(ANSWER_CAPS_FILE.read_text())
     if table.get("reasoning_gym") != RG_VERSION:
         raise RuntimeError(f"{ANSWER_CAPS_FILE.name} was measured on reasoning-gym {table.get('reasoning_gym')}, "
                            f"this module is for {RG_VERSION}: measure it again "
-                           "(python -m posttrain.tasks.families.reasoning_gym caps)")
-    return dict(table["caps"])
+                           "(python -m posttrain.tasks.families.rg_caps)")
+    return dict(table)
+
+
+def _shipped_caps() -> dict[str, Any]:
+    return dict(_shipped_table()["caps"])
+
+
+@cache
+def _shipped_strata() -> dict[str, Strata]:
+    return {name: Strata.from_json(obj) for name, obj in _shipped_table().get("strata", {}).items()}
+
+
+def thinned_draw(name: str) -> Callable[[random.Random], tuple[int, dict]]:
+    """Draw (key, item) of a generator, its over-represented answers thinned (ANSWER_CAPS_FILE)."""
+    caps = _shipped_caps().get(name)
+
+    def draw(rng: random.Random) -> tuple[int, dict]:
+        while True:
+            key = rng.randrange(2 ** 31)
+            item = _item(name, key)
+            if caps is None:
+                return key, item
+            share = caps["shares"].get(_oracle_answer(name, item).strip())
+            if share is None or rng.random() < caps["cap"] / share:
+                return key, item
+    return draw
+
+
+def item_split(name: str, drawn: tuple[int, dict]) -> Split | None:
+    """The split of a drawn item. One whose reference answer is empty (a rubiks_cube scramble
+    that cancels out) cannot tell an empty answer from a right one, and one whose answer lacks
+    its generator's form cannot be answered (intermediate_integration's `Integral(...)`, which
+    sympy could not integrate: restating the question): it belongs to no split, draw another."""
+    item = drawn[1]
+    answer = _oracle_answer(name, item).strip()
+    form = FORMS.get(name)
+    if not answer or (form is not None and form(answer, item) is not None):
+        return None
+    return content_split(SPLIT_KEY[name](item) if name in SPLIT_KEY else item["question"])
+
+
+def drawn_answer(name: str, drawn: tuple[int, dict]) -> str:
+    return _oracle_answer(name, drawn[1]).strip()
 
 
 def _make(name: str) -> Domain:
     domain_name = f"rg.{name}"
 
     def generate(seed: int, split: Split) -> Task:
-        caps = _shipped_caps().get(name)
-
-        # An item whose reference answer is empty (a rubiks_cube scramble that cancels out)
-        # cannot tell an empty answer from a right one, and one whose answer lacks its
-        # generator's form cannot be answered (intermediate_integration's `Integral(...)`, which
-        # sympy could not integrate: restating the question): it belongs to no split, draw another.
-        # A skewed generator's over-represented answers are thinned (ANSWER_CAPS_FILE).
-        def draw(rng: random.Random) -> tuple[int, dict]:
-            while True:
-                key = rng.randrange(2 ** 31)
-                item = _item(name, key)
-                if caps is None:
-                    return key, item
-                share = caps["shares"].get(_oracle_answer(name, item).strip())
-                if share is None or rng.random() < caps["cap"] / share:
-                    return key, item
-
-        def split_of(drawn: tuple[int, dict]) -> Split | None:
-            item = drawn[1]
-            answer = _oracle_answer(name, item).strip()
-            form = FORMS.get(name)
-            if not answer or (form is not None and form(answer, item) is not None):
-                return None
-            return content_split(SPLIT_KEY[name](item) if name in SPLIT_KEY else item["question"])
-
-        (key, item), _ = draw_in_split(domain_name, split, seed, draw, split_of)
+        # a generator whose splits were measured to differ in their answers' shares (a few
+        # problems drawn very often: `self_reference`) draws its answer class first (STRATA)
+        strata = _shipped_strata().get(name)
+        (key, item), _ = draw_in_split(domain_name, split, seed, thinned_draw(name),
+                                       lambda drawn: item_split(name, drawn), strata,
+                                       lambda drawn: drawn_answer(name, drawn))
         # default=str: some generators keep exact values in their metadata (gsm_symbolic's
         # `Fraction` variables); as text they stay informative, and no scorer reads them
         dropped = UNSCORED_METADATA.get(name, ())
@@ -477,24 +472,3 @@ def _make(name: str) -> Domain:
 
 def domains() -> list[Domain]:
     return [_make(n) for n in _generator_names()]
-
-
-def _write_caps() -> None:
-    """Measure every generator's answer caps and write ANSWER_CAPS_FILE."""
-    caps = {}
-    for name in _generator_names():
-        found = answer_caps(name)
-        if found is not None:
-            caps[name] = found
-            print(f"{name}: cap {found['cap']:.3f}, thinned {sorted(found['shares'])[:5]}")
-    ANSWER_CAPS_FILE.write_text(json.dumps({"reasoning_gym": RG_VERSION, "probe_items": CAP_PROBE_ITEMS,
-                                            "target_excess": CAP_TARGET_EXCESS, "caps": caps},
-                                           indent=1, sort_keys=True) + "\n")
-
-
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:] != ["caps"]:
-        sys.exit("usage: python -m posttrain.tasks.families.reasoning_gym caps")
-    _write_caps()
