@@ -14,8 +14,9 @@ small problem space does not: `math.sub.d1` has 55 problems, and its eval fifth 
 the only problem whose answer is 9, so a constant "9" passed 36% of eval tasks and 11% of train
 ones; `rg.self_reference` repeats a few problems so often that "1" was 36% of eval draws and 21%
 of train ones. A policy learns the answers that pay in training; with shifted splits the
-evaluation rewarded or punished that prior by chance (the two worst per-domain regressions of a
-breadth run were such domains). So a domain whose draws have frequent answers draws its answer
+evaluation rewarded or punished that prior by chance (a breadth run's worst regressions,
+`math.div.d1` on 4 tasks and `rg.self_reference` on 20, were such domains; on all their distinct
+eval problems the trained policy had not regressed). So a domain whose draws have frequent answers draws its answer
 class first, in the shares of all its problems, then a problem of that class in the split (a
 class the split has no problem of is left out and the others renormalised).
 
