@@ -321,8 +321,37 @@ def test_the_constant_answer_probe_flags_a_skewed_domain_and_the_cli_names_it():
         registry.reset_cache()
 
 
+def test_the_probe_flags_splits_that_pay_a_constant_answer_differently():
+    """A domain whose eval split answers "0" three times as often as its train split (the same
+    answers otherwise): a prior learned in training would be rewarded by chance in evaluation."""
+    def generate(seed, split):
+        zero = seed % 10 < (6 if split == "eval" else 2)
+        answer = "0" if zero else str(1 + seed % 9)
+        return Task(domain="fake.shifted", prompt=f"task {seed} {split}", reference={"answer": answer},
+                    split=split, seed=seed)
+
+    shifted = _good("fake.shifted", generate=generate)
+    even = _skewed("fake.even", 1)
+    report = check_domains([shifted, even], per_domain=1, guess_tasks=200)
+    assert report.ok  # a warning, like guessable
+    guess = {c.domain: c.guess for c in report.checks}
+    assert guess["fake.shifted"].splits_differ and guess["fake.shifted"].split_p < 1e-6
+    assert not guess["fake.even"].splits_differ and guess["fake.even"].split_p > 0.5
+    assert list(report.summary()["splits_differ"]) == ["fake.shifted"]
+
+    from posttrain.tasks import registry
+
+    registry.add_domains([shifted, even], "test source")
+    try:
+        out = runner.invoke(root_app, ["tasks", "check", "-d", "fake.*", "-n", "1", "--guess-tasks", "200"])
+        assert out.exit_code == 0, out.output
+        assert "splits differ fake.shifted" in out.output and "splits differ fake.even" not in out.output
+    finally:
+        registry.reset_cache()
+
+
 @pytest.mark.slow
-def test_no_generator_of_the_project_is_guessable():
+def test_no_generator_of_the_project_is_guessable_nor_has_splits_that_differ():
     """The constant-answer probe on every directly graded domain the project generates itself
     (reasoning-gym's skewed generators are thinned by their shipped answer caps: tested in
     test_family_rgym)."""
@@ -332,9 +361,12 @@ def test_no_generator_of_the_project_is_guessable():
 
     own = [d for n, d in sorted(all_domains().items()) if not n.startswith("rg.") and not needs_sandbox(d)]
     assert len(own) > 150
-    guessable = {}
+    guessable, differ = {}, {}
     for d in own:
         g = guess_probe(d, 200)
         if g is not None and g.guessable:
             guessable[d.name] = (g.answer, g.rate, round(g.chance, 3))
+        if g is not None and g.splits_differ:
+            differ[d.name] = g.split_p
     assert guessable == {}
+    assert differ == {}  # their answer strata (common.strata_of)

@@ -137,7 +137,8 @@ def check(family: str | None = typer.Option(None, "--family", "-f", help="only t
     """Self-check domains: oracle passes, negatives fail, grading is stable, generation is
     deterministic. Exits 1 on any failure (including infrastructure errors). With --source and
     no --domains/--family, checks the domains the sources add. Domains that one constant answer
-    games (the constant-answer probe) are listed as guessable: a warning, not a failure."""
+    games (the constant-answer probe) are listed as guessable, and those whose train and eval
+    splits hold different answer shares as 'splits differ': warnings, not failures."""
     import fnmatch
 
     added = apply_sources(source)
@@ -204,6 +205,11 @@ def _print_report(report: CheckReport) -> None:
                           f"{escape(repr(c.guess.answer[:40]))} passes {c.guess.rate:.0%} of {c.guess.tasks} "
                           f"train tasks (uniform chance {c.guess.chance:.0%}): a policy can learn it "
                           "instead of the task", highlight=False)
+        if c.guess is not None and c.guess.splits_differ:
+            console.print(f"[yellow]splits differ[/yellow] {c.domain}: its train and eval tasks hold the "
+                          f"answers they share in different shares (p = {c.guess.split_p:.1e}, "
+                          f"{c.guess.tasks} tasks a split): a prior learned in training is rewarded "
+                          "or punished by chance in evaluation", highlight=False)
     s = report.summary()
     rate = s["tasks"] / report.seconds if report.seconds else 0.0
     console.print(f"{s['domains']} domains, {s['tasks']} tasks in {report.seconds:.1f}s ({rate:.1f} tasks/s); "

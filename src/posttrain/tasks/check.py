@@ -20,7 +20,10 @@ sees this; the probe plays the commonest reference answers on `guess_tasks` trai
 reports the best one's pass rate against the chance of a uniform answer (1 / the distinct
 answers seen). When even the rate's one-sided 95% lower bound is more than `GUESS_EXCESS_LIMIT`
 above that chance, the domain is *guessable*: reported, not failed (a third-party task set may
-be skewed by design; the project's own generators are tested not to be).
+be skewed by design; the project's own generators are tested not to be). The same probe draws as
+many eval tasks and compares the answers both splits have (`common.split_skew`): where their
+shares differ (p < SPLIT_SKEW_P), a prior the policy learns in training is rewarded or punished
+by chance in every evaluation -- also a warning (`splits differ`).
 
 `check_with(domain, grade, regrade_all=...)` runs these checks; `grade` grades all the attempts
 at one task at once (so a caller can play them as one batch of episodes). Domains whose verifier
@@ -67,6 +70,11 @@ a 200-task sample of a domain at the limit reads ~0.03 either side of it"""
 
 GUESS_CANDIDATES = 3
 """how many of the commonest reference answers the constant-answer probe plays"""
+
+SPLIT_SKEW_P = 1e-3
+"""train and eval of a domain 'differ' when the chi-square test of their shared answers' shares
+gives a p-value below this (the project's 96 math/text domains were 9 below it before their
+answer strata, 0 after; at 200 tasks a split)"""
 
 MAX_BROKEN_TASKS_IN_A_ROW = 2
 """a domain whose tasks fail this many times in a row on infrastructure alone (the sandbox does
@@ -122,6 +130,13 @@ class Guess:
     chance: float
     """1 / the distinct reference answers of the sample: what a uniform answer mix would give"""
     tasks: int
+    split_p: float | None = None
+    """p-value that the train sample and as many eval tasks hold the answers they share in the
+    same shares (`common.split_skew`); None when the domain has no eval split"""
+
+    @property
+    def splits_differ(self) -> bool:
+        return self.split_p is not None and self.split_p < SPLIT_SKEW_P
 
     @property
     def excess(self) -> float:
@@ -199,6 +214,8 @@ class CheckReport:
                 "guessable": {c.domain: {"answer": c.guess.answer, "rate": c.guess.rate,
                                          "chance": round(c.guess.chance, 4)}
                               for c in self.checks if c.guess and c.guess.guessable},
+                "splits_differ": {c.domain: c.guess.split_p for c in self.checks
+                                  if c.guess and c.guess.splits_differ},
                 "failures": [asdict(f) for f in self.failures]}
 
     def by_family(self) -> dict[str, list[DomainCheck]]:
@@ -272,7 +289,25 @@ def guess_probe(domain: Domain, tasks: int) -> Guess | None:
         if best is None or passed > best[0]:
             best = (passed, answer)
     assert best is not None
-    return Guess(answer=best[1], rate=best[0] / len(sample), chance=1 / len(counts), tasks=len(sample))
+    return Guess(answer=best[1], rate=best[0] / len(sample), chance=1 / len(counts), tasks=len(sample),
+                 split_p=_split_p(domain, [a.strip() for _, a in sample], tasks))
+
+
+def _split_p(domain: Domain, train: list[str], tasks: int) -> float | None:
+    """`common.split_skew` of the train sample's answers against eval seeds 0..tasks-1's."""
+    from posttrain.tasks.families.common import split_skew
+
+    drawn: list[tuple[str, Split]] = [(a, "train") for a in train]
+    for seed in range(tasks):
+        try:
+            actions = list(domain.oracle(domain.task(seed, "eval")))
+        except NoTasksInSplit:
+            return None
+        except Exception:  # noqa: BLE001 - a generator bug: the per-task checks report it
+            continue
+        if actions and isinstance(actions[-1], str):
+            drawn.append((actions[-1].strip(), "eval"))
+    return split_skew(drawn)
 
 
 def _describe(e: BaseException) -> str:
