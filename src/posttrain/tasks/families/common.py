@@ -16,9 +16,9 @@ ones; `rg.self_reference` repeats a few problems so often that "1" was 36% of ev
 of train ones. A policy learns the answers that pay in training; with shifted splits the
 evaluation rewarded or punished that prior by chance (a breadth run's worst regressions,
 `math.div.d1` on 4 tasks and `rg.self_reference` on 20, were such domains; on all their distinct
-eval problems the trained policy had not regressed). So a domain whose draws have frequent answers draws its answer
-class first, in the shares of all its problems, then a problem of that class in the split (a
-class the split has no problem of is left out and the others renormalised).
+eval problems the trained policy had not regressed). So a domain whose draws have frequent
+answers draws its answer class first, in the shares of all its problems, then a problem of that
+class in the split (a class the split has no problem of is left out and the others renormalised).
 
 What this does *not* guarantee: that two train seeds give different problems (small domains
 repeat), or that near-duplicates (e.g. "37+48=" and "48+37=") land in the same split.
@@ -210,15 +210,19 @@ def problem_split(p: Problem) -> Split:
     return content_split(p.prompt, p.files) if p.identity is None else content_split(p.identity)
 
 
+def _problem_answer(p: Problem) -> str:
+    return p.answer.strip()
+
+
 def problem_strata(domain: str, draw: Callable[[random.Random], Problem]) -> Strata | None:
-    return strata_of(probe_answers(domain, draw, problem_split, lambda p: p.answer.strip()))
+    return strata_of(probe_answers(domain, draw, problem_split, _problem_answer))
 
 
 def draw_problem(domain: str, split: Split, seed: int, draw: Callable[[random.Random], Problem],
                  strata: Strata | None = None) -> Problem:
     """Draw problems from the task's RNG until one belongs to `split` (and, with `strata`, to the
     answer class drawn first)."""
-    return draw_in_split(domain, split, seed, draw, problem_split, strata, lambda p: p.answer.strip())[0]
+    return draw_in_split(domain, split, seed, draw, problem_split, strata, _problem_answer)[0]
 
 
 def balanced(draw: Callable[[random.Random], Problem], answers: Sequence[str]) -> Callable[[random.Random], Problem]:

@@ -8,8 +8,8 @@
   share in measurably different shares (`common.split_skew` below SKEW_P on STRATA_PROBE_ITEMS
   draws: a few problems drawn very often, placed by the hash on one side) gets answer strata,
   and its task draw picks the answer class first (`common.strata_of`), the named answers'
-  shares flattened like the caps. Only those: a stratified
-  draw costs ~5 draws per answer class, and some generators take 60 ms an item.
+  shares flattened like the caps. Only those: a stratified draw costs ~5 draws per answer
+  class, and some generators take 60 ms an item.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
+from posttrain.tasks.check import SPLIT_SKEW_P
 from posttrain.tasks.families import reasoning_gym as rg
 from posttrain.tasks.families.common import OTHER, Strata, probe_answers, split_skew, strata_of
 
@@ -29,9 +30,9 @@ CAP_TARGET_EXCESS = 0.05
 (half `posttrain.tasks.check.GUESS_EXCESS_LIMIT`: room for a sample's noise)"""
 STRATA_PROBE_ITEMS = 1_000
 """draws (after the caps) the split skew and the strata are measured on"""
-SKEW_P = 1e-3
-"""a generator whose splits differ at this p-value gets strata (~95 generators tested: about
-0.1 false alarm expected, which costs only speed)"""
+SKEW_P = SPLIT_SKEW_P
+"""a generator whose splits differ at this p-value (where `tasks check` warns) gets strata (~95
+generators tested: about 0.1 false alarm expected, which costs only speed)"""
 
 
 def answer_caps(name: str, items: int = CAP_PROBE_ITEMS) -> dict[str, Any] | None:
@@ -81,7 +82,8 @@ def answer_strata(name: str, items: int = STRATA_PROBE_ITEMS) -> tuple[dict[str,
     if max(strata.shares[a] for a in answers) > target:
         cap = _cap(strata.shares, answers, target)
         flat = {a: min(v, cap) if a in answers else v for a, v in strata.shares.items()}
-        strata = Strata(shares={a: round(v / sum(flat.values()), 6) for a, v in flat.items()}, splits=strata.splits)
+        total = sum(flat.values())
+        strata = Strata(shares={a: round(v / total, 6) for a, v in flat.items()}, splits=strata.splits)
     return strata.to_json(), p
 
 
