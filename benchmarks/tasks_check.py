@@ -1,6 +1,7 @@
 """How fast `posttrain tasks check` verifies tasks, with 1 and 2 worker processes.
 
     .venv/bin/python benchmarks/tasks_check.py [--per-domain 5] [--domains 'math.*,text.*']
+    .venv/bin/python benchmarks/tasks_check.py --domains 'rg.*' --per-domain 1 --guess-tasks 200
 
 Prints a table (one row per worker count and family) and a final JSON line. The machine is
 shared and noisy: compare the two worker counts of the same run, not numbers across runs.
@@ -22,6 +23,9 @@ def main() -> None:
     ap.add_argument("--domains", default="math.*,text.*,docs.finance.*,rg.*",
                     help="glob patterns (default: every domain graded without a sandbox)")
     ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--guess-tasks", type=int, default=0,
+                    help="the constant-answer probe and split comparison on this many train tasks "
+                         "(and as many eval ones) of each domain, as `posttrain tasks check --guess-tasks`")
     args = ap.parse_args()
     domains = registry.match_domains(args.domains)
     # Warm-up outside the timed runs: imports and reasoning-gym dataset objects load once.
@@ -29,7 +33,8 @@ def main() -> None:
     rows, results = [], {}
     for workers in (int(w) for w in args.workers.split(",")):
         t0 = time.perf_counter()
-        report = check_domains(domains, per_domain=args.per_domain, workers=workers)
+        report = check_domains(domains, per_domain=args.per_domain, workers=workers,
+                               guess_tasks=args.guess_tasks)
         wall = time.perf_counter() - t0
         results[workers] = {"wall_s": round(wall, 2), "tasks": report.tasks,
                             "tasks_per_s": round(report.tasks / wall, 1), "failures": len(report.failures)}
@@ -42,8 +47,8 @@ def main() -> None:
         print(f"workers={w}: {r['tasks']} tasks in {r['wall_s']} s = {r['tasks_per_s']} tasks/s, "
               f"{r['failures']} failures")
     speedup = results[2]["tasks_per_s"] / results[1]["tasks_per_s"] if {1, 2} <= set(results) else None
-    print(json.dumps({"per_domain": args.per_domain, "domains": len(domains), "runs": results,
-                      "speedup_2_vs_1": round(speedup, 2) if speedup else None}))
+    print(json.dumps({"per_domain": args.per_domain, "guess_tasks": args.guess_tasks, "domains": len(domains),
+                      "runs": results, "speedup_2_vs_1": round(speedup, 2) if speedup else None}))
 
 
 if __name__ == "__main__":

@@ -242,7 +242,7 @@ def test_domains_are_served_by_pools_preloaded_for_them_alone(monkeypatch):
 
     served: dict[str, object] = {}
 
-    def check_domain(domain, per_domain, seeds, factory=None):
+    def check_domain(domain, per_domain, seeds, factory=None, guess_tasks=0):
         served[domain.name] = factory
         return domain_check.DomainCheck(domain.name, domain.family, domain.env)
 
@@ -260,15 +260,17 @@ def test_domains_are_served_by_pools_preloaded_for_them_alone(monkeypatch):
 
 def test_domains_graded_directly_are_checked_beside_the_sandboxed_ones(monkeypatch):
     """With one worker, the registered domains that need no sandbox are checked in one forked
-    process while this one checks the sandboxed domains; the report keeps the domains' order."""
+    process while this one checks the sandboxed domains; the report keeps the domains' order.
+    The constant-answer probe goes with the check (the plan): reasoning-gym's probes, minutes in
+    all, run beside the sandboxed checks instead of after them."""
     import os
 
     from posttrain.envs import needs_sandbox
     from posttrain.scheduling import domain_check
     from posttrain.tasks.registry import all_domains
 
-    def check_all(domains, per_domain, seeds):  # which process checked each domain
-        return [domain_check.DomainCheck(d.name, d.family, d.env, not_checked=str(os.getpid()))
+    def check_all(domains, plan):  # which process checked each domain, and with which plan
+        return [domain_check.DomainCheck(d.name, d.family, d.env, not_checked=f"{os.getpid()} {plan}")
                 for d in domains]
 
     monkeypatch.setattr(domain_check, "_check_all", check_all)
@@ -277,8 +279,10 @@ def test_domains_graded_directly_are_checked_beside_the_sandboxed_ones(monkeypat
     boxed = [d for n, d in registered if n.startswith("code.")][:2]
     assert direct and boxed and not any(map(needs_sandbox, direct)) and all(map(needs_sandbox, boxed))
     domains = [direct[0], boxed[0], _good(), direct[1], boxed[1]]
-    report = domain_check.check_domains(domains, per_domain=1)
-    where = {c.domain: c.not_checked for c in report.checks}
+    report = domain_check.check_domains(domains, per_domain=1, seeds=[3], guess_tasks=7)
+    where = {c.domain: c.not_checked.split(" ", 1)[0] for c in report.checks}
+    assert {c.not_checked.split(" ", 1)[1] for c in report.checks} == {
+        str(domain_check._Plan(per_domain=1, seeds=[3], guess_tasks=7))}
     assert [c.domain for c in report.checks] == [d.name for d in domains]
     here = str(os.getpid())
     assert where[boxed[0].name] == where[boxed[1].name] == where["fake.ok"] == here  # unregistered: here

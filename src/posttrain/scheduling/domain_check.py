@@ -26,6 +26,7 @@ import itertools
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import NamedTuple
 
 from posttrain.envs import EnvConfig, default_sandbox_factory, needs_sandbox, sandbox_preload
 from posttrain.envs.single import SandboxFactory
@@ -83,11 +84,16 @@ class _SandboxMissing(Exception):
 
 
 def check_domain(domain: Domain, per_domain: int = 5, seeds: Sequence[int] | None = None,
-                 sandbox_factory: SandboxFactory | None = None) -> DomainCheck:
+                 sandbox_factory: SandboxFactory | None = None, guess_tasks: int = 0) -> DomainCheck:
     """Check one domain on `per_domain` tasks (see `posttrain.tasks.check`). `sandbox_factory`
-    serves the episodes of a sandboxed domain (default: a warm pool opened for this domain)."""
+    serves the episodes of a sandboxed domain (default: a warm pool opened for this domain).
+    `guess_tasks` > 0: then the constant-answer probe (`posttrain.tasks.check.guess_probe`) on
+    that many train tasks, if the domain is graded directly."""
     if not needs_sandbox(domain):
-        return check_with(domain, grade_directly, regrade_all=True, per_domain=per_domain, seeds=seeds)
+        out = check_with(domain, grade_directly, regrade_all=True, per_domain=per_domain, seeds=seeds)
+        if guess_tasks:
+            out.guess = guess_probe(domain, guess_tasks)
+        return out
     if sandbox_factory is None:
         try:
             with _sandboxes([domain]) as factory:
@@ -98,24 +104,32 @@ def check_domain(domain: Domain, per_domain: int = 5, seeds: Sequence[int] | Non
                       seeds=seeds)
 
 
-def _check_all(domains: Sequence[Domain], per_domain: int, seeds: Sequence[int] | None) -> list[DomainCheck]:
+class _Plan(NamedTuple):
+    """What to check on each domain: `check_domain`'s arguments but the sandboxes."""
+
+    per_domain: int
+    seeds: Sequence[int] | None
+    guess_tasks: int
+
+
+def _check_all(domains: Sequence[Domain], plan: _Plan) -> list[DomainCheck]:
     """The domains in order; each run of neighbouring domains that preload the same modules is
     served by one pool, preloaded for them alone (a pool preloaded for every domain would make
     each code or terminal episode's sandbox import geometry's numpy and manifold3d too: larger
     forks, and ~120 ms instead of ~25 ms for each job-server start)."""
     out: list[DomainCheck] = []
     for _, group in itertools.groupby(domains, key=lambda d: sandbox_preload([d])):
-        out += _check_group(list(group), per_domain, seeds)
+        out += _check_group(list(group), plan)
     return out
 
 
-def _check_group(domains: Sequence[Domain], per_domain: int, seeds: Sequence[int] | None) -> list[DomainCheck]:
+def _check_group(domains: Sequence[Domain], plan: _Plan) -> list[DomainCheck]:
     """The domains in order, the sandboxed ones served by one pool."""
     try:
         with _sandboxes(domains) as factory:
-            return [check_domain(d, per_domain, seeds, factory) for d in domains]
+            return [check_domain(d, plan.per_domain, plan.seeds, factory, plan.guess_tasks) for d in domains]
     except _SandboxMissing as e:
-        return [check_domain(d, per_domain, seeds) if not needs_sandbox(d)
+        return [check_domain(d, plan.per_domain, plan.seeds, guess_tasks=plan.guess_tasks) if not needs_sandbox(d)
                 else DomainCheck(d.name, d.family, d.env, not_checked=str(e)) for d in domains]
 
 
@@ -139,11 +153,11 @@ def _sandboxes(domains: Sequence[Domain]) -> Iterator[SandboxFactory | None]:
         yield pool.sandbox
 
 
-def _check_named(args: tuple[list[str], int, Sequence[int] | None]) -> list[DomainCheck]:
+def _check_named(args: tuple[list[str], _Plan]) -> list[DomainCheck]:
     from posttrain.tasks.registry import get_domain
 
-    names, per_domain, seeds = args
-    return _check_all([get_domain(n) for n in names], per_domain, seeds)
+    names, plan = args
+    return _check_all([get_domain(n) for n in names], plan)
 
 
 def check_domains(domains: Iterable[Domain], per_domain: int = 5, seeds: Sequence[int] | None = None,
@@ -155,26 +169,23 @@ def check_domains(domains: Iterable[Domain], per_domain: int = 5, seeds: Sequenc
     sandboxes (about 1.5 of 2 cores busy on a quiet 2-core machine), which the direct ones (one
     core, the interpreter lock) fill. `guess_tasks` > 0: the constant-answer probe
     (`posttrain.tasks.check.guess_probe`) on that many train tasks of each directly graded
-    domain, in this process after the checks."""
+    domain, right after its check and in the same process (so the probes of reasoning-gym's
+    generators, minutes in all, run beside the sandboxed domains' checks, not after them)."""
     if per_domain < 1:
         raise ValueError(f"per_domain must be >= 1, got {per_domain}")
     if guess_tasks < 0:
         raise ValueError(f"guess_tasks must be >= 0, got {guess_tasks}")
     domains = list(domains)
     t0 = time.perf_counter()
-    report = _check_domains(domains, per_domain, seeds, workers)
-    if guess_tasks:
-        for d, c in zip(domains, report.checks):
-            if not c.not_checked and not needs_sandbox(d):
-                c.guess = guess_probe(d, guess_tasks)
+    report = _check_domains(domains, _Plan(per_domain, seeds, guess_tasks), workers)
     report.seconds = time.perf_counter() - t0
     return report
 
 
-def _check_domains(domains: list[Domain], per_domain: int, seeds: Sequence[int] | None, workers: int) -> CheckReport:
+def _check_domains(domains: list[Domain], plan: _Plan, workers: int) -> CheckReport:
     t0 = time.perf_counter()
     if len(domains) < 2:
-        return CheckReport(_check_all(domains, per_domain, seeds), time.perf_counter() - t0)
+        return CheckReport(_check_all(domains, plan), time.perf_counter() - t0)
 
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -185,7 +196,7 @@ def _check_domains(domains: list[Domain], per_domain: int, seeds: Sequence[int] 
     if workers <= 1:
         chunks = [[d.name for d in domains if registered.get(d.name) is d and not needs_sandbox(d)]]
         if not chunks[0] or len(chunks[0]) == len(domains):
-            return CheckReport(_check_all(domains, per_domain, seeds), time.perf_counter() - t0)
+            return CheckReport(_check_all(domains, plan), time.perf_counter() - t0)
         beside = set(chunks[0])
         local = [d for d in domains if d.name not in beside]
     else:
@@ -195,8 +206,8 @@ def _check_domains(domains: list[Domain], per_domain: int, seeds: Sequence[int] 
         chunks = [remote[i::workers * 4] for i in range(workers * 4) if remote[i::workers * 4]]
     results: dict[str, DomainCheck] = {}
     with ProcessPoolExecutor(max(1, workers), mp_context=multiprocessing.get_context("fork")) as pool:
-        parts = pool.map(_check_named, [(c, per_domain, seeds) for c in chunks])  # submits all
-        results.update((c.domain, c) for c in _check_all(local, per_domain, seeds))
+        parts = pool.map(_check_named, [(c, plan) for c in chunks])  # submits all
+        results.update((c.domain, c) for c in _check_all(local, plan))
         for part in parts:
             results.update((c.domain, c) for c in part)
     return CheckReport([results[d.name] for d in domains], time.perf_counter() - t0)
