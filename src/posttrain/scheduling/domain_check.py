@@ -92,7 +92,9 @@ def check_domain(domain: Domain, per_domain: int = 5, seeds: Sequence[int] | Non
     if not needs_sandbox(domain):
         out = check_with(domain, grade_directly, regrade_all=True, per_domain=per_domain, seeds=seeds)
         if guess_tasks:
+            t0 = time.perf_counter()
             out.guess = guess_probe(domain, guess_tasks)
+            out.seconds += time.perf_counter() - t0
         return out
     if sandbox_factory is None:
         try:

@@ -114,6 +114,7 @@ class DomainCheck:
     not_checked: str = ""
     """why the domain could not be checked here ('' when it was)"""
     seconds: float = 0.0
+    """wall time of the domain's check (and of its constant-answer probe, when run)"""
     failures: list[Failure] = field(default_factory=list)
     guess: Guess | None = None
     """the constant-answer probe (`guess_probe`); None when not run (a sandboxed domain, or
