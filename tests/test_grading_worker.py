@@ -60,6 +60,34 @@ def test_answers_raises_and_timeouts_are_told_apart(worker):
     assert worker.call(("echo", 2), 10) == ("ok", (2, 1)) and worker.pids() != first
 
 
+def test_a_fork_grades_with_children_of_its_own(worker):
+    """A process forked after its parent started a grading child (`tasks check --workers 2`
+    after a check in the parent) graded every answer as an infrastructure error: it polled the
+    parent's child. It starts its own and leaves the parent's running."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    assert worker.call(("echo", 1), 10) == ("ok", (1, 1))
+    parents = worker.pids()
+    _IN_FORK.append(worker)  # the fork inherits it (a worker does not pickle)
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+            status, (echoed, calls), pids = pool.submit(_call_in_fork).result()
+    finally:
+        _IN_FORK.clear()
+    assert (status, echoed, calls) == ("ok", 2, 1)  # a fresh child: its first call
+    assert pids and not set(pids) & set(parents)
+    assert worker.pids() == parents and worker.call(("echo", 3), 10) == ("ok", (3, 2))  # untouched
+
+
+_IN_FORK: list[GradingWorker] = []
+
+
+def _call_in_fork() -> tuple[str, tuple, list[int]]:
+    status, result = _IN_FORK[0].call(("echo", 2), 10)
+    return status, result, _IN_FORK[0].pids()
+
+
 @pytest.mark.slow
 def test_a_slow_answer_holds_up_one_child_not_every_grading():
     import threading

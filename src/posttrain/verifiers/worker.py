@@ -83,6 +83,8 @@ class _Child:
         self._setup, self._handle, self._name = setup, handle, name
         self.proc: Any = None
         self._conn: Any = None
+        self._owner = os.getpid()
+        """the process that started `proc`: only it can talk to it"""
 
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
@@ -95,13 +97,25 @@ class _Child:
             if not parent.poll(FIRST_CALL_S) or parent.recv()[0] != "ready":
                 raise VerifierError("not ready in time")
         except Exception as e:  # noqa: BLE001 - whatever stops the child from starting
-            proc.kill()
-            proc.join(5)
+            if proc.pid is not None:  # started (else kill() has no process to signal)
+                proc.kill()
+                proc.join(5)
             parent.close()
             raise VerifierError(f"the {self._name} process could not start: {type(e).__name__}: {e}") from e
-        self.proc, self._conn = proc, parent
+        self.proc, self._conn, self._owner = proc, parent, os.getpid()
+
+    def _forget_if_forked(self) -> None:
+        """In a fork of the process that started the child (`tasks check --workers`, a forked
+        evaluation worker), the child is the parent's: it cannot be polled from here
+        (`multiprocessing` asserts "can only test a child process": every grading an
+        infrastructure error) nor killed. This process drops its copy of the pipe, leaves the
+        parent's child alone, and starts its own."""
+        if self.proc is not None and self._owner != os.getpid():
+            self._conn.close()
+            self.proc = self._conn = None
 
     def stop(self) -> None:
+        self._forget_if_forked()
         if self.proc is not None:
             self.proc.kill()
             self.proc.join(5)
@@ -109,6 +123,7 @@ class _Child:
         self.proc = self._conn = None
 
     def _once(self, request: Any, timeout_s: float) -> tuple[str, Any]:
+        self._forget_if_forked()
         if self.proc is None or not self.proc.is_alive():
             self._start()
         self._conn.send(request)
@@ -170,8 +185,8 @@ class GradingWorker:
         return result, None
 
     def pids(self) -> list[int]:
-        """The running children's pids."""
-        return [c.proc.pid for c in self._children if c.proc is not None]
+        """The running children's pids (this process's own)."""
+        return [c.proc.pid for c in self._children if c.proc is not None and c._owner == os.getpid()]
 
     def close(self) -> None:
         for _ in range(self._size):
