@@ -19,8 +19,6 @@ from typing import Any
 from posttrain.tasks.families import common, reasoning_gym
 from posttrain.tasks.registry import get_domain, match_domains
 
-RG_STRATIFIED = ("rg.self_reference", "rg.coin_flip", "rg.game_of_life")
-
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -38,7 +36,8 @@ def main() -> None:
 
     common.draw_in_split = recording  # type: ignore[assignment]
     reasoning_gym.draw_in_split = recording  # type: ignore[assignment]
-    names = [d.name for d in match_domains("math.*,text.*") if d.env == "single"] + list(RG_STRATIFIED)
+    names = [d.name for d in match_domains("math.*,text.*") if d.env == "single"]
+    names += [f"rg.{n}" for n in reasoning_gym._shipped_strata()]  # the generators stratified
     results: dict[int, dict[str, float]] = {}
     for n in (int(x) for x in args.n.split(",")):
         gaps = []

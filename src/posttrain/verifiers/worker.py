@@ -83,7 +83,7 @@ class _Child:
         self._setup, self._handle, self._name = setup, handle, name
         self.proc: Any = None
         self._conn: Any = None
-        self._owner = os.getpid()
+        self.owner = os.getpid()
         """the process that started `proc`: only it can talk to it"""
 
     def _start(self) -> None:
@@ -102,7 +102,7 @@ class _Child:
                 proc.join(5)
             parent.close()
             raise VerifierError(f"the {self._name} process could not start: {type(e).__name__}: {e}") from e
-        self.proc, self._conn, self._owner = proc, parent, os.getpid()
+        self.proc, self._conn, self.owner = proc, parent, os.getpid()
 
     def _forget_if_forked(self) -> None:
         """In a fork of the process that started the child (`tasks check --workers`, a forked
@@ -110,7 +110,7 @@ class _Child:
         (`multiprocessing` asserts "can only test a child process": every grading an
         infrastructure error) nor killed. This process drops its copy of the pipe, leaves the
         parent's child alone, and starts its own."""
-        if self.proc is not None and self._owner != os.getpid():
+        if self.proc is not None and self.owner != os.getpid():
             self._conn.close()
             self.proc = self._conn = None
 
@@ -186,7 +186,7 @@ class GradingWorker:
 
     def pids(self) -> list[int]:
         """The running children's pids (this process's own)."""
-        return [c.proc.pid for c in self._children if c.proc is not None and c._owner == os.getpid()]
+        return [c.proc.pid for c in self._children if c.proc is not None and c.owner == os.getpid()]
 
     def close(self) -> None:
         for _ in range(self._size):
