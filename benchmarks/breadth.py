@@ -32,6 +32,12 @@ Runs the job in-process with the overrides below, then reports, from the run dir
   `focus_null_worst_delta`, `focus_significant_*`. At 4 tasks a domain the deltas carry the
   noise of which tasks were drawn, which the odd/even null cannot see: a policy that settled on
   one answer gains or loses by those few tasks' answers;
+* with `--confirm-worst K` (also on a `--resume` of a finished run): the K learnable domains
+  whose deltas were lowest (the focus deltas when measured, else the run's) evaluated again on
+  `--confirm-tasks` fresh eval tasks each by both weights (`confirm_figures`): `confirm_domains`
+  (per domain its delta, task-bootstrap interval, discordant pairs, paired-A/B regression),
+  `confirm_worst_delta` (and `_domain`, `_ci`), `confirm_regressions`. The worst of many small
+  readings is biased low by being chosen; a fresh, larger reading of the chosen is not;
 * `max_answer_rise` (and `_domain`, and the 5 largest in `answer_rises`; `focus_*` on the focus
   evaluations): per learnable domain, how much the share of the trained policy's commonest
   answer rose from the base evaluation (`posttrain.evaluation.shortcuts`). A constant answer that
@@ -69,6 +75,16 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from breadth_evals import (
+    ab_counts,
+    answer_rises,
+    confirm_figures,
+    die_with_parent,
+    focus_beside,
+    focus_figures,
+    null_deltas,
+    pass1_deltas,
+)
 from rich.console import Console
 from rich.table import Table
 
@@ -215,180 +231,6 @@ class _Segment:
         self.write()
 
 
-def null_deltas(before, domains: list[str]) -> dict[str, float]:
-    """Per domain: pass@1 of the odd samples minus the even ones, task by task, over sqrt 2 -- a
-    draw of the delta between two independent evaluations of one policy (half the samples on each
-    side, hence the scaling to the whole evaluation's standard error)."""
-    wanted = set(domains)
-    per: dict[str, list[float]] = defaultdict(list)
-    for r in before.records:
-        if r.domain not in wanted:
-            continue
-        sides: list[list[bool]] = [[], []]
-        for j, sample in r.by_index().items():
-            if sample.scored:
-                sides[j % 2].append(bool(sample.passed))
-        if sides[0] and sides[1]:
-            per[r.domain].append(sum(sides[1]) / len(sides[1]) - sum(sides[0]) / len(sides[0]))
-    return {d: (sum(v) / len(v)) / 2 ** 0.5 for d, v in per.items()}
-
-
-def pass1_deltas(before, after, domains: list[str]) -> dict[str, float]:
-    """Per domain, pass@1 after - before (domains either evaluation did not score left out)."""
-    return {d: p1 - p0 for d in domains
-            if (p0 := pass_of(before, d, "pass@1")) is not None and (p1 := pass_of(after, d, "pass@1")) is not None}
-
-
-def ab_counts(before, after, domains: list[str]) -> tuple[int, int]:
-    """(significant regressions, significant improvements) among `domains` in the paired A/B."""
-    from posttrain.evaluation.ab import compare
-
-    ab = compare(before, after)
-    moved = [ab.domains[d] for d in domains if d in ab.domains]
-    return sum(v["regression"] for v in moved), sum(v["improvement"] for v in moved)
-
-
-def focus_tasks(job: Job, learnable: list[str], n_tasks: int) -> tuple[list, list, int]:
-    """`focus_evals`' domains and tasks: the first `n_tasks` eval tasks of each learnable domain,
-    less those the contamination check finds in the training sample; and how many it left out."""
-    from posttrain.evaluation.contamination import check_contamination
-    from posttrain.pipeline.checks import eval_tasks, train_sample
-
-    wanted = set(learnable)
-    domains = [d for d in job.train_domains if d.name in wanted]
-    tasks = eval_tasks(domains, n_tasks)
-    train = train_sample(domains, job.contamination_per_domain())
-    leaked = set(check_contamination(train, [t for _, t in tasks]).leaked_eval_hashes)
-    return domains, [(d, t) for d, t in tasks if t.hash not in leaked], len(leaked)
-
-
-def focus_evals(job: Job, learnable: list[str], n_tasks: int) -> tuple:
-    """The learnable domains evaluated again on `n_tasks` eval tasks each (the first `n_tasks` of the
-    eval split, so the run's own among them; at the run's samples), by
-    the starting and the trained weights: `evals/focus-before.json`, `evals/focus-after.json`.
-
-    With 4 tasks a domain, a policy that settled on one answer (`rg.circuit_logic`: "0" in 26 of
-    32 samples after training) moves by whatever those 4 tasks' answers happen to be; the odd/even
-    null above does not see that noise (it resamples the same tasks). Like the run's own
-    evaluations these are resumable (a kill loses no stored sample) and loaded when done (by the
-    process `focus_beside` ran beside the run, usually). Tasks that the contamination check finds
-    in the training sample are left out (and counted): the run checked only its own 4 a domain.
-    Returns (before, after, leaked task count)."""
-    from posttrain.pipeline.main import _policy
-    from posttrain.scheduling.engine import sandbox_pool
-    from posttrain.storage.store import Store
-
-    cfg = job.config
-    domains, tasks, leaked = focus_tasks(job, learnable, n_tasks)
-    trainer, _ = job.make_trainer()
-    with Store.for_run_dir(cfg.run_dir) as store, sandbox_pool(domains, cfg.scheduler.workers) as factory:
-        before = job.evaluate(job._base_policy(), "focus-before", tasks, store, factory)
-        after = job.evaluate(_policy(trainer), "focus-after", tasks, store, factory)
-    return before, after, leaked
-
-
-def _wait_for(ready, done: Path, poll_s: float = 5.0):
-    """`ready()`'s first true value; None once `done` exists and `ready()` is still false."""
-    while True:
-        finished = done.exists()  # looked at first: a run that ended has written all it will
-        value = ready()
-        if value or finished:
-            return value or None
-        time.sleep(poll_s)
-
-
-def focus_beside(job: Job, n_tasks: int, done: Path) -> None:
-    """`--focus-tasks`' evaluations in a second process beside the run (`main` starts it): the
-    starting weights' as soon as the run's base evaluation has named the learnable domains, the
-    trained weights' as soon as the run's last checkpoint is written -- while the run trains and
-    makes its final evaluation, on a machine that one evaluation does not keep busy (tiny-agent's
-    episodes wait on their sandboxes). It stores exactly what `focus_evals` would (the same tasks,
-    the same weights, resumable), so the run's process loads them afterwards instead of generating
-    them. It gives up when `done` appears (the run ended short of its last step: the run's process
-    then evaluates whatever it trained) and dies with its parent (a killed benchmark: `--resume`
-    starts it again and it continues the stored evaluations)."""
-    from posttrain.evaluation.result import EvalResult
-    from posttrain.pipeline.checks import unfit_domains
-    from posttrain.pipeline.main import _policy
-    from posttrain.scheduling.engine import sandbox_pool
-    from posttrain.storage.store import Store
-    from posttrain.training.trainer import Trainer
-
-    cfg = job.config
-    before_path = cfg.run_dir / "evals" / "before.json"
-    if _wait_for(before_path.exists, done) is None:
-        return
-    base = job._base_policy()
-    # the run's trained domains: those whose prompts fit (the run leaves the others out)
-    unfit = unfit_domains(base, job.train_domains, job.eval_tasks()) if cfg.domains.skip_unfit else {}
-    job.train_domains = [d for d in job.train_domains if d.name not in unfit]
-    before = EvalResult.load(before_path)
-    k = cfg.eval.n_samples
-    learnable = [d.name for d in job.train_domains if (pass_of(before, d.name, f"pass@{k}") or 0) >= 0.2]
-    if not learnable:
-        return
-    domains, tasks, _ = focus_tasks(job, learnable, n_tasks)
-    with Store.for_run_dir(cfg.run_dir) as store, sandbox_pool(domains, cfg.scheduler.workers) as factory:
-        job.evaluate(base, "focus-before", tasks, store, factory)
-        del base
-        latest = _wait_for(lambda: (c := job.checkpoints.latest()) is not None and c["step"] >= cfg.steps and c,
-                           done)
-        if latest is None:
-            return
-        job.evaluate(_policy(Trainer.resume(latest["path"])), "focus-after", tasks, store, factory)
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the parent dies (Linux prctl PR_SET_PDEATHSIG), so a
-    killed benchmark leaves no evaluation running that its `--resume` would start a second time."""
-    import ctypes
-    import signal
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
-
-
-def focus_figures(job: Job, learnable: list[str], n_tasks: int) -> dict:
-    """`focus_evals`' deltas (nothing without `n_tasks`): the same figures as the run's own, on
-    more tasks a domain, with their null and paired A/B."""
-    if not n_tasks or not learnable:
-        return {}
-    t0 = time.perf_counter()
-    before, after, leaked = focus_evals(job, learnable, n_tasks)
-    focus_s = time.perf_counter() - t0
-    deltas = pass1_deltas(before, after, learnable)
-    null = null_deltas(before, learnable)
-    regressions, improvements = ab_counts(before, after, learnable)
-    rises = answer_rises(job.config.run_dir, "focus-before", "focus-after", learnable)
-    return {"focus_tasks": n_tasks, "focus_leaked_tasks": leaked,
-            "focus_mean_delta": sum(deltas.values()) / len(deltas) if deltas else None,
-            "focus_worst_delta": min(deltas.values()) if deltas else None,
-            "focus_worst_domain": min(deltas, key=deltas.__getitem__) if deltas else None,
-            "focus_null_worst_delta": min(null.values()) if null else None,
-            "focus_significant_regressions": regressions,
-            "focus_significant_improvements": improvements,
-            **{f"focus_{k}": v for k, v in rises.items()},
-            "focus_s": round(focus_s, 1)}
-
-
-def answer_rises(run_dir: Path, before: str, after: str, domains: list[str], top: int = 5) -> dict:
-    """How far the trained policy settled on one answer per domain of `domains`, between the
-    evaluations `before` and `after` (`posttrain.evaluation.shortcuts`): the largest rise of a
-    domain's commonest answer's share, its domain, and the `top` largest (answer, rise, the pass@1
-    that answer earns). A constant answer learned where it pays and carried to look-alike prompts
-    shows here before it costs a domain its pass rate."""
-    from posttrain.evaluation.shortcuts import answer_shift, final_answers
-    from posttrain.storage.store import Store
-
-    with Store.for_run_dir(run_dir, readonly=True) as store:
-        shift = answer_shift(final_answers(store, f"eval:{before}"), final_answers(store, f"eval:{after}"))
-    wanted = set(domains)
-    # largest first, ties as `shortcuts.largest_rise` breaks them: the first is its pick
-    ranked = sorted((d for d in shift if d in wanted), key=lambda d: (shift[d]["rise"], d), reverse=True)[:top]
-    return {"max_answer_rise": shift[ranked[0]]["rise"] if ranked else None,
-            "max_answer_rise_domain": ranked[0] if ranked else None,
-            "answer_rises": {d: {k: shift[d][k] for k in ("answer", "rise", "pass1_by_answer")} for d in ranked}}
-
-
 def _step_number(version: str) -> int:
     tail = version.rsplit("step-", 1)[-1]
     return int(tail) if tail.isdigit() else -1
@@ -428,6 +270,11 @@ def main() -> None:
     ap.add_argument("--focus-tasks", type=int, default=0,
                     help="then evaluate the learnable domains again on this many eval tasks each, "
                          "before and after (the focus_* figures; may be added on --resume)")
+    ap.add_argument("--confirm-worst", type=int, default=0, metavar="K",
+                    help="then evaluate the K learnable domains with the lowest deltas (the focus "
+                         "ones' when measured) again on --confirm-tasks fresh eval tasks each, before "
+                         "and after (the confirm_* figures; may be added on --resume)")
+    ap.add_argument("--confirm-tasks", type=int, default=200)
     ap.add_argument("--resume", action="store_true",
                     help="continue the run in --runs-dir (same flags) instead of starting again")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -453,7 +300,8 @@ def main() -> None:
     # --focus-tasks measures the finished run again; it is no flag of the run itself
     # (no --set is no flag: a run measured before --set existed resumes as before)
     segments = _load_segments(segments_file, {k: v for k, v in vars(args).items()
-                                              if k not in ("focus_tasks", "focus_beside")
+                                              if k not in ("focus_tasks", "focus_beside",
+                                                           "confirm_worst", "confirm_tasks")
                                               and not (k == "set" and not v)})
     cfg = _config(args, sets, runs)
     console = Console(force_terminal=False, width=120)
@@ -463,7 +311,7 @@ def main() -> None:
     if args.focus_tasks:  # the focus evaluations, beside the run (`focus_beside`)
         with open(runs / "focus-beside.err", "ab") as err:
             beside = subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--focus-beside"],
-                                      stdout=subprocess.DEVNULL, stderr=err, preexec_fn=_die_with_parent)
+                                      stdout=subprocess.DEVNULL, stderr=err, preexec_fn=die_with_parent)
     # each segment's seconds are written while it runs, so a kill loses at most a minute of them
     try:
         with _Segment(segments_file, segments):
@@ -492,7 +340,8 @@ def main() -> None:
     served = {d for c in per_step for d in c}
 
     learnable = [d for d in trained if (pass_of(before, d, f"pass@{k}") or 0) >= 0.2]
-    deltas = list(pass1_deltas(before, after, learnable).values())
+    by_domain = pass1_deltas(before, after, learnable)
+    deltas = list(by_domain.values())
     groups: Counter = Counter()
     for c in per_step:
         groups.update(c)  # adds the step's counts
@@ -501,6 +350,9 @@ def main() -> None:
     null = null_deltas(before, learnable)
     regressions, improvements = ab_counts(before, after, learnable)
     families = Counter(d.split(".")[0] for d in served)
+    focus = focus_figures(job, learnable, args.focus_tasks)
+    confirm = confirm_figures(job, focus.pop("deltas", None) or by_domain, args.confirm_worst,
+                              args.confirm_tasks, max(args.tasks_per_domain, args.focus_tasks))
     out = {
         "domains_trained": len(served),
         "domains_selected": len(trained) + len(job.unfit),
@@ -532,7 +384,7 @@ def main() -> None:
         "significant_improvements": improvements,
         **answer_rises(cfg.run_dir, "before", "after", learnable),
         "base_pass1": summary.get("base_pass1"), "final_pass1": summary.get("final_pass1"),
-        **focus_figures(job, learnable, args.focus_tasks),
+        **focus, **confirm,
         "focus_beside_exit": beside_rc, "focus_wait_s": round(focus_wait_s, 1),
         "wall_s": round(wall_s, 1),
         "segments": len(segments["segments"]),

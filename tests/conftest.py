@@ -148,8 +148,13 @@ def toy_registry(monkeypatch) -> Callable[..., None]:
 @pytest.fixture(scope="session")
 def load_benchmark():
     """`load_benchmark("breadth")`: benchmarks/breadth.py as a module (the benchmarks are scripts,
-    not a package), for tests of their own arithmetic."""
+    not a package), for tests of their own arithmetic. The benchmarks' folder is put on the path, as
+    running one as a script does (a benchmark may import its sibling modules)."""
     import importlib.util
+    import sys
+
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
 
     def load(name: str):
         path = ROOT / "benchmarks" / f"{name}.py"

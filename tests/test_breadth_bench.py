@@ -1,5 +1,5 @@
-"""benchmarks/breadth.py's own arithmetic: the null delta of sampling noise, and resuming a run
-with the flags it started with."""
+"""benchmarks/breadth.py's (and breadth_evals.py's) own arithmetic: the null delta of sampling
+noise, resuming a run with the flags it started with, the focus and confirmation evaluations."""
 
 from __future__ import annotations
 
@@ -17,12 +17,17 @@ def bench(load_benchmark):
     return load_benchmark("breadth")
 
 
+@pytest.fixture(scope="module")
+def figures(load_benchmark):
+    return load_benchmark("breadth_evals")
+
+
 def record(domain: str, outcomes: list[bool | None]):
     samples = {j: SimpleNamespace(scored=p is not None, passed=p) for j, p in enumerate(outcomes)}
     return SimpleNamespace(domain=domain, by_index=lambda: samples)
 
 
-def test_null_delta_is_odd_minus_even_samples_per_task_scaled_to_the_whole_evaluation(bench):
+def test_null_delta_is_odd_minus_even_samples_per_task_scaled_to_the_whole_evaluation(figures):
     before = SimpleNamespace(records=[
         # odd samples all pass, even ones all fail: +1 on this task
         record("a", [False, True, False, True]),
@@ -33,7 +38,7 @@ def test_null_delta_is_odd_minus_even_samples_per_task_scaled_to_the_whole_evalu
         # not asked for
         record("c", [False, True]),
     ])
-    null = bench.null_deltas(before, ["a", "b"])
+    null = figures.null_deltas(before, ["a", "b"])
     assert set(null) == {"a", "b"}
     assert null["a"] == pytest.approx(0.5 / 2 ** 0.5)
     assert null["b"] == pytest.approx(0.5 / 2 ** 0.5)
@@ -101,23 +106,30 @@ def test_each_step_is_measured_against_the_quotas_the_adaptive_scheduler_held(be
     assert seeded["effective"][0] == pytest.approx({"a": 0.5 / 0.6, "b": 0.1 / 0.6})
 
 
-@pytest.mark.slow
-def test_focus_evaluations_measure_the_finished_run_on_more_tasks_once(bench, tmp_path):
+def _finished_run(tmp_path: Path, name: str):
+    """The smoke run (2 trained domains, 4 eval tasks x 2 samples), trained 2 steps: its Job."""
     import os
 
     from rich.console import Console
 
     from posttrain.pipeline.config import load_config
     from posttrain.pipeline.main import Job
-    from posttrain.storage.store import Store
     from tests.test_pipeline import SMOKE
 
-    path = tmp_path / "focus.toml"
-    path.write_text(SMOKE.format(name="focus", runs=tmp_path / "runs", steps=2))
+    path = tmp_path / f"{name}.toml"
+    path.write_text(SMOKE.format(name=name, runs=tmp_path / "runs", steps=2))
     job = Job(load_config(path), Console(file=open(os.devnull, "w")))
     job.run()
+    return job
+
+
+@pytest.mark.slow
+def test_focus_evaluations_measure_the_finished_run_on_more_tasks_once(figures, tmp_path):
+    from posttrain.storage.store import Store
+
+    job = _finished_run(tmp_path, "focus")
     wanted = ["math.add.d2", "text.reverse.l3"]
-    before, after, leaked = bench.focus_evals(job, wanted, 6)
+    before, after, leaked = figures.focus_evals(job, wanted, 6)
     assert leaked == 0
     # 6 tasks a domain (the run evaluated 4), of the learnable domains only, by the base and the
     # trained weights
@@ -131,7 +143,7 @@ def test_focus_evaluations_measure_the_finished_run_on_more_tasks_once(bench, tm
         stored = store.counts("eval:focus-after")["episodes"]
     assert stored == 2 * 6 * 2
     # a second call loads what was written: nothing is generated again
-    again = bench.focus_figures(job, wanted, 6)
+    again = figures.focus_figures(job, wanted, 6)
     with Store.for_run_dir(run_dir, readonly=True) as store:
         assert store.counts("eval:focus-after")["episodes"] == stored
         assert sum(store.duplicates().values()) == 0
@@ -141,6 +153,44 @@ def test_focus_evaluations_measure_the_finished_run_on_more_tasks_once(bench, tm
     # the answer shift of the same evaluations, from the stored episodes (2 samples x 6 tasks)
     assert again["focus_max_answer_rise_domain"] in wanted and set(again["focus_answer_rises"]) == set(wanted)
     assert -1.0 <= again["focus_max_answer_rise"] <= 1.0
+
+
+@pytest.mark.slow
+def test_the_worst_domains_are_confirmed_on_fresh_tasks_once(figures, tmp_path):
+    from posttrain.evaluation.result import EvalResult
+    from posttrain.pipeline.checks import eval_tasks
+    from posttrain.storage.store import Store
+
+    job = _finished_run(tmp_path, "confirm")
+    # the lowest of the earlier deltas is chosen (ties by name), whatever the order given
+    stage = {"text.reverse.l3": 0.1, "math.add.d2": -0.2}
+    out = figures.confirm_figures(job, stage, 1, 5, 4)
+    assert set(out["confirm_domains"]) == {"math.add.d2"}
+    assert out["confirm_domains"]["math.add.d2"]["stage_delta"] == -0.2
+    run_dir = job.config.run_dir
+    before = EvalResult.load(run_dir / "evals" / "confirm-1x5-before.json")
+    after = EvalResult.load(run_dir / "evals" / "confirm-1x5-after.json")
+    assert after.policy.endswith("step-2") and before.policy != after.policy
+    # fresh tasks: eval seeds 4..8, none of them one of the first 4 the earlier evaluations had
+    domains = [d for d in job.train_domains if d.name in out["confirm_domains"]]
+    earlier = {t.hash for _, t in eval_tasks(domains, 4)}
+    assert {r.hash for r in before.records} == {t.hash for _, t in eval_tasks(domains, 5, start=4)}
+    assert not earlier & {r.hash for r in before.records}
+    assert {r.seed for r in before.records} == {4, 5, 6, 7, 8}
+    for v in out["confirm_domains"].values():
+        assert v["tasks"] == 5 and v["ci"][0] <= v["delta"] <= v["ci"][1]
+        assert v["a_only"] + v["b_only"] <= 5 * 2  # discordant pairs of 5 tasks x 2 samples
+    assert out["confirm_worst_delta"] == min(v["delta"] for v in out["confirm_domains"].values())
+    assert out["confirm_worst_domain"] in out["confirm_domains"]
+    with Store.for_run_dir(run_dir, readonly=True) as store:
+        stored = store.counts("eval:confirm-1x5-after")["episodes"]
+    assert stored == 5 * 2
+    # measured again: loaded, nothing generated twice
+    assert figures.confirm_figures(job, stage, 1, 5, 4)["confirm_domains"] == out["confirm_domains"]
+    with Store.for_run_dir(run_dir, readonly=True) as store:
+        assert store.counts("eval:confirm-1x5-after")["episodes"] == stored
+        assert sum(store.duplicates().values()) == 0
+    assert figures.confirm_figures(job, stage, 0, 5, 4) == {}
 
 
 def _beside_pids(runs: Path) -> list[int]:

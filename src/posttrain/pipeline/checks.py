@@ -33,12 +33,13 @@ def has_split(domain: Domain, split: str) -> bool:
     return True
 
 
-def eval_tasks(domains: Sequence[Domain], per_domain: int) -> list[tuple[Domain, Task]]:
+def eval_tasks(domains: Sequence[Domain], per_domain: int, start: int = 0) -> list[tuple[Domain, Task]]:
+    """Each domain's eval tasks of seeds `start`..`start + per_domain - 1` (a task met twice kept once)."""
     out, seen = [], set()
     for d in domains:
         if not has_split(d, "eval"):
             continue  # an imported single task that lives in the train split only
-        for seed in range(per_domain):
+        for seed in range(start, start + per_domain):
             task = d.task(seed, "eval")
             if task.hash not in seen:
                 seen.add(task.hash)
