@@ -46,15 +46,18 @@ def ab_counts(before, after, domains: list[str]) -> tuple[int, int]:
     return sum(v["regression"] for v in moved), sum(v["improvement"] for v in moved)
 
 
-def focus_tasks(job: Job, learnable: list[str], n_tasks: int) -> tuple[list, list, int]:
-    """`focus_evals`' domains and tasks: the first `n_tasks` eval tasks of each learnable domain,
-    less those the contamination check finds in the training sample; and how many it left out."""
+def focus_tasks(job: Job, names: list[str], n_tasks: int, start: int = 0) -> tuple[list, list, int]:
+    """The trained domains of `names` and their eval tasks of seeds `start`..`start + n_tasks - 1`,
+    less a task equal to one of an earlier seed and those the contamination check finds in the
+    training sample; and how many the check left out. `focus_evals` starts at 0,
+    `confirm_figures` after the tasks already evaluated."""
     from posttrain.evaluation.contamination import check_contamination
     from posttrain.pipeline.checks import eval_tasks, train_sample
 
-    wanted = set(learnable)
+    wanted = set(names)
     domains = [d for d in job.train_domains if d.name in wanted]
-    tasks = eval_tasks(domains, n_tasks)
+    earlier = {t.hash for _, t in eval_tasks(domains, start)}
+    tasks = [(d, t) for d, t in eval_tasks(domains, n_tasks, start=start) if t.hash not in earlier]
     train = train_sample(domains, job.contamination_per_domain())
     leaked = set(check_contamination(train, [t for _, t in tasks]).leaked_eval_hashes)
     return domains, [(d, t) for d, t in tasks if t.hash not in leaked], len(leaked)
@@ -105,18 +108,11 @@ def confirm_figures(job: Job, stage: dict[str, float], k: int, n_tasks: int, ski
     delta with its task-bootstrap interval, the discordant pairs (`a_only`: passed before only),
     and whether the paired A/B (Holm over the `k`) finds a regression."""
     from posttrain.evaluation.ab import compare
-    from posttrain.evaluation.contamination import check_contamination
-    from posttrain.pipeline.checks import eval_tasks, train_sample
 
     if not k or not n_tasks or not stage:
         return {}
     chosen = sorted(stage, key=lambda d: (stage[d], d))[:k]
-    domains = [d for d in job.train_domains if d.name in set(chosen)]
-    seen = {t.hash for _, t in eval_tasks(domains, skip)}
-    tasks = [(d, t) for d, t in eval_tasks(domains, n_tasks, start=skip) if t.hash not in seen]
-    leaked = set(check_contamination(train_sample(domains, job.contamination_per_domain()),
-                                     [t for _, t in tasks]).leaked_eval_hashes)
-    tasks = [(d, t) for d, t in tasks if t.hash not in leaked]
+    domains, tasks, _ = focus_tasks(job, chosen, n_tasks, start=skip)
     t0 = time.perf_counter()
     before, after = before_and_after(job, domains, tasks, f"confirm-{k}x{n_tasks}")
     ab = compare(before, after).domains
