@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -34,7 +35,9 @@ def cache(tmp_path, monkeypatch):
 
 @pytest.fixture
 def listener():
-    """A TCP listener on the host's 127.0.0.1; `.heard` collects what each connection sent."""
+    """A TCP listener on the host's 127.0.0.1; `.heard` collects what each connection sent, and
+    `.wait(n)` waits for the n-th: a client's connection completes in the kernel's backlog, so the
+    step that made it can return before this thread has accepted it (a race under load)."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
@@ -54,7 +57,13 @@ def listener():
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    yield SimpleNamespace(port=server.getsockname()[1], heard=heard)
+    def wait(n: int, timeout_s: float = 15.0) -> list[bytes]:
+        deadline = time.monotonic() + timeout_s
+        while len(heard) < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return heard
+
+    yield SimpleNamespace(port=server.getsockname()[1], heard=heard, wait=wait)
     stop.set()
     thread.join(5)
     server.close()
@@ -79,7 +88,7 @@ def test_run_steps_reach_the_host_network_only_when_asked(cache, listener, tmp_p
     assert listener.heard == []
 
     image = build(dockerfile, network=True)
-    assert listener.heard == [b"built"]
+    assert listener.wait(1) == [b"built"]
     # the resolver files were bound for the step (the host's), and are not part of its layer
     if os.path.isfile("/etc/resolv.conf"):
         seen = [f"{layer}/resolv.seen" for layer in image.layers if os.path.isfile(f"{layer}/resolv.seen")]
@@ -122,7 +131,7 @@ def test_the_cli_flag_and_the_source_setting(cache, listener, tmp_path):
     assert r.exit_code == 1 and "--network" in r.output and listener.heard == []
     r = runner.invoke(app, ["build", "--network", str(tmp_path / "cli")])
     assert r.exit_code == 0, r.output
-    assert "with the host's network" in r.output and listener.heard == [b"cli"]
+    assert "with the host's network" in r.output and listener.wait(1) == [b"cli"]
 
     folder = tmp_path / "tasks" / "net-task"
     _dockerfile(folder / "environment", port, "source")
@@ -135,7 +144,7 @@ def test_the_cli_flag_and_the_source_setting(cache, listener, tmp_path):
         load_source(f"harbor:{tmp_path / 'tasks'}?net=1")
     (domain,) = load_source(f"harbor:{tmp_path / 'tasks'}?network=1")
     image = image_for(domain.task(0, "train"))
-    assert image is not None and listener.heard == [b"cli", b"source"]
+    assert image is not None and listener.wait(2) == [b"cli", b"source"]
 
 
 @pytest.fixture
@@ -179,7 +188,7 @@ def test_run_network_per_step(cache, listener, tmp_path):
     with pytest.raises(DockerfileError, match=r"Dockerfile:2: RUN --network=default needs the network.*--network"):
         build(ctx / "Dockerfile")
     image = build(ctx / "Dockerfile", network=True)
-    assert listener.heard == [b"default"]  # the --network=none step had no network
+    assert listener.wait(1) == [b"default"]  # the --network=none step had no network
     assert any(os.path.isfile(f"{layer}/none") for layer in image.layers)
 
 
