@@ -57,6 +57,7 @@ def listener():
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
+
     def wait(n: int, timeout_s: float = 15.0) -> list[bytes]:
         deadline = time.monotonic() + timeout_s
         while len(heard) < n and time.monotonic() < deadline:
