@@ -51,6 +51,11 @@ Runs the job in-process with the overrides below, then reports, from the run dir
   (`focus_beside_exit`: that process's exit status). They are not in `wall_s`: `focus_wait_s` is
   how long this process waited for them after the run, `focus_s` what it spent on them itself
   (~0 where they were loaded).
+* with `--base-from EARLIER_RUNS_DIR` (an A/B of two training settings): the evaluations of the
+  starting weights (base, focus, confirmation) copy the samples that earlier run of the
+  benchmark drew of the same tasks, where it drew them with the same weights, sampling settings
+  and posttrain source (`[eval] base_from`); `reused` says how many each evaluation copied. The
+  figures are those of a run that drew them itself; `wall_s` is shorter by what was not drawn.
 
 Shortened how: `--steps` trainer steps instead of the config's, `--tasks-per-domain` eval tasks
 per domain and `--samples` samples each (and `--group-size` samples per training group), so on a
@@ -236,6 +241,13 @@ def _step_number(version: str) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
+def reused_samples(run_dir: Path) -> dict[str, int]:
+    """Evaluation name -> samples it copied from `--base-from`'s run (`EvalResult.reused`)."""
+    from posttrain.evaluation.result import run_evals
+
+    return {r.name: r.reused["samples"] for r in run_evals(run_dir) if r.reused}
+
+
 def _config(args: argparse.Namespace, sets: dict, runs: Path):
     """The run config: `--config` with `--set`, and the benchmark's flags over both."""
     overrides = {"runs_dir": str(runs), "steps": args.steps, "checkpoint_every": max(1, args.steps),
@@ -249,9 +261,12 @@ def _config(args: argparse.Namespace, sets: dict, runs: Path):
         overrides["allow_contamination"] = True
     keyed = {**sets, **dotted(overrides)}  # the flags win
     cfg = load_config(args.config, keyed)
+    paths = {}
     if not Path(cfg.model.path).is_absolute():  # the config's paths are relative to the repository
-        cfg = load_config(args.config, {**keyed, ("model", "path"): str(ROOT / cfg.model.path)})
-    return cfg
+        paths[("model", "path")] = str(ROOT / cfg.model.path)
+    if args.base_from:  # the earlier run's directory in its --runs-dir
+        paths[("eval", "base_from")] = str(Path(args.base_from) / cfg.name)
+    return load_config(args.config, {**keyed, **paths}) if paths else cfg
 
 
 def main() -> None:
@@ -275,6 +290,10 @@ def main() -> None:
                          "ones' when measured) again on --confirm-tasks fresh eval tasks each, before "
                          "and after (the confirm_* figures; may be added on --resume)")
     ap.add_argument("--confirm-tasks", type=int, default=200)
+    ap.add_argument("--base-from", default=None, metavar="RUNS_DIR",
+                    help="copy the starting weights' evaluations (base, focus, confirmation) from this "
+                         "earlier run of the benchmark where they are the same ones ([eval] base_from): "
+                         "an A/B of two training settings evaluates the base once")
     ap.add_argument("--resume", action="store_true",
                     help="continue the run in --runs-dir (same flags) instead of starting again")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -286,6 +305,8 @@ def main() -> None:
     except ConfigError as e:
         ap.error(str(e))
     runs = Path(args.runs_dir)
+    if args.base_from and Path(args.base_from).resolve() == runs.resolve():
+        ap.error("--base-from names --runs-dir itself (which this run replaces)")
     ended = runs / "bench-run-ended"  # written when this segment's run returns or fails
     if args.focus_beside:
         with open(runs / "focus-beside.log", "a", encoding="utf-8") as log:
@@ -300,7 +321,7 @@ def main() -> None:
     # --focus-tasks measures the finished run again; it is no flag of the run itself
     # (no --set is no flag: a run measured before --set existed resumes as before)
     segments = _load_segments(segments_file, {k: v for k, v in vars(args).items()
-                                              if k not in ("focus_tasks", "focus_beside",
+                                              if k not in ("focus_tasks", "focus_beside", "base_from",
                                                            "confirm_worst", "confirm_tasks")
                                               and not (k == "set" and not v)})
     cfg = _config(args, sets, runs)
@@ -385,6 +406,7 @@ def main() -> None:
         **answer_rises(cfg.run_dir, "before", "after", learnable),
         "base_pass1": summary.get("base_pass1"), "final_pass1": summary.get("final_pass1"),
         **focus, **confirm,
+        "reused": reused_samples(cfg.run_dir),
         "focus_beside_exit": beside_rc, "focus_wait_s": round(focus_wait_s, 1),
         "wall_s": round(wall_s, 1),
         "segments": len(segments["segments"]),

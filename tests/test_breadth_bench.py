@@ -248,3 +248,13 @@ def test_focus_evaluations_run_beside_the_run_and_die_with_it(tmp_path):
     evals = runs / "fb" / "evals"
     after = json.loads((evals / "focus-after.json").read_text())
     assert after["policy"].endswith("fb/step-2")
+    # an A/B of another training setting: the starting weights' evaluations are copied, not drawn
+    again = subprocess.run([*cmd[:5], str(tmp_path / "runs-b"), *cmd[6:], "--base-from", str(runs),
+                            "--set", "trainer.lr=3e-4"], env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    out_b = json.loads(again.stdout.strip().splitlines()[-1])
+    assert out_b["reused"] == {"before": 3 * 4 * 8, "focus-before": 6 * 2 * 8} and out["reused"] == {}
+    for name in ("before", "focus-before"):
+        a, b = (json.loads((r / "fb" / "evals" / f"{name}.json").read_text()) for r in (runs, tmp_path / "runs-b"))
+        assert a["records"] == b["records"]
+    assert "focus-after: nothing reused" in (tmp_path / "runs-b" / "focus-beside.log").read_text()

@@ -56,6 +56,9 @@ class EvalResult:
     task_source: str = ""
     created_at: float = field(default_factory=time.time)
     wall_s: float = 0.0
+    reused: dict[str, Any] = field(default_factory=dict)
+    """where some samples were copied from instead of drawn (`posttrain.evaluation.reuse`):
+    {"from": the other run's directory, "samples": how many}; empty when all were drawn here"""
 
     @cached_property
     def summary(self) -> dict[str, Any]:
@@ -75,6 +78,7 @@ class EvalResult:
         return {"format": FORMAT, "name": self.name, "policy": self.policy, "policy_spec": self.policy_spec,
                 "created_at": self.created_at, "wall_s": round(self.wall_s, 6),
                 "task_source": self.task_source, "config": self.config.to_dict(),
+                **({"reused": self.reused} if self.reused else {}),
                 "summary": self.summary, "records": [r.to_dict() for r in self.records]}
 
     @classmethod
@@ -86,7 +90,8 @@ class EvalResult:
                        config=EvalConfig.from_dict(d["config"], where=f"{where}: field 'config'"),
                        records=[TaskRecord.from_dict(r) for r in d["records"]],
                        policy_spec=d.get("policy_spec", ""), task_source=d.get("task_source", ""),
-                       created_at=float(d.get("created_at", 0.0)), wall_s=float(d.get("wall_s", 0.0)))
+                       created_at=float(d.get("created_at", 0.0)), wall_s=float(d.get("wall_s", 0.0)),
+                       reused=dict(d.get("reused") or {}))
         except KeyError as e:
             raise EvalFileError(f"{where}: missing field {e.args[0]!r}") from None
         except (TypeError, ValueError) as e:

@@ -33,6 +33,7 @@ from typing import Any
 
 from posttrain.envs.single import SandboxFactory
 from posttrain.evaluation.config import EvalConfig
+from posttrain.evaluation.identity import identity
 from posttrain.evaluation.policy import SeededPolicy
 from posttrain.evaluation.records import Sample, TaskRecord
 from posttrain.evaluation.result import EvalResult
@@ -78,7 +79,7 @@ def _run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: Eval
     gids = {key: f"eval:{key[0][:16]}:{key[1]}" for key in index}
     done = stored_samples(store, run_id, policy.version.name, config) if store is not None and resume else {}
     if store is not None:
-        store.start_run(run_id, {"kind": "eval", "name": name, "policy": policy.version.name,
+        store.start_run(run_id, {"kind": "eval", "name": name, **identity(policy.version),
                                  "policy_spec": policy_spec, "tasks": task_source, "sources": list(sources),
                                  **config.to_dict()})
 
@@ -109,19 +110,26 @@ def _run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: Eval
 def _sampling_fields(config: EvalConfig | Mapping[str, Any]) -> dict[str, Any]:
     """What decides which samples an evaluation draws (not how many workers drew them)."""
     d = config.to_dict() if isinstance(config, EvalConfig) else dict(config)
-    return {k: d.get(k) for k in ("k", "temperature", "top_p", "max_tokens", "seed")}
+    fields = {k: d.get(k) for k in ("k", "temperature", "top_p", "max_tokens", "seed")}
+    fields["k"] = tuple(fields["k"] or ())  # a list once recorded as JSON
+    return fields
+
+
+def sampling_change(recorded: Mapping[str, Any], config: EvalConfig) -> str | None:
+    """What differs between the sampling settings an evaluation recorded and `config`'s
+    ("temperature 1.0 -> 0.7"); None when nothing that decides the samples does."""
+    old, new = _sampling_fields(recorded), _sampling_fields(config)
+    if old == new:
+        return None
+    return ", ".join(f"{k} {old[k]!r} -> {new[k]!r}" for k in new if old[k] != new[k])
 
 
 def not_resumable(store: Any, run_id: str, policy_name: str, config: EvalConfig) -> str | None:
     """Why the samples stored under `run_id` are not this evaluation's (None when they are, or
     when there are none): another policy drew them, or other sampling settings."""
     recorded = {r["id"]: r["config"] for r in store.runs()}.get(run_id)
-    if recorded is not None:
-        old, new = _sampling_fields(recorded), _sampling_fields(config)
-        old["k"], new["k"] = tuple(old["k"] or ()), tuple(new["k"] or ())
-        if old != new:
-            changed = ", ".join(f"{k} {old[k]!r} -> {new[k]!r}" for k in new if old[k] != new[k])
-            return f"{run_id}: its stored samples were drawn with other settings ({changed})"
+    if recorded is not None and (changed := sampling_change(recorded, config)) is not None:
+        return f"{run_id}: its stored samples were drawn with other settings ({changed})"
     others = store.run_policy_versions(run_id) - {policy_name}
     if others:
         return (f"{run_id}: its stored samples are of policy {', '.join(sorted(others))}, "

@@ -135,6 +135,11 @@ class EvalSection(EvalConfig):
     """a baseline file (`posttrain eval baseline create`): after training, the trained policy is
     run on its frozen tasks, and the run exits 1 on a significant regression, as
     `posttrain eval --baseline` does (`evals/gate.json`, `summary.json` "gate")"""
+    base_from: str | None = None
+    """another run's directory whose evaluations of the same weights this run copies instead of
+    drawing them again (its base evaluation, in an A/B of two training settings): the samples of
+    the same tasks, drawn by the same policy with the same sampling settings and posttrain source,
+    are reused; the rest are drawn (`posttrain.evaluation.reuse`). The figures are unchanged."""
 
     @model_validator(mode="before")
     @classmethod
@@ -348,10 +353,11 @@ def load_config(path: str | Path | None = None,
 
 
 RESUMABLE_CHANGES: tuple[str, ...] = ("steps", "checkpoint_every", "keep_checkpoints", "runs_dir",
-                                      "model.threads", "eval.baseline", "logging")
+                                      "model.threads", "eval.baseline", "eval.base_from", "logging")
 """what a `--resume` may change: how long the run trains (a larger `steps` trains a finished run
 further), how often it saves and how many saves it keeps, the folder its directory was named from,
-CPU threads, the baseline its result is gated against, where its metrics are logged. Nothing else:
+CPU threads, the baseline its result is gated against, the run whose evaluations it may reuse
+(they are the ones it would draw), where its metrics are logged. Nothing else:
 every other field shapes what the resumed steps do -- and a trainer setting would not even be
 read, the checkpoint holds the trainer's own -- so a change is refused (`check_resume`) rather than
 recorded in `config.json` as if it had taken effect."""

@@ -118,6 +118,7 @@ class Job:
         self.vision = _vision_model(config)
         """the model is image-text-to-text: trained and sampled as a `VisionPolicy`"""
         self.baseline = self._baseline()
+        self.base_from = self._base_from()
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
         self.checkpoints = RunCheckpoints(self.run_dir / "checkpoints", keep=config.keep_checkpoints)
         self.trainer_config = config.trainer
@@ -140,6 +141,37 @@ class Job:
             return Baseline.load(self.config.eval.baseline)
         except (OSError, ValueError) as e:
             raise ConfigError(f"eval.baseline: {e}") from None
+
+    def _base_from(self) -> Path | None:
+        """`[eval] base_from`, checked before anything runs: another run's directory, with a store."""
+        given = self.config.eval.base_from
+        if given is None:
+            return None
+        path = Path(given)
+        if not (path / "store.sqlite").is_file():
+            raise ConfigError(f"eval.base_from: {given}: no run there (it has no store.sqlite)")
+        if path.resolve() == self.run_dir.resolve():
+            raise ConfigError(f"eval.base_from: {given} is this run's own directory")
+        return path
+
+    def _reuse(self, policy: Any, name: str, tasks: list, store: Any) -> dict[str, Any]:
+        """`[eval] base_from`: that run's samples of this evaluation copied into this run's store,
+        where they are this evaluation's (`posttrain.evaluation.reuse`); the runner then draws only
+        the rest. Repeated on a resume (nothing is stored twice), so the count stays whole."""
+        if self.base_from is None:
+            return {}
+        from posttrain.evaluation.reuse import copy_evaluation
+        from posttrain.storage.store import Store
+
+        with Store.for_run_dir(self.base_from, readonly=True) as donor:
+            done = copy_evaluation(donor, store, f"eval:{name}", policy.version, self.config.eval,
+                                   {t.hash for _, t in tasks})
+        if done.reason is not None:
+            self.console.print(f"{name}: nothing reused from {self.base_from}: {done.reason}")
+            return {}
+        self.console.print(f"{name}: {done.copied} of {len(tasks) * self.config.eval.n_samples} samples "
+                           f"reused from {self.base_from}")
+        return {"from": str(self.base_from), "samples": done.copied}
 
     def gate(self, policy: Any, store: Any) -> dict[str, Any]:
         """The trained policy against `[eval] baseline`, like `posttrain eval --baseline`."""
@@ -189,11 +221,13 @@ class Job:
         t0 = time.perf_counter()
         from posttrain.pipeline.progress import EvalLog
 
+        reused = self._reuse(policy, name, tasks, store)
         log = None if self.console.is_terminal else EvalLog(self.console, name)
         with self.console.status(f"evaluating {policy.version.name} ({name}): {len(tasks)} tasks "
                                  f"x {cfg.eval.samples} samples"):
             result = run_eval(policy, tasks, cfg.eval, name=name, policy_spec=policy.version.name, store=store,
                               sandbox_factory=sandbox_factory, resume=True, on_progress=log)
+        result.reused = reused
         result.save_to_run(self.run_dir)
         self.console.print(f"{name}: {len(tasks)} tasks evaluated in {time.perf_counter() - t0:.1f}s")
         return result
