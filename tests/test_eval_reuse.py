@@ -155,7 +155,8 @@ def test_a_run_reuses_the_base_evaluation_of_another_run(tmp_path):
     assert _outcomes(b) == _outcomes(a) and _figures(b.summary) == _figures(a.summary)
     text = log.read_text()
     assert "before: 18 of 18 samples reused from" in text
-    assert "after: nothing reused from" in text and "its policy differ" in text  # b/step-1 is not a/step-1
+    assert "after: nothing reused from" in text
+    assert "its policy differs (a/step-1 there, b/step-1 here)" in text
     assert not EvalResult.load(tmp_path / "runs" / "b" / "evals" / "after.json").reused
     stamps = []  # the very trajectories run a drew (a fresh draw would be stamped at its own time)
     for n in "ab":

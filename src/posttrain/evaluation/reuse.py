@@ -52,12 +52,12 @@ def why_not(recorded: dict[str, Any] | None, policy: PolicyVersion, config: Eval
     if recorded is None:
         return "it holds no such evaluation"
     mine = identity(policy)
-    missing = [k for k in ("weights_hash", "source") if not recorded.get(k)]
-    if missing:
+    if not (recorded.get("weights_hash") and recorded.get("source")):
         return "it was recorded without the identity reuse needs (an older posttrain)"
-    for key, what in (("policy", "policy"), ("weights_hash", "weights"), ("tokenizer_hash", "tokenizer")):
+    for key, what in (("policy", "policy differs"), ("weights_hash", "weights differ"),
+                      ("tokenizer_hash", "tokenizer differs")):
         if recorded.get(key) != mine[key]:
-            return f"its {what} differ ({recorded.get(key)!r:.24} vs {mine[key]!r:.24})"
+            return f"its {what} ({str(recorded.get(key))[:24]} there, {mine[key][:24]} here)"
     if recorded["source"] != mine["source"]:
         return "it was evaluated by other posttrain source (an edited environment or verifier could score otherwise)"
     if (changed := sampling_change(recorded, config)) is not None:
