@@ -146,7 +146,8 @@ def test_a_resume_under_other_settings_is_refused_and_changes_nothing(tmp_path, 
     assert (run_dir / "config.json").read_bytes() == before and not (run_dir / "status.json").exists()
     # what may change on a resume; the same config resumes (the check passes)
     same = load_config(cfg, {"steps": 9, "checkpoint_every": 3, "model.threads": 1,
-                             "eval.baseline": "x.json", "logging.backends": []})
+                             "eval.baseline": "x.json", "eval.base_from": "runs/other",
+                             "logging.backends": []})
     assert resume_changes(recorded, same) == []
     check_resume(same)
     # a field this version added since the run started compares as its default
