@@ -6,8 +6,10 @@ the same seeded samples (`posttrain.evaluation.runner`), the same verdicts. `[ev
 "runs/other"` lets the second run copy those samples from the first one's store before it
 evaluates; the runner then resumes from them, so it generates only what the other run did not
 hold (other tasks, samples cut short). The result is an evaluation of these weights on these
-tasks and seeds like one drawn here (batched generation on a CPU need not repeat a draw bit for
-bit, so a fresh draw may differ in a few samples; neither is the truer one).
+tasks and seeds like one drawn here: two fresh draws of tiny-agent's evaluation of the math and
+text domains (2,304 samples, 8 workers) gave the same answer in every sample, though batched
+generation need not repeat a draw bit for bit everywhere (a fresh draw that differs in a few
+samples is no truer than the copy).
 
 What must match for a stored evaluation to be reused (`why_not`), each recorded with it by
 `run_eval`:
