@@ -158,6 +158,8 @@ def test_a_run_reuses_the_base_evaluation_of_another_run(tmp_path):
     assert "after: nothing reused from" in text
     assert "its policy differs (a/step-1 there, b/step-1 here)" in text
     assert not EvalResult.load(tmp_path / "runs" / "b" / "evals" / "after.json").reused
+    report = (tmp_path / "runs" / "b" / "report.html").read_text()
+    assert f"(18 samples copied from {tmp_path / 'runs' / 'a'})" in report
     stamps = []  # the very trajectories run a drew (a fresh draw would be stamped at its own time)
     for n in "ab":
         with Store.for_run_dir(tmp_path / "runs" / n, readonly=True) as store:

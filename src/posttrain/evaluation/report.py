@@ -79,7 +79,7 @@ def _evals(run: Path) -> tuple[dict[str, Any], list[str]]:
                 "%Y-%m-%d %H:%M", time.localtime(r.created_at)), "tasks": r.summary["tasks"],
                 "episodes": r.summary["episodes"], "macro": r.summary["macro_pass1"],
                 "micro": r.summary["micro_pass1"], "infra": r.summary["infra_error_rate"],
-                "k": r.config.k, "wall_s": r.wall_s} for r in results],
+                "k": r.config.k, "wall_s": r.wall_s, "reused": r.reused} for r in results],
             "pass_figure": (figures.pass1_by_domain(shown) if any(s[1] for s in shown) and n_domains <= SMALL
                             else None),
             "n_domains": n_domains,
