@@ -69,11 +69,9 @@ def why_not(recorded: dict[str, Any] | None, policy: PolicyVersion, config: Eval
 
 @dataclass(frozen=True)
 class Reuse:
-    """What `copy_evaluation` did: `copied` samples (their trajectories: `trajectories`), or why
-    none (`reason`)."""
+    """What `copy_evaluation` did: `copied` samples, or why none (`reason`)."""
 
     copied: int = 0
-    trajectories: int = 0
     reason: str | None = None
 
 
@@ -98,7 +96,7 @@ def copy_evaluation(donor: Any, store: Any, run_id: str, policy: PolicyVersion, 
             items.append((traj, task, _workspace(donor, traj.final_workspace_sha256)))
     for i in range(0, len(items), BATCH):
         store.put_trajectories(items[i:i + BATCH])
-    return Reuse(copied=len(samples), trajectories=len(items))
+    return Reuse(copied=len(samples))
 
 
 def _workspace(donor: Any, sha256: str | None) -> bytes | None:
