@@ -91,10 +91,11 @@ def test_replay_drift_is_drawn_where_logged_and_never_missing(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     plain = sections(tmp_path)["trainer"]
     assert plain["missing"] == [] and set(plain["last"]) == {"loss", "kl", "grad_norm", "entropy"}
-    rows.append({**rows[0], "step": 2, "replay_drift": 0.04})
+    rows.append({**rows[0], "step": 2, "replay_drift": 0.04, "anchor_kl": 0.002})
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     replayed = sections(tmp_path)["trainer"]
     assert replayed["missing"] == [] and replayed["last"]["replay_drift"] == 0.04
+    assert replayed["last"]["anchor_kl"] == 0.002
 
 
 @pytest.fixture(scope="module")

@@ -29,9 +29,10 @@ CURVE_METRICS = ("reward", "pass_rate")
 """the `family/<f>/<metric>` metrics drawn as learning curves, in this order"""
 TRAINER_METRICS = ("loss", "kl", "grad_norm", "entropy")
 """the trainer's per-step figures drawn as curves, in this order (those a run logged)"""
-OPTIONAL_TRAINER_METRICS = ("replay_drift",)
+OPTIONAL_TRAINER_METRICS = ("replay_drift", "anchor_kl")
 """plotted where the run logged them, never reported missing: how far the replayed successes of
-solved domains had slipped at each step (`TrainerConfig.replay_solved`)"""
+solved domains had slipped at each step (`TrainerConfig.replay_solved`), and the KL to the
+reference on the anchored domains' kept samples (`TrainerConfig.kl_anchor_domains`)"""
 TOP_N = 25
 """rows of a per-domain table shown before the rest is folded away"""
 

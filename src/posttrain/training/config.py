@@ -111,6 +111,15 @@ class TrainerConfig:
     a sample weighs as one trajectory of the step without diluting the others. 0: off"""
     collapse_share: float = 0.5
     """the share of an all-fail group one answer must hold to count as collapsed (`collapse_penalty`)"""
+    kl_anchor_domains: int = 0
+    """extend the KL term to domains the step does not sample: keep the first `kl_anchor_samples`
+    trainable samples of every domain and add those of up to this many domains to each step (the
+    least recently anchored first) with advantage 0, so only `kl_beta`'s term acts on them, each
+    sample weighing as one trajectory of the step without diluting the others
+    (`posttrain.training.replay.KlAnchor`). Why: over hundreds of domains a step holds a few, and
+    the others' answers drift unopposed while the shared weights move. Needs `kl_beta` > 0. 0: off"""
+    kl_anchor_samples: int = 2
+    """samples kept per domain for `kl_anchor_domains`"""
     min_group_size: int = 2
     """groups with fewer trainable trajectories (after dropping infra_error) are skipped, counted"""
     old_logprobs: OldLogprobs = "sampler"
@@ -168,6 +177,10 @@ class TrainerConfig:
         check(self.replay_advantage > 0, self, "replay_advantage", "must be > 0")
         check(self.collapse_penalty >= 0, self, "collapse_penalty", "must be >= 0 (0: off)")
         check(0 < self.collapse_share <= 1, self, "collapse_share", "must be in (0, 1]")
+        check(self.kl_anchor_domains >= 0, self, "kl_anchor_domains", "must be >= 0 (0: off)")
+        check(self.kl_anchor_samples >= 1, self, "kl_anchor_samples", "must be an integer >= 1")
+        check(self.kl_anchor_domains == 0 or self.kl_beta > 0, self, "kl_anchor_domains",
+              "needs kl_beta > 0 (the anchor is the KL term on the kept samples)")
         check(self.adv_eps > 0, self, "adv_eps", "must be > 0")
         check(self.tis_cap == 0 or self.tis_cap >= 1, self, "tis_cap", "must be 0 (off) or >= 1")
         check(self.engine in ("local", "fsdp"), self, "engine", "must be 'local' or 'fsdp'")

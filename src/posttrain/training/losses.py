@@ -63,6 +63,8 @@ class LossParts:
     """weighted k3 KL (0 without a reference)"""
     clip_fraction: float
     ratio_max: float
+    """the largest ratio among the tokens the policy gradient acts on (advantage != 0: a KL anchor's
+    samples, `TrainerConfig.kl_anchor_domains`, were sampled steps ago and carry none)"""
 
 
 def clipped_pg_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
@@ -91,7 +93,7 @@ def clipped_pg_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
         pg=float((pg.detach() * weights).sum()),
         kl=kl_value,
         clip_fraction=float((is_clipped * weights).sum()),
-        ratio_max=float(ratio.detach().max()) if ratio.numel() else 1.0,
+        ratio_max=float(acting.max()) if (acting := ratio.detach()[advantages != 0]).numel() else 1.0,
     )
 
 

@@ -51,7 +51,7 @@ from posttrain.training.config import TrainerConfig
 from posttrain.training.engines import make_engine, ranks
 from posttrain.training.engines.base import sample_tokens
 from posttrain.training.losses import clipped_pg_loss, off_policy, token_weights
-from posttrain.training.replay import SolvedReplay
+from posttrain.training.replay import KlAnchor, SolvedReplay
 from posttrain.values.generation import PolicyVersion
 from posttrain.values.trajectory import Trajectory
 
@@ -108,6 +108,8 @@ class Trainer:
         self.totals: dict[str, int] = {k: 0 for k in _TOTALS}
         self.replay = SolvedReplay()
         """the kept all-pass groups (`TrainerConfig.replay_solved`; checkpointed)"""
+        self.anchor = KlAnchor(config.kl_anchor_samples)
+        """every domain's first samples, held to the reference (`TrainerConfig.kl_anchor_domains`)"""
         self._hash_cache: tuple[int, str] | None = None
 
     # -- versions --------------------------------------------------------------------
@@ -154,15 +156,21 @@ class Trainer:
             drawn = self.replay.draw(cfg.replay_solved, self.step_count)
             kept = self.replay.observe(groups, self.step_count)
         replayed = [t for g in drawn for t in g]
-        trajectories = sel.trajectories + sel.penalized + replayed
+        anchored: list[Trajectory] = []
+        if cfg.kl_anchor_domains:  # drawn before this batch is kept, like the replay
+            anchored = self.anchor.draw(cfg.kl_anchor_domains, self.step_count)
+            anchors_new = self.anchor.observe(groups)
+        trajectories = sel.trajectories + sel.penalized + replayed + anchored
         self._check_temperature(trajectories)
         advantages = (sel.advantages + [-cfg.collapse_penalty] * len(sel.penalized)
-                      + [cfg.replay_advantage] * len(replayed))
+                      + [cfg.replay_advantage] * len(replayed) + [0.0] * len(anchored))
         samples, skipped_turns = samples_from(trajectories, advantages,
                                               image_inputs=self.vision.image_inputs if self.vision else None)
-        # neither dilutes the step's policy gradient (`losses.token_weights`' extra)
+        # none dilutes the step's policy gradient (`losses.token_weights`' extra)
         extra_owners = set(range(len(sel.trajectories), len(trajectories)))
-        replay_owners = set(range(len(sel.trajectories) + len(sel.penalized), len(trajectories)))
+        anchor_start = len(trajectories) - len(anchored)
+        replay_owners = set(range(len(sel.trajectories) + len(sel.penalized), anchor_start))
+        anchor_owners = set(range(anchor_start, len(trajectories)))
         n_tokens = sum(len(s.completion_ids) for s in samples)
         metrics: dict[str, float] = {
             "groups": sel.groups, "groups_used": sel.groups_used,
@@ -180,8 +188,11 @@ class Trainer:
         if cfg.replay_solved:
             metrics.update(replay_groups=len(drawn), replay_trajectories=len(replayed), replay_kept=kept,
                            replay_domains=len(self.replay.groups))
+        if cfg.kl_anchor_domains:
+            metrics.update(anchor_trajectories=len(anchored), anchor_new=anchors_new,
+                           anchor_domains=len(self.anchor.samples))
         if n_tokens:
-            metrics.update(self._update(samples, replay_owners, extra_owners))
+            metrics.update(self._update(samples, replay_owners, extra_owners, anchor_owners))
             self.engine.refresh()
         else:
             metrics.update({"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0,
@@ -220,7 +231,8 @@ class Trainer:
                else default_cap_bytes(next(self.engine.model.parameters()).device))
         return self.memory.train_tokens(cap, max(sample_tokens(samples), default=1))
 
-    def _update(self, samples: list[Sample], replay_owners: set[int], extra_owners: set[int]) -> dict[str, float]:
+    def _update(self, samples: list[Sample], replay_owners: set[int], extra_owners: set[int],
+                anchor_owners: set[int]) -> dict[str, float]:
         cfg = self.config
         engine = self.engine
         device = next(engine.model.parameters()).device
@@ -254,10 +266,15 @@ class Trainer:
                 is_weights = torch.where(mask, torch.ones_like(is_weights), is_weights)
             replay_w = weights * mask
             replay_w = replay_w / replay_w.sum().clamp_min(1e-12)
+        anchor_w = None
+        if anchor_owners:  # the KL on the anchored samples alone, per token (a metric)
+            anchor_w = weights * torch.tensor([s.owner in anchor_owners for s in samples for _ in s.completion_ids],
+                                              device=device)
+            anchor_w = anchor_w / anchor_w.sum().clamp_min(1e-12)
 
         engine.model.train()
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0,
-                "grad_norm": 0.0, "sampler_logprob_diff": 0.0, "replay_drift": 0.0}
+                "grad_norm": 0.0, "sampler_logprob_diff": 0.0, "replay_drift": 0.0, "anchor_kl": 0.0}
         ratio_max = 0.0
         ranges = engine.micro_batches(sample_tokens(samples), cfg.micro_batch_size, tokens)
         for epoch in range(cfg.ppo_epochs):
@@ -282,6 +299,9 @@ class Trainer:
                 ratio_max = max(ratio_max, parts.ratio_max)
                 assert entropy is not None
                 step_sums["entropy"] += float((entropy * weights[a:b]).sum())
+                if epoch == 0 and anchor_w is not None and ref is not None:
+                    d = (ref[a:b] - new.detach())
+                    step_sums["anchor_kl"] += float(((d.exp() - d - 1.0) * anchor_w[a:b]).sum())
                 if epoch == 0 and replay_w is not None:  # how far the kept successes have slipped
                     step_sums["replay_drift"] += float(((old[a:b] - new.detach()) * replay_w[a:b]).sum())
                 if epoch == 0:
@@ -297,6 +317,9 @@ class Trainer:
         out.pop("replay_drift")
         if replay_w is not None:
             out["replay_drift"] = sums["replay_drift"]  # summed over epoch 0 only, like the line above
+        out.pop("anchor_kl")
+        if anchor_w is not None:
+            out["anchor_kl"] = sums["anchor_kl"]  # before the step's updates (epoch 0)
         out["old_logprobs_from_sampler"] = float(use_sampler)
         out.update(mismatch)
         out["updated"] = 1
@@ -322,7 +345,7 @@ class Trainer:
                  "config": self.config.to_dict(), "version": version.to_dict(),
                  "start_version": self.start_version.to_dict(), "totals": dict(self.totals),
                  "extra": self.extra, "vision": self.vision is not None,
-                 "replay": self.replay.state_dict()}
+                 "replay": self.replay.state_dict(), "anchor": self.anchor.state_dict()}
         lora = self.config.lora is not None
         if lora:
             if self.base_path is None:
@@ -378,5 +401,6 @@ class Trainer:
         trainer.totals.update(state.get("totals", {}))
         trainer.extra = dict(state.get("extra") or {})
         trainer.replay.load_state_dict(state.get("replay") or {})
+        trainer.anchor.load_state_dict(state.get("anchor") or {})
         checkpoints.set_rng_state(checkpoints.load_tensors(directory, "rng.pt"))
         return trainer
