@@ -21,6 +21,8 @@ def test_breadth_agent_config_trains_everything_with_tiny_agent(tmp_path):
     assert cfg.domains.heldout == base.domains.heldout  # forgetting measured as in breadth.toml
     assert cfg.scheduler.workers == 8
     assert cfg.trainer.replay_solved == 4  # solved domains replayed (README: the breadth run with replay)
+    # README: holding the domains a step does not sample
+    assert cfg.trainer.kl_anchor_domains == 64 and cfg.trainer.kl_beta > 0
 
 
 @pytest.mark.slow
