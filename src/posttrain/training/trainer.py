@@ -271,6 +271,14 @@ class Trainer:
             anchor_w = weights * torch.tensor([s.owner in anchor_owners for s in samples for _ in s.completion_ids],
                                               device=device)
             anchor_w = anchor_w / anchor_w.sum().clamp_min(1e-12)
+        # the `kl` metric reads the step's own samples (their weights sum to 1), so that it means
+        # the same with and without replayed, penalized or anchored samples in the loss
+        own_w = weights
+        if extra_owners:
+            own_w = weights * torch.tensor([s.owner not in extra_owners for s in samples for _ in s.completion_ids],
+                                           device=device)
+            if float(own_w.sum()) == 0.0:  # a step of extra samples alone: they are its samples
+                own_w = weights
 
         engine.model.train()
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0,
@@ -294,13 +302,15 @@ class Trainer:
                 engine.backward(parts.loss)
                 step_sums["loss"] += float(parts.loss.detach())
                 step_sums["pg_loss"] += parts.pg
-                step_sums["kl"] += parts.kl
+                if ref is not None and cfg.kl_beta > 0:
+                    d = ref[a:b] - new.detach()
+                    step_sums["kl"] += float(((d.exp() - d - 1.0) * own_w[a:b]).sum())
                 step_sums["clip_fraction"] += parts.clip_fraction
                 ratio_max = max(ratio_max, parts.ratio_max)
                 assert entropy is not None
                 step_sums["entropy"] += float((entropy * weights[a:b]).sum())
                 if epoch == 0 and anchor_w is not None and ref is not None:
-                    d = (ref[a:b] - new.detach())
+                    d = ref[a:b] - new.detach()
                     step_sums["anchor_kl"] += float(((d.exp() - d - 1.0) * anchor_w[a:b]).sum())
                 if epoch == 0 and replay_w is not None:  # how far the kept successes have slipped
                     step_sums["replay_drift"] += float(((old[a:b] - new.detach()) * replay_w[a:b]).sum())
