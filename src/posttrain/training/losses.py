@@ -61,6 +61,9 @@ class LossParts:
     pg: float
     kl: float
     """weighted k3 KL (0 without a reference)"""
+    kl_tokens: torch.Tensor | None
+    """each token's k3 KL, detached (None without a reference): for figures over a subset of the
+    tokens (the trainer's `kl` and `anchor_kl`)"""
     clip_fraction: float
     ratio_max: float
     """the largest ratio among the tokens the policy gradient acts on (advantage != 0: a KL anchor's
@@ -81,17 +84,19 @@ def clipped_pg_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
     if is_weights is not None:
         pg = pg * is_weights
     per_token = pg
-    kl_value = 0.0
+    kl_value, kl_tokens = 0.0, None
     if ref_logp is not None and kl_beta > 0:
         delta = ref_logp - new_logp
         kl = torch.exp(delta) - delta - 1.0
         per_token = per_token + kl_beta * kl
-        kl_value = float((kl.detach() * weights).sum())
+        kl_tokens = kl.detach()
+        kl_value = float((kl_tokens * weights).sum())
     is_clipped = (clipped > unclipped).float()
     return LossParts(
         loss=(per_token * weights).sum(),
         pg=float((pg.detach() * weights).sum()),
         kl=kl_value,
+        kl_tokens=kl_tokens,
         clip_fraction=float((is_clipped * weights).sum()),
         ratio_max=float(acting.max()) if (acting := ratio.detach()[advantages != 0]).numel() else 1.0,
     )

@@ -257,28 +257,21 @@ class Trainer:
         ref = self._logprobs_no_grad(self.reference, samples, tokens) if self.reference is not None else None
         replay_w = None
         if replay_owners:  # a replayed success's ratio is against what its sampler recorded
-            mask = torch.tensor([s.owner in replay_owners for s in samples for _ in s.completion_ids], device=device)
+            mask = _owned(samples, replay_owners, device)
             recorded = torch.tensor([lp for s in samples for lp in (
                 s.old_logprobs if s.owner in replay_owners and s.old_logprobs else [0.0] * len(s.completion_ids))],
                 device=device, dtype=old.dtype)
             old = torch.where(mask, recorded, old)
             if is_weights is not None:
                 is_weights = torch.where(mask, torch.ones_like(is_weights), is_weights)
-            replay_w = weights * mask
-            replay_w = replay_w / replay_w.sum().clamp_min(1e-12)
-        anchor_w = None
-        if anchor_owners:  # the KL on the anchored samples alone, per token (a metric)
-            anchor_w = weights * torch.tensor([s.owner in anchor_owners for s in samples for _ in s.completion_ids],
-                                              device=device)
-            anchor_w = anchor_w / anchor_w.sum().clamp_min(1e-12)
-        # the `kl` metric reads the step's own samples (their weights sum to 1), so that it means
-        # the same with and without replayed, penalized or anchored samples in the loss
-        own_w = weights
-        if extra_owners:
-            own_w = weights * torch.tensor([s.owner not in extra_owners for s in samples for _ in s.completion_ids],
-                                           device=device)
-            if float(own_w.sum()) == 0.0:  # a step of extra samples alone: they are its samples
-                own_w = weights
+            replay_w = _share(weights, mask)
+        # the KL on the anchored samples alone, per token (a metric)
+        anchor_w = _share(weights, _owned(samples, anchor_owners, device)) if anchor_owners else None
+        # the `kl` metric reads the step's own samples, so that it means the same with and without
+        # replayed, penalized or anchored samples in the loss (a step of those alone: all of them)
+        own_w = _share(weights, ~_owned(samples, extra_owners, device)) if extra_owners else weights
+        if not float(own_w.sum()):
+            own_w = weights
 
         engine.model.train()
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0,
@@ -302,16 +295,14 @@ class Trainer:
                 engine.backward(parts.loss)
                 step_sums["loss"] += float(parts.loss.detach())
                 step_sums["pg_loss"] += parts.pg
-                if ref is not None and cfg.kl_beta > 0:
-                    d = ref[a:b] - new.detach()
-                    step_sums["kl"] += float(((d.exp() - d - 1.0) * own_w[a:b]).sum())
+                if parts.kl_tokens is not None:
+                    step_sums["kl"] += float((parts.kl_tokens * own_w[a:b]).sum())
                 step_sums["clip_fraction"] += parts.clip_fraction
                 ratio_max = max(ratio_max, parts.ratio_max)
                 assert entropy is not None
                 step_sums["entropy"] += float((entropy * weights[a:b]).sum())
-                if epoch == 0 and anchor_w is not None and ref is not None:
-                    d = ref[a:b] - new.detach()
-                    step_sums["anchor_kl"] += float(((d.exp() - d - 1.0) * anchor_w[a:b]).sum())
+                if epoch == 0 and anchor_w is not None and parts.kl_tokens is not None:
+                    step_sums["anchor_kl"] += float((parts.kl_tokens * anchor_w[a:b]).sum())
                 if epoch == 0 and replay_w is not None:  # how far the kept successes have slipped
                     step_sums["replay_drift"] += float(((old[a:b] - new.detach()) * replay_w[a:b]).sum())
                 if epoch == 0:
@@ -414,3 +405,15 @@ class Trainer:
         trainer.anchor.load_state_dict(state.get("anchor") or {})
         checkpoints.set_rng_state(checkpoints.load_tensors(directory, "rng.pt"))
         return trainer
+
+
+def _owned(samples: Sequence[Sample], owners: set[int], device: torch.device) -> torch.Tensor:
+    """Per generated token of `samples`: whether its trajectory is one of `owners`."""
+    return torch.tensor([s.owner in owners for s in samples for _ in s.completion_ids], device=device,
+                        dtype=torch.bool)
+
+
+def _share(weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`weights` on the masked tokens, renormalised to sum to 1 (all zero where none is masked)."""
+    masked = weights * mask
+    return masked / masked.sum().clamp_min(1e-12)
