@@ -42,6 +42,11 @@ Runs the job in-process with the overrides below, then reports, from the run dir
   evaluations): per learnable domain, how much the share of the trained policy's commonest
   answer rose from the base evaluation (`posttrain.evaluation.shortcuts`). A constant answer that
   pays somewhere and is carried to look-alike prompts shows here;
+* `targets`: each of the issue's targets read from the figures above, with whether it is met
+  (None where not measured): `worst_delta` at the run's evaluation size and, where the lowest
+  domains were confirmed, `confirm_worst_delta`: the worst of ~40 readings at 4 tasks x 8
+  samples is below -0.02 for an unchanged policy (`null_worst_delta`), so the confirmation is the
+  reading that can meet it;
 * `wall_s`: the whole run (evaluations included); a run continued with `--resume` after a kill
   sums its segments (`segments` counts them; the time between them is not counted). `--resume`
   with a larger `--steps` trains a finished run further (`extended_from` lists its earlier step
@@ -241,6 +246,24 @@ def _step_number(version: str) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
+TARGETS = (("domains_trained", ">=", 300), ("infra_error_rate", "<=", 0.01),
+           ("step_mix_error", "<=", 0.05), ("mean_delta", ">=", 0.05), ("focus_mean_delta", ">=", 0.05),
+           ("worst_delta", ">=", -0.02), ("confirm_worst_delta", ">=", -0.02),
+           ("heldout_delta", ">=", -0.01))
+"""the figures the breadth issue sets targets for (the focus and confirmation readings are the
+same figures measured on more tasks)"""
+
+
+def targets(figures: dict) -> dict[str, bool | None]:
+    """"figure op bound" -> whether the figure meets it; None where it was not measured."""
+    out: dict[str, bool | None] = {}
+    for key, op, bound in TARGETS:
+        value = figures.get(key)
+        out[f"{key} {op} {bound}"] = (None if value is None
+                                      else value >= bound if op == ">=" else value <= bound)
+    return out
+
+
 def reused_samples(run_dir: Path) -> dict[str, int]:
     """Evaluation name -> samples it copied from `--base-from`'s run (`EvalResult.reused`)."""
     from posttrain.evaluation.result import run_evals
@@ -413,11 +436,15 @@ def main() -> None:
         "extended_from": segments.get("extended_from", []),
         "contamination_overridden": json.loads((cfg.run_dir / "contamination.json").read_text())["overridden"],
     }
+    out["targets"] = targets(out)
     table = Table(title=f"breadth: {len(trained)} trained domains, {cfg.steps} steps (shortened)")
     table.add_column("figure")
     table.add_column("value", justify="right")
     for key, value in out.items():
-        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+        if key != "targets":
+            table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    for key, met in out["targets"].items():
+        table.add_row(f"target {key}", {True: "met", False: "NOT met", None: "not measured"}[met])
     console.print(table)
     print(json.dumps(out))
 

@@ -258,3 +258,17 @@ def test_focus_evaluations_run_beside_the_run_and_die_with_it(tmp_path):
         a, b = (json.loads((r / "fb" / "evals" / f"{name}.json").read_text()) for r in (runs, tmp_path / "runs-b"))
         assert a["records"] == b["records"]
     assert "focus-after: nothing reused" in (tmp_path / "runs-b" / "focus-beside.log").read_text()
+
+
+def test_targets_read_each_figure_against_its_bound_and_say_what_was_not_measured(bench):
+    figures = {"domains_trained": 329, "infra_error_rate": 0.0, "step_mix_error": 0.0287,
+               "mean_delta": 0.05, "focus_mean_delta": 0.0499, "worst_delta": -0.0625,
+               "confirm_worst_delta": -0.02, "heldout_delta": None}
+    verdict = bench.targets(figures)
+    assert verdict == {
+        "domains_trained >= 300": True, "infra_error_rate <= 0.01": True, "step_mix_error <= 0.05": True,
+        "mean_delta >= 0.05": True, "focus_mean_delta >= 0.05": False, "worst_delta >= -0.02": False,
+        "confirm_worst_delta >= -0.02": True, "heldout_delta >= -0.01": None}
+    assert bench.targets({**figures, "domains_trained": 299, "infra_error_rate": 0.011})[
+        "domains_trained >= 300"] is False
+    assert bench.targets({**figures, "infra_error_rate": 0.011})["infra_error_rate <= 0.01"] is False
