@@ -126,6 +126,40 @@ def test_the_run_resumes_its_cut_evaluation(tmp_path, cut_to):
     assert len(other.seeds) == len(tasks) * 2
 
 
+
+def test_an_evaluation_of_the_same_name_over_other_tasks_is_not_loaded_or_resumed(tmp_path):
+    """A benchmark that chose other domains for an evaluation of the same weights and name (a run
+    trained further, its lowest domains chosen again) gets those domains' figures, not the file
+    or rows of the earlier choice -- finished or cut short."""
+    from posttrain.pipeline.config import load_config
+    from posttrain.pipeline.main import Job
+    from tests.test_pipeline import SMOKE
+
+    path = tmp_path / "job.toml"
+    path.write_text(SMOKE.format(name="job", runs=tmp_path / "runs", steps=2))
+    job = Job(load_config(path), Console(file=open(os.devnull, "w")))
+    first, second = resolve_tasks("math.add.d2", per_domain=3), resolve_tasks("text.reverse.l5", per_domain=3)
+    with Store.for_run_dir(job.run_dir) as store:
+        job.evaluate(CoinPolicy(0.5), "confirm", first, store, None)
+        policy = CoinPolicy(0.5)
+        again = job.evaluate(policy, "confirm", second, store, None)  # finished over `first`
+        assert {r.domain for r in again.records} == {"text.reverse.l5"}
+        assert len(policy.seeds) == len(second) * 2
+        assert store.run_task_hashes("eval:confirm") == {t.hash for _, t in second}
+        # cut short over `second`, asked for `first`: its rows are not this evaluation's
+        (job.run_dir / "evals" / "confirm.json").unlink()
+        policy = CoinPolicy(0.5)
+        third = job.evaluate(policy, "confirm", first, store, None)
+        assert {r.domain for r in third.records} == {"math.add.d2"} and len(policy.seeds) == len(first) * 2
+        assert store.run_task_hashes("eval:confirm") == {t.hash for _, t in first}
+        # the same tasks again: loaded, nothing drawn
+        policy = CoinPolicy(0.5)
+        job.evaluate(policy, "confirm", first, store, None)
+        assert policy.seeds == []
+        # `run_eval` itself refuses to resume rows of other tasks (`posttrain eval --resume`)
+        with pytest.raises(ValueError, match=r"3 of its stored tasks are not among this evaluation's"):
+            run_eval(CoinPolicy(0.5), second, job.config.eval, name="confirm", store=store, resume=True)
+
 def test_posttrain_eval_resume_continues_only_a_named_evaluation(tmp_path):
     import json
 

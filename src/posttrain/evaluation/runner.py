@@ -28,7 +28,7 @@ the workers; each attempt's result (trajectory, task, final workspace) goes to t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from posttrain.envs.single import SandboxFactory
@@ -77,7 +77,8 @@ def _run_eval(policy: Policy, tasks: Sequence[tuple[Domain, Task]], config: Eval
     seeded = SeededPolicy(policy, config.seed)
     index = {(t.hash, j): (d, t) for d, t in tasks for j in range(config.n_samples)}
     gids = {key: f"eval:{key[0][:16]}:{key[1]}" for key in index}
-    done = stored_samples(store, run_id, policy.version.name, config) if store is not None and resume else {}
+    done = (stored_samples(store, run_id, policy.version.name, config, {t.hash for _, t in tasks})
+            if store is not None and resume else {})
     if store is not None:
         store.start_run(run_id, {"kind": "eval", "name": name, **identity(policy.version),
                                  "policy_spec": policy_spec, "tasks": task_source, "sources": list(sources),
@@ -124,9 +125,12 @@ def sampling_change(recorded: Mapping[str, Any], config: EvalConfig) -> str | No
     return ", ".join(f"{k} {old[k]!r} -> {new[k]!r}" for k in new if old[k] != new[k])
 
 
-def not_resumable(store: Any, run_id: str, policy_name: str, config: EvalConfig) -> str | None:
+def not_resumable(store: Any, run_id: str, policy_name: str, config: EvalConfig,
+                  task_hashes: Collection[str] | None = None) -> str | None:
     """Why the samples stored under `run_id` are not this evaluation's (None when they are, or
-    when there are none): another policy drew them, or other sampling settings."""
+    when there are none): another policy drew them, or other sampling settings, or (with
+    `task_hashes`, the evaluation's tasks) some are of tasks it does not have -- an evaluation's
+    rows are read back whole (its answers' shares, its figures), so they are one task set's."""
     recorded = {r["id"]: r["config"] for r in store.runs()}.get(run_id)
     if recorded is not None and (changed := sampling_change(recorded, config)) is not None:
         return f"{run_id}: its stored samples were drawn with other settings ({changed})"
@@ -134,14 +138,31 @@ def not_resumable(store: Any, run_id: str, policy_name: str, config: EvalConfig)
     if others:
         return (f"{run_id}: its stored samples are of policy {', '.join(sorted(others))}, "
                 f"not {policy_name}")
+    if task_hashes is not None and (stray := store.run_task_hashes(run_id) - set(task_hashes)):
+        return f"{run_id}: {len(stray)} of its stored tasks are not among this evaluation's"
     return None
 
 
-def stored_samples(store: Any, run_id: str, policy_name: str, config: EvalConfig) -> dict[str, list[Trajectory]]:
+def superseded(result: EvalResult, policy_name: str, config: EvalConfig, task_hashes: Collection[str]) -> str | None:
+    """Why a finished evaluation (`result`, as written) is not the one asked for (None when it
+    is): other weights, other sampling settings or another task set drew it -- a run trained
+    further, or a benchmark that chose other domains for an evaluation of the same name."""
+    if result.policy != policy_name:
+        return f"evaluated {result.policy}, not {policy_name}"
+    if (changed := sampling_change(result.config.to_dict(), config)) is not None:
+        return f"was drawn with other settings ({changed})"
+    if {r.hash for r in result.records} != set(task_hashes):
+        return "evaluated another task set"
+    return None
+
+
+def stored_samples(store: Any, run_id: str, policy_name: str, config: EvalConfig,
+                   task_hashes: Collection[str] | None = None) -> dict[str, list[Trajectory]]:
     """Group id -> the stored attempts (in order) of each sample of `run_id` that is finished:
     its last attempt is a result, an error a retry cannot help, or its last allowed retry.
-    Raises ValueError when the stored samples are not this evaluation's (`not_resumable`)."""
-    reason = not_resumable(store, run_id, policy_name, config)
+    Raises ValueError when the stored samples are not this evaluation's (`not_resumable`; with
+    `task_hashes`, also where some are of other tasks)."""
+    reason = not_resumable(store, run_id, policy_name, config, task_hashes)
     if reason is not None:
         raise ValueError(f"cannot resume {reason}")
     by_group: dict[str, list[Trajectory]] = {}

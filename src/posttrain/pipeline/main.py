@@ -197,24 +197,25 @@ class Job:
 
     def evaluate(self, policy: Any, name: str, tasks: list, store: Any, sandbox_factory: Any) -> Any:
         """`evals/<name>.json` for `policy`: loaded if a killed run already wrote it for these very
-        weights; an evaluation of other weights (a finished run resumed to train further) is
-        superseded, its rows leave the store. An evaluation cut short by a kill continues: the
-        samples it stored are not generated again, their rows make its figures (`run_eval`'s
-        `resume`)."""
+        weights, settings and tasks; one of other weights (a finished run resumed to train
+        further), settings or tasks (a benchmark that chose other domains) is superseded, its rows
+        leave the store. An evaluation cut short by a kill continues: the samples it stored are not
+        generated again, their rows make its figures (`run_eval`'s `resume`)."""
         from posttrain.evaluation import EvalResult, run_eval
-        from posttrain.evaluation.runner import not_resumable
+        from posttrain.evaluation.runner import not_resumable, superseded
 
         path = self.run_dir / "evals" / f"{name}.json"
+        hashes = {t.hash for _, t in tasks}
         if path.exists():
             old = EvalResult.load(path)
-            if old.policy == policy.version.name:
+            if (why := superseded(old, policy.version.name, self.config.eval, hashes)) is None:
                 self.console.print(f"{name}: loaded {path}")
                 return old
-            self.console.print(f"{name}: {path} evaluated {old.policy}, not {policy.version.name}: evaluating again")
+            self.console.print(f"{name}: {path} {why}: evaluating again")
             store.delete_run(f"eval:{name}")
             path.unlink()
-        elif (why := not_resumable(store, f"eval:{name}", policy.version.name, self.config.eval)) is not None:
-            # cut short while evaluating weights since trained further (or with other settings)
+        elif (why := not_resumable(store, f"eval:{name}", policy.version.name, self.config.eval, hashes)) is not None:
+            # cut short while evaluating weights since trained further (or other settings or tasks)
             self.console.print(f"{name}: {why}: evaluating again")
             store.delete_run(f"eval:{name}")
         cfg = self.config

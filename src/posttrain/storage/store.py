@@ -391,6 +391,10 @@ class Store:
         return {v for (v,) in self._query("SELECT DISTINCT policy_version FROM trajectories WHERE run_id=?",
                                           (run_id,))}
 
+    def run_task_hashes(self, run_id: str) -> set[str]:
+        """The tasks of the stored trajectories of `run_id`."""
+        return {h for (h,) in self._query("SELECT DISTINCT task_hash FROM trajectories WHERE run_id=?", (run_id,))}
+
     def infra_attempts(self, run_id: str) -> dict[tuple[str, int], int]:
         """(group id, member) -> the highest attempt recorded as `infra_error` (a resumed run
         moves such members on to their next attempt, as the interrupted run would have)."""
