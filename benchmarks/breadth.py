@@ -50,7 +50,9 @@ Runs the job in-process with the overrides below, then reports, from the run dir
 * `wall_s`: the whole run (evaluations included); a run continued with `--resume` after a kill
   sums its segments (`segments` counts them; the time between them is not counted). `--resume`
   with a larger `--steps` trains a finished run further (`extended_from` lists its earlier step
-  counts). The focus evaluations run in a second process beside the run (`focus_beside`): the
+  counts; the trained weights' evaluations are made again, and the confirmation reads the lowest
+  domains of the new focus reading: an evaluation of the same name over other tasks is not
+  loaded). The focus evaluations run in a second process beside the run (`focus_beside`): the
   starting weights' once the base evaluation has named the learnable domains, the trained
   weights' once the last checkpoint is written; this process then loads them
   (`focus_beside_exit`: that process's exit status). They are not in `wall_s`: `focus_wait_s` is
