@@ -126,7 +126,6 @@ def test_the_run_resumes_its_cut_evaluation(tmp_path, cut_to):
     assert len(other.seeds) == len(tasks) * 2
 
 
-
 def test_an_evaluation_of_the_same_name_over_other_tasks_is_not_loaded_or_resumed(tmp_path):
     """A benchmark that chose other domains for an evaluation of the same weights and name (a run
     trained further, its lowest domains chosen again) gets those domains' figures, not the file
@@ -159,6 +158,7 @@ def test_an_evaluation_of_the_same_name_over_other_tasks_is_not_loaded_or_resume
         # `run_eval` itself refuses to resume rows of other tasks (`posttrain eval --resume`)
         with pytest.raises(ValueError, match=r"3 of its stored tasks are not among this evaluation's"):
             run_eval(CoinPolicy(0.5), second, job.config.eval, name="confirm", store=store, resume=True)
+
 
 def test_posttrain_eval_resume_continues_only_a_named_evaluation(tmp_path):
     import json
