@@ -5,6 +5,7 @@ beside the run) and `--confirm-worst` (the lowest few on fresh tasks, after it).
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -147,6 +148,8 @@ def focus_beside(job: Job, n_tasks: int, done: Path) -> None:
     them. It gives up when `done` appears (the run ended short of its last step: the run's process
     then evaluates whatever it trained) and dies with its parent (a killed benchmark: `--resume`
     starts it again and it continues the stored evaluations)."""
+    import torch
+
     from posttrain.evaluation.result import EvalResult
     from posttrain.pipeline.checks import unfit_domains
     from posttrain.pipeline.main import _policy
@@ -155,6 +158,7 @@ def focus_beside(job: Job, n_tasks: int, done: Path) -> None:
     from posttrain.training.trainer import Trainer
 
     cfg = job.config
+    torch.set_num_threads(beside_threads(cfg.model.threads))  # before any thread of this process runs an op
     before_path = cfg.run_dir / "evals" / "before.json"
     if _wait_for(before_path.exists, done) is None:
         return
@@ -176,6 +180,17 @@ def focus_beside(job: Job, n_tasks: int, done: Path) -> None:
         if latest is None:
             return
         job.evaluate(_policy(Trainer.resume(latest["path"])), "focus-after", tasks, store, factory)
+
+
+def beside_threads(run_threads: int, cores: int | None = None) -> int:
+    """torch threads for the process beside a run that uses `run_threads` (0: torch's default, all
+    cores): the cores that run leaves, no more than its own, at least 1. Two processes whose torch threads outnumber the
+    cores spin against each other: on 2 cores, two tiny-agent evaluations of 224 episodes took 466 s
+    each side by side at 2 threads each, 64 s one alone; at 2 + 1 threads 150 s and 97 s, at 1 + 1
+    91 s both (`benchmarks/colocation.py`)."""
+    cores = cores or os.cpu_count() or 1
+    used = run_threads or cores
+    return max(1, min(used, cores - used))
 
 
 def die_with_parent() -> None:

@@ -272,3 +272,13 @@ def test_targets_read_each_figure_against_its_bound_and_say_what_was_not_measure
     assert bench.targets({**figures, "domains_trained": 299, "infra_error_rate": 0.011})[
         "domains_trained >= 300"] is False
     assert bench.targets({**figures, "infra_error_rate": 0.011})["infra_error_rate <= 0.01"] is False
+
+
+def test_the_process_beside_a_run_takes_the_cores_the_run_leaves_and_never_none(figures):
+    beside = figures.beside_threads
+    assert beside(2, cores=2) == 1  # the shipped configs on a 2-core machine: 2 + 1, not 2 + 2
+    assert beside(0, cores=2) == 1  # torch's default is every core
+    assert beside(1, cores=2) == 1
+    assert beside(4, cores=16) == 4  # no more than the run's own
+    assert beside(12, cores=16) == 4
+    assert beside(8, cores=4) == 1
