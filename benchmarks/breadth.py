@@ -52,7 +52,8 @@ Runs the job in-process with the overrides below, then reports, from the run dir
   with a larger `--steps` trains a finished run further (`extended_from` lists its earlier step
   counts; the trained weights' evaluations are made again, and the confirmation reads the lowest
   domains of the new focus reading: an evaluation of the same name over other tasks is not
-  loaded). The focus evaluations run in a second process beside the run (`focus_beside`): the
+  loaded). The focus evaluations run in a second process beside the run (`focus_beside`, with
+  the torch threads the run leaves: 1 on 2 cores, see `benchmarks/colocation.py`): the
   starting weights' once the base evaluation has named the learnable domains, the trained
   weights' once the last checkpoint is written; this process then loads them
   (`focus_beside_exit`: that process's exit status). They are not in `wall_s`: `focus_wait_s` is

@@ -183,11 +183,11 @@ def focus_beside(job: Job, n_tasks: int, done: Path) -> None:
 
 
 def beside_threads(run_threads: int, cores: int | None = None) -> int:
-    """torch threads for the process beside a run that uses `run_threads` (0: torch's default, all
-    cores): the cores that run leaves, no more than its own, at least 1. Two processes whose torch threads outnumber the
-    cores spin against each other: on 2 cores, two tiny-agent evaluations of 224 episodes took 466 s
-    each side by side at 2 threads each, 64 s one alone; at 2 + 1 threads 150 s and 97 s, at 1 + 1
-    91 s both (`benchmarks/colocation.py`)."""
+    """torch threads for the process beside a run that uses `run_threads` (0: torch's default,
+    every core): the cores the run leaves, no more than its own, at least 1. Two processes whose
+    torch threads outnumber the cores spin against each other: on 2 cores two tiny-agent
+    evaluations of 224 episodes took 544 s each side by side at 2 threads each, against 68 s alone;
+    at 2 + 1 threads 147 s and 97 s (`benchmarks/colocation.py`)."""
     cores = cores or os.cpu_count() or 1
     used = run_threads or cores
     return max(1, min(used, cores - used))
