@@ -92,3 +92,20 @@ def test_infra_errors_are_explained_per_domain():
                          "policy: RuntimeError: prompt of 412 tokens too long", "sandbox: SandboxBroken: died"]),
                rec("b", [None, None])]
     assert infra_error_causes(records) == {"a": (2, "policy: RuntimeError: prompt of 300 tokens too long")}
+
+
+def test_eval_threads_sets_torchs_cpu_threads_and_zero_leaves_them():
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        res = invoke("eval", "--policy", "oracle", "--tasks", TASKS, "--per-domain", "1", "--json")
+        assert res.exit_code == 0, res.output
+        assert torch.get_num_threads() == 2  # the default, 0, leaves torch as it is
+        res = invoke("eval", "--policy", "oracle", "--tasks", TASKS, "--per-domain", "1", "--threads", "1", "--json")
+        assert res.exit_code == 0, res.output
+        assert torch.get_num_threads() == 1
+        assert invoke("eval", "--policy", "oracle", "--threads", "-1").exit_code == 2
+    finally:
+        torch.set_num_threads(before)

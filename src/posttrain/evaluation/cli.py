@@ -208,6 +208,9 @@ def eval_(ctx: typer.Context,
                                       "that was cut short: its stored samples are not drawn again"),
           mode: str = typer.Option("standard", "--mode",
                                    help="standard, or fast (speculative decoding; model directories)"),
+          threads: int = typer.Option(0, "--threads", min=0,
+                                      help="torch CPU threads (0: torch's default, every core); beside another "
+                                           "torch process keep the two's threads within the cores"),
           source: list[str] | None = source_option()) -> None:
     """Evaluate a policy: per-domain and per-family pass@k with CIs, rework, cost, latency.
 
@@ -217,6 +220,10 @@ def eval_(ctx: typer.Context,
         return
     if policy is None:
         _fail("--policy is required (e.g. --policy oracle); see `posttrain eval --help`")
+    if threads:  # before any thread runs an op: generation threads take the count when they start
+        import torch
+
+        torch.set_num_threads(threads)
     added = apply_sources(source)
     if added and tasks == DEFAULT_TASKS:  # --source alone: evaluate what it adds
         tasks = ",".join(added)
