@@ -94,3 +94,25 @@ def test_anchored_domains_are_held_to_the_reference_and_resume_exactly(tmp_path)
         on.step(other)
         off.step(other)
     assert k3(on, kept) < k3(off, kept)
+
+
+def test_the_anchor_weight_scales_the_anchored_samples_kl_term_alone(tmp_path):
+    cfg = TrainerConfig(lr=3e-3, kl_beta=1.0, kl_anchor_domains=1, kl_anchor_samples=4, loss_agg="sequence")
+    trainer = Trainer(MODEL, cfg)
+    held = sampled_group(trainer, "upper abc=", "held", [0] * 4)
+    trainer.step([held, sampled_group(trainer, "reverse abc=", "learning", [1, 0, 1, 0], seed=10)])
+    ckpt = trainer.save(tmp_path / "ckpt")
+    other = [sampled_group(trainer, f"reverse {w}=", "learning", [0, 1, 0, 1], seed=40 + i)
+             for i, w in enumerate(("xyz", "pqr", "klm"))]
+    steps = {w: Trainer.resume(ckpt, replace(trainer.config, kl_anchor_weight=w)) for w in (1.0, 2.0, 4.0)}
+    metrics = {w: t.step(other) for w, t in steps.items()}
+    assert all(m["anchor_trajectories"] == 4 and m["updated"] == 1 for m in metrics.values())
+    # the step's own policy gradient and KL, and the anchored samples' KL before the update: the same
+    for key in ("pg_loss", "kl", "anchor_kl"):
+        assert metrics[4.0][key] == pytest.approx(metrics[1.0][key], rel=1e-6), key
+    # the loss grows linearly in the weight: only the anchored samples' KL term is multiplied
+    one, two, four = (metrics[w]["loss"] for w in (1.0, 2.0, 4.0))
+    assert two > one and (four - one) == pytest.approx(3 * (two - one), rel=1e-4)
+    assert len({weights_hash(t.model) for t in steps.values()}) == 3
+    with pytest.raises(ValidationError, match="kl_anchor_weight"):
+        TrainerConfig(kl_beta=0.1, kl_anchor_domains=4, kl_anchor_weight=0)

@@ -120,6 +120,12 @@ class TrainerConfig:
     the others' answers drift unopposed while the shared weights move. Needs `kl_beta` > 0. 0: off"""
     kl_anchor_samples: int = 2
     """samples kept per domain for `kl_anchor_domains`"""
+    kl_anchor_weight: float = 1.0
+    """how much an anchored sample's KL term weighs against one of the step's own trajectories
+    (`kl_anchor_domains`): it multiplies that sample's token weights, so `kl_beta` on the step's
+    own samples stays as it is. Why: the pull back on the domains a step does not sample can be
+    raised without adding anchored samples (each of those costs forwards and backwards) and
+    without holding the learning domains' own tokens tighter"""
     min_group_size: int = 2
     """groups with fewer trainable trajectories (after dropping infra_error) are skipped, counted"""
     old_logprobs: OldLogprobs = "sampler"
@@ -179,6 +185,7 @@ class TrainerConfig:
         check(0 < self.collapse_share <= 1, self, "collapse_share", "must be in (0, 1]")
         check(self.kl_anchor_domains >= 0, self, "kl_anchor_domains", "must be >= 0 (0: off)")
         check(self.kl_anchor_samples >= 1, self, "kl_anchor_samples", "must be an integer >= 1")
+        check(self.kl_anchor_weight > 0, self, "kl_anchor_weight", "must be > 0")
         check(self.kl_anchor_domains == 0 or self.kl_beta > 0, self, "kl_anchor_domains",
               "needs kl_beta > 0 (the anchor is the KL term on the kept samples)")
         check(self.adv_eps > 0, self, "adv_eps", "must be > 0")

@@ -267,6 +267,11 @@ class Trainer:
             replay_w = _share(weights, mask)
         # the KL on the anchored samples alone, per token (a metric)
         anchor_w = _share(weights, _owned(samples, anchor_owners, device)) if anchor_owners else None
+        # the loss's weights: an anchored sample's KL term scaled by `kl_anchor_weight` (its
+        # policy-gradient term is 0 with advantage 0, so only the pull to the reference changes)
+        loss_w = weights
+        if anchor_owners and cfg.kl_anchor_weight != 1.0:
+            loss_w = torch.where(_owned(samples, anchor_owners, device), weights * cfg.kl_anchor_weight, weights)
         # the `kl` metric reads the step's own samples, so that it means the same with and without
         # replayed, penalized or anchored samples in the loss (a step of those alone: all of them)
         own_w = _share(weights, ~_owned(samples, extra_owners, device)) if extra_owners else weights
@@ -288,7 +293,7 @@ class Trainer:
                     continue
                 a, b = offsets[lo], offsets[hi]
                 new, entropy = engine.forward(samples[lo:hi], temperature=cfg.temperature, with_entropy=True)
-                parts = clipped_pg_loss(new, old[a:b], adv[a:b], weights[a:b],
+                parts = clipped_pg_loss(new, old[a:b], adv[a:b], loss_w[a:b],
                                         clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                                         ref_logp=None if ref is None else ref[a:b], kl_beta=cfg.kl_beta,
                                         is_weights=None if is_weights is None else is_weights[a:b])
