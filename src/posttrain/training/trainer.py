@@ -265,13 +265,14 @@ class Trainer:
             if is_weights is not None:
                 is_weights = torch.where(mask, torch.ones_like(is_weights), is_weights)
             replay_w = _share(weights, mask)
-        # the KL on the anchored samples alone, per token (a metric)
-        anchor_w = _share(weights, _owned(samples, anchor_owners, device)) if anchor_owners else None
-        # the loss's weights: an anchored sample's KL term scaled by `kl_anchor_weight` (its
-        # policy-gradient term is 0 with advantage 0, so only the pull to the reference changes)
-        loss_w = weights
-        if anchor_owners and cfg.kl_anchor_weight != 1.0:
-            loss_w = torch.where(_owned(samples, anchor_owners, device), weights * cfg.kl_anchor_weight, weights)
+        anchor_w, loss_w = None, weights
+        if anchor_owners:
+            anchor_mask = _owned(samples, anchor_owners, device)
+            # the KL on the anchored samples alone, per token (a metric)
+            anchor_w = _share(weights, anchor_mask)
+            # the loss's weights: an anchored sample's KL term scaled by `kl_anchor_weight` (its
+            # policy-gradient term is 0 with advantage 0, so only the pull to the reference changes)
+            loss_w = torch.where(anchor_mask, weights * cfg.kl_anchor_weight, weights)
         # the `kl` metric reads the step's own samples, so that it means the same with and without
         # replayed, penalized or anchored samples in the loss (a step of those alone: all of them)
         own_w = _share(weights, ~_owned(samples, extra_owners, device)) if extra_owners else weights
