@@ -76,6 +76,9 @@ MALFORMED = [
     (lambda p: (p / "task.toml").write_text("[verifier\ntimeout_sec = 1"), "task.toml: invalid TOML"),
     (lambda p: (p / "task.toml").write_text("[verifier]\ntimeout_sec = 'soon'\n"), r"\[verifier\].timeout_sec"),
     (lambda p: (p / "task.toml").write_text("[agent]\ntimeout_sec = -5\n"), r"\[agent\].timeout_sec"),
+    # a grader with no time limit is one a policy can hang: inf is not a timeout
+    (lambda p: (p / "task.toml").write_text("[verifier]\ntimeout_sec = inf\n"), r"\[verifier\].timeout_sec must be a positive, finite"),
+    (lambda p: (p / "task.toml").write_text("[agent]\ntimeout_sec = nan\n"), r"\[agent\].timeout_sec must be a positive, finite"),
     (lambda p: (p / "task.toml").write_text("metadata = 3\n"), r"\[metadata\] must be a table"),
     (lambda p: (p / "task.toml").write_text("[metadata]\nsplit = 'dev'\n"), r"\[metadata\].split"),
     (lambda p: (p / "instruction.md").unlink(), "instruction.md: missing"),

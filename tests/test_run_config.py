@@ -31,6 +31,7 @@ from posttrain.scheduling.config import (
 from posttrain.settings import describe_fields
 from posttrain.tasks.registry import get_domain
 from posttrain.training.config import TrainerConfig
+from posttrain.values.task import TaskLimits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -222,3 +223,28 @@ def test_set_overrides_are_toml_keys_and_values():
         load_config(None, {("steps",): 3, **parse_set(["steps.x=1"])})
     with pytest.raises(ConfigError, match="trainer.lr: must be > 0"):
         load_config(None, parse_set(["trainer.lr=-1"]))
+
+
+def _float_leaves(data, prefix=()):
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from _float_leaves(value, (*prefix, key))
+    elif isinstance(data, float):
+        yield prefix
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")], ids=["inf", "-inf", "nan"])
+def test_no_setting_takes_a_non_finite_number(value):
+    """Every float of the run config (the defaults' float leaves, and floats whose default is None)
+    refuses inf and nan, naming the field: `lr = inf` would train nan weights and record
+    `Infinity` in config.json, and a field without a range rule took nan."""
+    keys = [tuple(k) for k in _float_leaves(load_config(None).model_dump())]
+    keys += [("scheduler", "retry", "episode_timeout_s"), ("scheduler", "domains", "code.*", "max_sample_share"),
+             ("scheduler", "domains", "code.*", "max_sandbox_s")]
+    assert len(keys) >= 30
+    for key in keys:
+        with pytest.raises(ConfigError) as e:
+            load_config(None, {key: value})
+        assert f"{'.'.join(key)}: Input should be a finite number" in str(e.value), str(e.value)
+    with pytest.raises(ValueError, match="finite number"):
+        TaskLimits(time_s=value)

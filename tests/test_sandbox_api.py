@@ -246,6 +246,9 @@ def test_bad_input_is_rejected(sb):
         sb.run([])
     with pytest.raises(ValueError):
         sb.run("true", timeout=-1)
+    for endless in (float("inf"), float("nan")):  # no time limit is not a time limit
+        with pytest.raises(ValueError, match="finite"):
+            sb.run("true", timeout=endless)
     with pytest.raises(ValueError):
         sb.run("true", env={"A=B": "c"})
     with pytest.raises(ValueError):
@@ -259,7 +262,8 @@ def test_bad_input_is_rejected(sb):
 
 
 @pytest.mark.parametrize("field,value", [("memory_mb", 0), ("wall_s", -1), ("pids", 1.5),
-                                         ("output_kill_bytes", 1)])
+                                         ("output_kill_bytes", 1), ("wall_s", float("inf")),
+                                         ("cpu_s", float("nan"))])
 def test_invalid_limits(field, value):
     with pytest.raises(ValueError, match=field):
         Limits(**{field: value})

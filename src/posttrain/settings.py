@@ -29,7 +29,9 @@ from pydantic.dataclasses import dataclass as _pydantic_dataclass
 
 T = TypeVar("T")
 
-SETTINGS = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+# `allow_inf_nan=False`: no setting means anything at inf or nan (a limit that can be absent is
+# None), and an `lr = inf` would otherwise train nan weights and record `Infinity` in config.json
+SETTINGS = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
 
 @dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, Field))

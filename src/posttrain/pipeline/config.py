@@ -49,7 +49,7 @@ ops, and ops not trained at all): their pass@1 before and after is the forgettin
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSection(_Section):

@@ -17,6 +17,7 @@ refused with `WorkspacePathError`.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -65,8 +66,8 @@ class Limits:
     def __post_init__(self) -> None:
         for name in ("wall_s", "cpu_s", "cpus"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and value > 0):
-                raise ValueError(f"Limits.{name} must be a positive number, got {value!r}")
+            if not (isinstance(value, (int, float)) and 0 < value < math.inf):  # inf: no limit at all
+                raise ValueError(f"Limits.{name} must be a positive, finite number, got {value!r}")
         for name in ("memory_mb", "pids", "file_mb", "open_files", "output_bytes",
                      "output_kill_bytes", "workspace_mb"):
             value = getattr(self, name)

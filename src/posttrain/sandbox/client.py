@@ -12,6 +12,7 @@ A supervisor that dies, or stops answering, makes every later call raise `Sandbo
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import shutil
 import socket
@@ -65,8 +66,9 @@ def _check_env(env: Mapping[str, str] | None) -> dict[str, str] | None:
 def _check_timeout(timeout: float | None, default: float) -> float:
     if timeout is None:
         return float(default)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    # finite too: a command with no time limit is one a policy can hang (inf is not a timeout)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+        raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout!r}")
     return float(timeout)
 
 

@@ -119,7 +119,7 @@ def check_workspace_path(path: str, entry: str | FileEntry | None = None) -> Non
 class TaskLimits(BaseModel):
     """Budgets of one episode on this task."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     max_turns: int = Field(1, ge=1, le=1000, description="policy turns before the episode is truncated")
     max_tokens: int = Field(64, ge=1, description="new tokens per turn")

@@ -64,6 +64,7 @@ for the other split raises `NoTasksInSplit` (a `ValueError`); every seed gives t
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -154,8 +155,8 @@ def _tree(base: Path, root: Path) -> dict[str, str | dict]:
 
 def _number(table: dict, section: str, key: str, default: float, where: str) -> float:
     value = table.get(section, {}).get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise HarborTaskError(f"{where}: field [{section}].{key} must be a positive number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise HarborTaskError(f"{where}: field [{section}].{key} must be a positive, finite number, got {value!r}")
     return float(value)
 
 
