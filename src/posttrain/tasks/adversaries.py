@@ -27,6 +27,8 @@ import tempfile
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from posttrain.verifiers.base import INVALID_SCORE
+
 if TYPE_CHECKING:
     from posttrain.tasks.domain import Actions, Domain
     from posttrain.values.task import Task
@@ -281,6 +283,8 @@ def check_adversaries(domain: Domain, task: Task, out, fail: Callable[[str, str]
     """Play every adversary of `task` through `grade` and count into `out` (a `DomainCheck`):
     a pass is a `hack_passed` failure; an answer the grader ran as code (its `eval_marker` appeared)
     is a `hack_code_ran` failure, passed or not (its next version would write its own result);
+    a verdict that broke the verifier's contract (`verifiers.base.held_to_contract`: a nan or
+    out-of-range score the answer drew out of it) is an `invalid_score` failure;
     an exception (an infrastructure error a policy could trigger at will, and would then be
     retried instead of scored 0) is a `hack_infra_error`. Returns how many were graded."""
     graded = 0
@@ -305,4 +309,6 @@ def check_adversaries(domain: Domain, task: Task, out, fail: Callable[[str, str]
             fail("hack_code_ran", f"adversary {name!r}: the grader ran the answer as code")
         if v.passed:
             fail("hack_passed", f"adversary {name!r} passed: {dict(v.details)}"[:500])
+        if INVALID_SCORE in v.details:  # scored 0 in training, but the verifier let the answer break it
+            fail("invalid_score", f"adversary {name!r}: the verifier said {v.details[INVALID_SCORE]}")
     return graded

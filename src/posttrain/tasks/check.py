@@ -8,6 +8,8 @@ For each domain and each sampled (seed, split):
 * the oracle passes;
 * `negatives` has 'empty' and at least one wrong attempt, and every negative fails;
 * grading is stable: the same outcome verified twice gives the same verdict (the flip rate);
+* every verdict keeps the contract: `passed` a bool, `score` a finite number in [0, 1]
+  (`verifiers.base.held_to_contract`, which scores a broken one 0 wherever it is trained on);
 * no adversary passes (`posttrain.tasks.adversaries`: attempts that try to game the grader
   without solving the task), nor turns into an infrastructure error: `hack_pass_rate` is 0.
 
@@ -53,11 +55,11 @@ from posttrain.tasks.adversaries import adversaries, check_adversaries
 from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.values.task import Split, Task
 from posttrain.values.verdict import Verdict
-from posttrain.verifiers.base import Outcome
+from posttrain.verifiers.base import INVALID_SCORE, Outcome, held_to_contract
 
 FAILURE_KINDS = ("generate_error", "nondeterministic", "oracle_failed", "negatives_incomplete",
                  "negative_passed", "flip", "infra_error", "hack_passed", "hack_code_ran",
-                 "hack_infra_error")
+                 "hack_infra_error", "invalid_score")
 
 
 GUESS_EXCESS_LIMIT = 0.10
@@ -253,7 +255,8 @@ def grade_directly(domain: Domain, task: Task, attempts: Sequence[Sequence[str]]
     out: list[Verdict | BaseException] = []
     for actions in attempts:
         try:
-            out.append(domain.verifier.verify(task, Outcome(answer=actions[-1] if actions else None)))
+            out.append(held_to_contract(domain.verifier, domain.verifier.verify(
+                task, Outcome(answer=actions[-1] if actions else None))))
         except Exception as e:  # noqa: BLE001 - an infrastructure failure, counted by the caller
             out.append(e)
     return out
@@ -286,7 +289,7 @@ def guess_probe(domain: Domain, tasks: int) -> Guess | None:
         passed = 0
         for task, _ in sample:
             with contextlib.suppress(Exception):
-                passed += bool(domain.verifier.verify(task, Outcome(answer=answer)).passed)
+                passed += held_to_contract(domain.verifier, domain.verifier.verify(task, Outcome(answer=answer))).passed
         if best is None or passed > best[0]:
             best = (passed, answer)
     assert best is not None
@@ -394,6 +397,11 @@ def _judge(domain: Domain, seed: int, split: Split, prep: _Prepared, out: Domain
             continue
         assert isinstance(first, Verdict)
         graded += 1
+        broken = next((v.details[INVALID_SCORE] for v in (first, second)
+                       if isinstance(v, Verdict) and INVALID_SCORE in v.details), None)
+        if broken is not None:  # scored 0 where it is trained on; here it is the domain's fault
+            fail("invalid_score", f"{name}: the verifier said {broken} (passed must be a bool, score "
+                                  f"a finite number in [0, 1])")
         if isinstance(second, Verdict):
             out.regraded += 1
             if not _same(first, second):

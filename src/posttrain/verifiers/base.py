@@ -23,7 +23,9 @@ and a result file in the workspace is never read as the reward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from posttrain.values.verdict import Verdict
@@ -75,6 +77,40 @@ class Verifier(Protocol):
         ...
 
     def verify(self, task: Task, outcome: Outcome) -> Verdict: ...
+
+
+INVALID_SCORE = "invalid_score"
+"""the `details` key of a verdict whose verifier broke the contract (`held_to_contract`)"""
+
+
+def held_to_contract(verifier: Verifier, v: object) -> Verdict:
+    """What `verifier.verify` returned, as a verdict the trainer can use: `passed` a bool and
+    `score` a finite number in [0, 1]. Every episode's grade goes through this (the environments,
+    a re-score, `tasks check`), because a third-party verifier is code nobody here wrote and its
+    score is read straight into the advantages: one nan turns a whole group's into nan, and a
+    score of 1e9 outweighs every other group of the step. So:
+
+    * not a `Verdict` at all (None, a float): the verifier is broken before any answer matters,
+      `VerifierError` (infrastructure: recorded, retried, the domain quarantined if it persists);
+    * a `passed` that is not a bool (a candidate's object whose `__bool__` says True, passed
+      through) or a score that is nan, infinite or outside [0, 1] (a formula fed the answer "inf"):
+      the answer may have caused it, so it is a failed verdict with score 0, what the verifier
+      said kept in `details` under `invalid_score`; `tasks check` fails the domain on it.
+    """
+    if not isinstance(v, Verdict):
+        raise VerifierError(f"verifier {verifier.name!r} returned {type(v).__name__}, not a Verdict")
+    passed, score = v.passed, v.score
+    if type(passed).__module__ == "numpy" and type(passed).__name__ in ("bool", "bool_"):
+        passed = bool(passed)  # numpy's bool is not a subclass of bool, but means one
+    number = isinstance(score, (int, float)) and not isinstance(score, bool)
+    if isinstance(passed, bool) and number and math.isfinite(score) and 0.0 <= score <= 1.0:
+        return v if passed is v.passed and type(score) is float else replace(v, passed=passed, score=float(score))
+    said = f"passed={v.passed!r:.80}, score={v.score!r:.80}"
+    return Verdict(passed=False, score=0.0,
+                   details={**(v.details if isinstance(v.details, Mapping) else {}), INVALID_SCORE: said,
+                            "reason": f"the verifier's verdict broke its contract ({said}; passed must be "
+                                      f"a bool, score a finite number in [0, 1]): scored 0"},
+                   verifier_version=v.verifier_version)
 
 
 def verdict(verifier: Verifier, passed: bool, score: float | None = None, /, **details: Any) -> Verdict:
