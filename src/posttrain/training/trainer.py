@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import random
 import time
@@ -56,7 +57,16 @@ from posttrain.values.generation import PolicyVersion
 from posttrain.values.trajectory import Trajectory
 
 _TOTALS = ("trajectories", "infra_errors", "groups", "groups_zero_variance", "groups_too_small",
-           "tokens", "updates")
+           "tokens", "updates", "updates_nonfinite")
+
+MAX_NONFINITE_STEPS = 3
+"""steps in a row whose every update had an inf or nan gradient (each skipped, `skip_nonfinite`)
+before the trainer stops: one bad batch is skipped, a run that no longer trains is an error"""
+
+
+class NonFiniteUpdates(RuntimeError):
+    """The gradients stayed inf or nan for `MAX_NONFINITE_STEPS` steps in a row: every update was
+    skipped, so nothing was trained; the last checkpoint holds the last finite weights."""
 
 
 class Trainer:
@@ -110,6 +120,8 @@ class Trainer:
         """the kept all-pass groups (`TrainerConfig.replay_solved`; checkpointed)"""
         self.anchor = KlAnchor(config.kl_anchor_samples)
         """every domain's first samples, held to the reference (`TrainerConfig.kl_anchor_domains`)"""
+        self.nonfinite_streak = 0
+        """steps in a row whose every update was skipped for a non-finite gradient (checkpointed)"""
         self._hash_cache: tuple[int, str] | None = None
 
     # -- versions --------------------------------------------------------------------
@@ -194,18 +206,32 @@ class Trainer:
         if n_tokens:
             metrics.update(self._update(samples, replay_owners, extra_owners, anchor_owners))
             self.engine.refresh()
+            self._count_nonfinite(int(metrics["grad_nonfinite"]))
         else:
             metrics.update({"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0,
                             "grad_norm": 0.0, "entropy": 0.0, "updated": 0})
         self.step_count += 1
         self.data_cursor += len(groups)
+        nonfinite = int(metrics.get("grad_nonfinite", 0))
         for key, value in (("trajectories", sel.trajectories_in), ("infra_errors", sel.infra_errors),
                            ("groups", sel.groups), ("groups_zero_variance", sel.groups_zero_variance),
                            ("groups_too_small", sel.groups_too_small), ("tokens", n_tokens),
-                           ("updates", int(metrics["updated"]) * cfg.ppo_epochs)):
+                           ("updates", int(metrics["updated"]) * cfg.ppo_epochs - nonfinite),
+                           ("updates_nonfinite", nonfinite)):
             self.totals[key] += value
         metrics.update(step=self.step_count, lr=cfg.lr, step_s=time.perf_counter() - t0)
         return metrics
+
+    def _count_nonfinite(self, skipped: int) -> None:
+        """After a step's updates: `skipped` of them had an inf or nan gradient and were not
+        applied (the engine's `skip_nonfinite`). A step with every update skipped extends the
+        streak; `MAX_NONFINITE_STEPS` of them stop the run (`NonFiniteUpdates`)."""
+        self.nonfinite_streak = self.nonfinite_streak + 1 if skipped >= self.config.ppo_epochs else 0
+        if self.nonfinite_streak >= MAX_NONFINITE_STEPS:
+            raise NonFiniteUpdates(
+                f"step {self.step_count + 1}: the gradient was inf or nan in every update of the last "
+                f"{self.nonfinite_streak} steps (all skipped, nothing trained); the loss or the model "
+                f"is broken (check the learning rate, the precision, the rewards)")
 
     def _check_temperature(self, trajectories: Sequence[Trajectory]) -> None:
         for t in trajectories:
@@ -282,7 +308,7 @@ class Trainer:
         engine.model.train()
         sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0, "entropy": 0.0,
                 "grad_norm": 0.0, "sampler_logprob_diff": 0.0, "replay_drift": 0.0, "anchor_kl": 0.0}
-        ratio_max = 0.0
+        ratio_max, skipped = 0.0, 0
         ranges = engine.micro_batches(sample_tokens(samples), cfg.micro_batch_size, tokens)
         for epoch in range(cfg.ppo_epochs):
             step_sums = dict.fromkeys(sums, 0.0)
@@ -315,11 +341,16 @@ class Trainer:
                     step_sums["sampler_logprob_diff"] += float(((new.detach() - old[a:b]).abs()
                                                                 * weights[a:b]).sum())
             step_sums = engine.reduce(step_sums)  # sums over ranks (a no-op in one process)
-            step_sums["grad_norm"] = engine.optimizer_step(cfg.max_grad_norm)
+            norm = engine.optimizer_step(cfg.max_grad_norm)  # not applied when inf or nan
+            finite = math.isfinite(norm)
+            skipped += not finite
+            step_sums["grad_norm"] = norm if finite else 0.0
             for k, v in step_sums.items():
                 sums[k] += v
         sums["ratio_max"] = engine.reduce({"ratio_max": ratio_max}, how="max")["ratio_max"]
         out = {k: (v if k == "ratio_max" else v / cfg.ppo_epochs) for k, v in sums.items()}
+        out["grad_norm"] = sums["grad_norm"] / max(cfg.ppo_epochs - skipped, 1)  # of the applied updates
+        out["grad_nonfinite"] = float(skipped)
         out["sampler_logprob_diff"] = sums["sampler_logprob_diff"] if use_sampler else 0.0
         out.pop("replay_drift")
         if replay_w is not None:
@@ -352,7 +383,8 @@ class Trainer:
                  "config": self.config.to_dict(), "version": version.to_dict(),
                  "start_version": self.start_version.to_dict(), "totals": dict(self.totals),
                  "extra": self.extra, "vision": self.vision is not None,
-                 "replay": self.replay.state_dict(), "anchor": self.anchor.state_dict()}
+                 "replay": self.replay.state_dict(), "anchor": self.anchor.state_dict(),
+                 "nonfinite_streak": self.nonfinite_streak}
         lora = self.config.lora is not None
         if lora:
             if self.base_path is None:
@@ -409,6 +441,7 @@ class Trainer:
         trainer.extra = dict(state.get("extra") or {})
         trainer.replay.load_state_dict(state.get("replay") or {})
         trainer.anchor.load_state_dict(state.get("anchor") or {})
+        trainer.nonfinite_streak = int(state.get("nonfinite_streak", 0))
         checkpoints.set_rng_state(checkpoints.load_tensors(directory, "rng.pt"))
         return trainer
 

@@ -6,7 +6,8 @@ Tinker's API share them), so `Trainer` holds the RL logic once and a backend onl
         new, entropy = engine.forward(samples[lo:hi])         # differentiable log-probs
         engine.backward(loss)                                 # this micro-batch's share of the loss
     sums = engine.reduce(sums)                                # metrics summed over ranks
-    grad_norm = engine.optimizer_step(max_grad_norm)          # clip, step (grads kept until zeroed)
+    grad_norm = engine.optimizer_step(max_grad_norm)          # clip, step (grads kept until zeroed;
+                                                              # a non-finite norm: no step, see skip_nonfinite)
     engine.logprobs(model, samples)                           # no-grad log-probs, every token, every rank
     engine.refresh()                                          # `full_model` takes the update (rank 0)
     engine.export_weights()                                   # full, untied state dict (rank 0)
@@ -22,12 +23,24 @@ backend's on the same batches (`benchmarks/engines.py`: `fsdp_loss_rel_diff`).
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import torch
 
 ENGINES = ("local", "fsdp")
+
+
+def skip_nonfinite(norm: float, optimizer: torch.optim.Optimizer) -> bool:
+    """True (and the gradients dropped) when the step's gradient norm is inf or nan: stepping
+    would write nan into every weight the optimizer touches (AdamW's moments included), and no
+    later step recovers from that. The update is skipped instead, as verl's actor does; the
+    trainer counts it (`grad_nonfinite`) and stops a run whose updates keep being skipped."""
+    if math.isfinite(norm):
+        return False
+    optimizer.zero_grad(set_to_none=True)
+    return True
 
 
 class TrainEngine(Protocol):

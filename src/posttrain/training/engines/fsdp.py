@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from posttrain.training.batch import sequence_logprobs
-from posttrain.training.engines.base import checkpointing, precision, prepare, sample_tokens, split
+from posttrain.training.engines.base import checkpointing, precision, prepare, sample_tokens, skip_nonfinite, split
 
 
 def _blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -116,10 +116,12 @@ class FSDPEngine:
 
     def optimizer_step(self, max_grad_norm: float) -> float:
         limit = max_grad_norm if max_grad_norm > 0 else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), limit)
-        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        total = torch.nn.utils.clip_grad_norm_(self.model.parameters(), limit)
+        norm = float(total.full_tensor() if hasattr(total, "full_tensor") else total)
+        if skip_nonfinite(norm, self.optimizer):  # the global norm: every rank skips alike
+            return norm
         self.optimizer.step()
-        return float(norm)
+        return norm
 
     @torch.no_grad()
     def logprobs(self, model: torch.nn.Module, samples: Sequence[Any], *, temperature: float,

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from posttrain.training.batch import sequence_logprobs
-from posttrain.training.engines.base import checkpointing, precision, prepare, sample_tokens, split
+from posttrain.training.engines.base import checkpointing, precision, prepare, sample_tokens, skip_nonfinite, split
 
 
 class LocalEngine:
@@ -48,6 +48,8 @@ class LocalEngine:
     def optimizer_step(self, max_grad_norm: float) -> float:
         limit = max_grad_norm if max_grad_norm > 0 else float("inf")
         norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), limit))
+        if skip_nonfinite(norm, self.optimizer):
+            return norm
         self.optimizer.step()
         return norm
 
