@@ -499,3 +499,23 @@ def test_a_run_whose_evaluation_failed_entirely_exits_non_zero(tmp_path, capsys,
     assert code == EXIT_UNTRUSTWORTHY, out
     assert "evals/after: 1 domain(s) had infrastructure errors on every episode" in out
     assert "evals/before" not in out
+
+
+def test_a_run_whose_training_diverged_exits_untrustworthy_in_one_line(tmp_path, capsys, monkeypatch):
+    """Gradients that stay inf or nan stop the trainer (`NonFiniteUpdates`): `posttrain run`
+    says so in one line, marks the run failed and exits 3, not 0 and not with a traceback."""
+    from posttrain import runs
+    from posttrain.pipeline.main import Job
+    from posttrain.training.trainer import NonFiniteUpdates
+
+    def diverges(self):
+        raise NonFiniteUpdates("step 3: the gradient was inf or nan in every update of the last 3 steps")
+
+    monkeypatch.setattr(Job, "run", diverges)
+    cfg = _config(tmp_path, "", name="diverges")
+    code, out = cli(capsys, monkeypatch, "run", str(cfg))
+    assert code == EXIT_UNTRUSTWORTHY, out
+    assert out.strip() == ("error: the training diverged: step 3: the gradient was inf or nan in every "
+                           "update of the last 3 steps")
+    status = json.loads((tmp_path / "runs" / "diverges" / runs.STATUS_FILE).read_text())
+    assert status["status"] == "failed" and "inf or nan" in status["error"]

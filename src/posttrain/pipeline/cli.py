@@ -88,6 +88,7 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
     from posttrain.policies.base import PolicyError
     from posttrain.storage.store import StoreError
     from posttrain.tasks.registry import RegistryError
+    from posttrain.training.trainer import NonFiniteUpdates
 
     flags = dotted({k: v for k, v in (("name", name), ("steps", steps), ("model.path", model),
                                       ("domains.skip_unfit", skip_unfit or None)) if v is not None})
@@ -124,6 +125,11 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
             runs.mark(cfg.run_dir, "failed", str(e))  # for `posttrain runs` (kept only if the dir is)
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
+    except NonFiniteUpdates as e:  # the training stopped before its last step: exit 3, one line
+        if cfg is not None:
+            runs.mark(cfg.run_dir, "failed", str(e))
+        typer.echo(f"error: the training diverged: {e}", err=True)
+        raise typer.Exit(EXIT_UNTRUSTWORTHY) from None
     except StoreError as e:  # a full disk, a store another process holds, a corrupt file
         if job_started and cfg is not None:
             runs.mark(cfg.run_dir, "failed", str(e))
