@@ -132,3 +132,27 @@ def test_bad_config_names_the_field():
         OpenAIConfig(base_url="http://127.0.0.1:1/v1", model="m", api="responses")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="OpenAIConfig.base_url"):
         OpenAIConfig(base_url="127.0.0.1:1", model="m")
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_a_missing_or_non_finite_logprob_drops_the_completions_logprobs(api):
+    """A server that gives a token no log-prob (null), or -inf / nan, would make the trainer's
+    ratio inf or nan: the completion keeps its tokens and text but no log-probs (the trainer then
+    recomputes the old ones), and finite ones are kept as sent."""
+    from types import SimpleNamespace
+
+    policy = OpenAIPolicy(OpenAIConfig(base_url="http://127.0.0.1:1/v1", model="m", api=api))
+
+    def choice(lps):
+        if api == "completions":
+            logprobs = SimpleNamespace(token_logprobs=lps)
+            return SimpleNamespace(text="ab", logprobs=logprobs, finish_reason="stop", token_ids=[5, 6],
+                                   prompt_token_ids=[1])
+        content = [SimpleNamespace(logprob=x) for x in lps]
+        return SimpleNamespace(message=SimpleNamespace(content="ab"), logprobs=SimpleNamespace(content=content),
+                               finish_reason="stop", token_ids=[5, 6], prompt_token_ids=[1])
+
+    assert policy._completion(choice([-0.5, -1.0]), 0.1).logprobs == [-0.5, -1.0]
+    for bad in ([-0.5, None], [-0.5, float("-inf")], [float("nan"), -1.0]):
+        c = policy._completion(choice(bad), 0.1)
+        assert c.logprobs is None and c.token_ids == [5, 6] and c.text == "ab" and c.finish_reason == "stop"

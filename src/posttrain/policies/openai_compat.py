@@ -31,6 +31,7 @@ the server rejects as malformed (400/422: prompt too long, say) comes back as th
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Sequence
@@ -197,6 +198,10 @@ class OpenAIPolicy:
         token_ids, prompt_ids = _extra(choice, "token_ids"), _extra(choice, "prompt_token_ids")
         if lp is not None and token_ids is not None and len(lp) != len(token_ids):
             lp = None  # misaligned (servers differ on stop-string trimming): unusable for training
+        if lp is not None and not all(isinstance(x, (int, float)) and math.isfinite(x) for x in lp):
+            # a token the server gave no log-prob (null) or -inf/nan: the trainer's ratio against it
+            # would be inf or nan, so none of them is kept and the trainer recomputes the old ones
+            lp = None
         reason = choice.finish_reason
         if reason not in ("stop", "length", "tool_calls", "function_call", "content_filter"):
             return Completion(text=text, finish_reason="error", gen_s=gen_s,
