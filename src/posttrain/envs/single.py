@@ -18,7 +18,7 @@ from posttrain.envs.workspace import write_task_files
 from posttrain.sandbox.base import Sandbox
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import FileEntry, Task
-from posttrain.verifiers.base import Outcome, held_to_contract
+from posttrain.verifiers.base import Outcome, verify
 
 SandboxFactory = Callable[[], AbstractContextManager[Sandbox]]
 
@@ -94,8 +94,7 @@ class SingleAnswerEnv:
                 self.sandbox_info = {"backend": sandbox.info.backend, "image": sandbox.info.image,
                                      "clock": sandbox.info.clock}
                 write_task_files(sandbox, task)
-            verifier = self.domain.verifier
-            verdict = held_to_contract(verifier, verifier.verify(task, Outcome(answer=answer, sandbox=sandbox)))
+            verdict = verify(self.domain.verifier, task, Outcome(answer=answer, sandbox=sandbox))
         self.timings["verify_s"] = self.timings.get("verify_s", 0.0) + time.perf_counter() - t0
         return EpisodeEnd(verdict, truncated)
 

@@ -29,7 +29,7 @@ from posttrain.sandbox.base import RunResult, Sandbox, WorkspacePathError
 from posttrain.tasks.domain import Domain, ToolOutput
 from posttrain.values.image import Image as Picture  # `Image` here is a sandbox image
 from posttrain.values.task import Task
-from posttrain.verifiers.base import Outcome, held_to_contract
+from posttrain.verifiers.base import Outcome, verify
 
 TOOLS_HELP = """Tools (write one or more calls; the last turn must be <submit>):
 <bash>COMMAND</bash>  run a shell command in the workspace
@@ -164,8 +164,7 @@ class ToolEnv:
         killed = self.sandbox.kill_processes()
         if killed:
             self._count("processes_killed_before_grading", killed)
-        verifier = self.domain.verifier
-        verdict = held_to_contract(verifier, verifier.verify(self.task, Outcome(answer=answer, sandbox=self.sandbox)))
+        verdict = verify(self.domain.verifier, self.task, Outcome(answer=answer, sandbox=self.sandbox))
         self.timings["verify_s"] = self.timings.get("verify_s", 0.0) + time.perf_counter() - t0
         return EpisodeEnd(verdict, truncated, workspace_archive=self.sandbox.archive())
 

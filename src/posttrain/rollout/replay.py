@@ -39,7 +39,7 @@ from posttrain.values.generation import (
     PolicyVersion,
 )
 from posttrain.values.trajectory import Trajectory, Turn
-from posttrain.verifiers.base import Outcome, VerifierError, held_to_contract
+from posttrain.verifiers.base import Outcome, VerifierError, verify
 
 if TYPE_CHECKING:
     from posttrain.sandbox.base import Sandbox
@@ -235,8 +235,7 @@ def rescore(store: Store, traj: Trajectory, *, sandbox_factory: SandboxFactory |
             else:
                 write_task_files(sandbox, task)
         try:
-            verifier = domain.verifier
-            new_v = held_to_contract(verifier, verifier.verify(task, Outcome(answer=answer, sandbox=sandbox)))
+            new_v = verify(domain.verifier, task, Outcome(answer=answer, sandbox=sandbox))
         except VerifierError as e:  # infrastructure (e.g. the task's image): nothing to compare
             raise ReplayInfraError(f"re-score of {traj.id} failed on infrastructure: {e}") from e
     if record:

@@ -55,7 +55,7 @@ from posttrain.tasks.adversaries import adversaries, check_adversaries
 from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.values.task import Split, Task
 from posttrain.values.verdict import Verdict
-from posttrain.verifiers.base import INVALID_SCORE, Outcome, held_to_contract
+from posttrain.verifiers.base import INVALID_SCORE, Outcome, verify
 
 FAILURE_KINDS = ("generate_error", "nondeterministic", "oracle_failed", "negatives_incomplete",
                  "negative_passed", "flip", "infra_error", "hack_passed", "hack_code_ran",
@@ -255,8 +255,7 @@ def grade_directly(domain: Domain, task: Task, attempts: Sequence[Sequence[str]]
     out: list[Verdict | BaseException] = []
     for actions in attempts:
         try:
-            out.append(held_to_contract(domain.verifier, domain.verifier.verify(
-                task, Outcome(answer=actions[-1] if actions else None))))
+            out.append(verify(domain.verifier, task, Outcome(answer=actions[-1] if actions else None)))
         except Exception as e:  # noqa: BLE001 - an infrastructure failure, counted by the caller
             out.append(e)
     return out
@@ -289,7 +288,7 @@ def guess_probe(domain: Domain, tasks: int) -> Guess | None:
         passed = 0
         for task, _ in sample:
             with contextlib.suppress(Exception):
-                passed += held_to_contract(domain.verifier, domain.verifier.verify(task, Outcome(answer=answer))).passed
+                passed += verify(domain.verifier, task, Outcome(answer=answer)).passed
         if best is None or passed > best[0]:
             best = (passed, answer)
     assert best is not None

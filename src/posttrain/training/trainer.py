@@ -206,13 +206,14 @@ class Trainer:
         if n_tokens:
             metrics.update(self._update(samples, replay_owners, extra_owners, anchor_owners))
             self.engine.refresh()
-            self._count_nonfinite(int(metrics["grad_nonfinite"]))
         else:
             metrics.update({"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_fraction": 0.0,
                             "grad_norm": 0.0, "entropy": 0.0, "updated": 0})
+        nonfinite = int(metrics.get("grad_nonfinite", 0))
+        if n_tokens:
+            self._count_nonfinite(nonfinite)
         self.step_count += 1
         self.data_cursor += len(groups)
-        nonfinite = int(metrics.get("grad_nonfinite", 0))
         for key, value in (("trajectories", sel.trajectories_in), ("infra_errors", sel.infra_errors),
                            ("groups", sel.groups), ("groups_zero_variance", sel.groups_zero_variance),
                            ("groups_too_small", sel.groups_too_small), ("tokens", n_tokens),

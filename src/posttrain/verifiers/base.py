@@ -113,6 +113,12 @@ def held_to_contract(verifier: Verifier, v: object) -> Verdict:
                    verifier_version=v.verifier_version)
 
 
+def verify(verifier: Verifier, task: Task, outcome: Outcome) -> Verdict:
+    """`verifier.verify(task, outcome)` held to the contract (`held_to_contract`): how every
+    episode, re-score and self-check grades."""
+    return held_to_contract(verifier, verifier.verify(task, outcome))
+
+
 def verdict(verifier: Verifier, passed: bool, score: float | None = None, /, **details: Any) -> Verdict:
     """Build a Verdict stamped with `verifier`'s name and version. `score` is positional only, so
     a detail of any name (a `**details` dict) can never be taken for it."""
