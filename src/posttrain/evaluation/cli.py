@@ -11,6 +11,7 @@ from typing import NoReturn
 
 import typer
 
+from posttrain.cli_params import non_negative, share, significance
 from posttrain.evaluation.tasksets import is_task_file
 from posttrain.tasks.sources.cli import apply_sources, source_option
 
@@ -194,13 +195,13 @@ def eval_(ctx: typer.Context,
                                               help="store trajectories and write RUN/evals/NAME.json"),
           name: str = typer.Option("", "--name", help="eval name (default: policy name + time)"),
           per_domain: int = typer.Option(20, "--per-domain", min=1, help="eval tasks per domain for domain globs"),
-          temperature: float = typer.Option(1.0, "--temperature", min=0.0, help="sampling temperature"),
+          temperature: float = typer.Option(1.0, "--temperature", callback=non_negative, help="sampling temperature"),
           seed: int = typer.Option(0, "--seed", help="base sampling seed"),
           workers: int = typer.Option(2, "--workers", min=1, help="episodes stepped in parallel"),
           ci: str = typer.Option("wilson", "--ci", help="confidence intervals: wilson or bootstrap"),
           baseline: Path | None = typer.Option(None, "--baseline", help="exit 1 on a significant regression "
                                                   "against this baseline file"),
-          max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", min=0.0, max=1.0,
+          max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", callback=share,
                                                help="exit 3 when more than this share of episodes are "
                                                     "infrastructure errors (or a domain has nothing else)"),
           as_json: bool = typer.Option(False, "--json", help="print JSON"),
@@ -306,10 +307,10 @@ def compare(a: str = typer.Argument(..., help="A: a policy (as for --policy), an
             tasks: str = typer.Option(DEFAULT_TASKS, "--tasks", help="task set when both sides are policies"),
             k: str = typer.Option("1", "--k", help="pass@k values when both sides are run"),
             per_domain: int = typer.Option(20, "--per-domain", min=1),
-            temperature: float = typer.Option(1.0, "--temperature", min=0.0),
+            temperature: float = typer.Option(1.0, "--temperature", callback=non_negative),
             seed: int = typer.Option(0, "--seed"),
             workers: int = typer.Option(2, "--workers", min=1),
-            alpha: float = typer.Option(0.05, "--alpha", help="significance level"),
+            alpha: float = typer.Option(0.05, "--alpha", callback=significance, help="significance level"),
             run_dir: Path | None = typer.Option(None, "--run-dir", help="save results and RUN/ab/A-vs-B.json"),
             fail_on_regression: bool = typer.Option(False, "--fail-on-regression",
                                                     help="exit 1 on a significant regression"),
@@ -378,7 +379,7 @@ def baseline_create(policy: str = typer.Option(..., "--policy", help="the versio
                     size: int = typer.Option(100, "--size", min=1, help="tasks to freeze, spread over domains "
                                              "(50..200 is a good range)"),
                     k: str = typer.Option("1", "--k", help="pass@k values (n samples per task = max k)"),
-                    temperature: float = typer.Option(1.0, "--temperature", min=0.0),
+                    temperature: float = typer.Option(1.0, "--temperature", callback=non_negative),
                     seed: int = typer.Option(0, "--seed"),
                     workers: int = typer.Option(2, "--workers", min=1),
                     run_dir: Path | None = typer.Option(None, "--run-dir", help="to resolve a policy version name"),
@@ -427,7 +428,8 @@ def contamination(train: str = typer.Option(DEFAULT_TASKS, "--train", help="trai
                                                       "split) or a task file; default: the --train globs"),
                   train_n: int = typer.Option(50, "--train-n", min=1, help="train tasks per domain (globs)"),
                   eval_n: int = typer.Option(20, "--eval-n", min=1, help="eval tasks per domain (globs)"),
-                  threshold: float = typer.Option(0.8, "--threshold", help="Jaccard similarity of a near-duplicate"),
+                  threshold: float = typer.Option(0.8, "--threshold", callback=share,
+                                                  help="Jaccard similarity of a near-duplicate"),
                   run_dir: Path | None = typer.Option(None, "--run-dir", help="record RUN/contamination.json"),
                   as_json: bool = typer.Option(False, "--json")) -> None:
     """Find exact and near-duplicate overlap between training and evaluation tasks (exit 1 if any)."""
@@ -472,7 +474,7 @@ def noise(run_dir: Path = typer.Argument(..., help="a run directory with a store
           k: int = typer.Option(3, "--k", min=1, help="re-verifications per stored outcome"),
           domains: str | None = typer.Option(None, "--domains", help="only these domain globs"),
           run_id: str | None = typer.Option(None, "--run-id", help="only this run id of the store"),
-          max_flip_rate: float = typer.Option(0.0, "--max-flip-rate",
+          max_flip_rate: float = typer.Option(0.0, "--max-flip-rate", callback=share,
                                               help="a task above this flip share is quarantined"),
           as_json: bool = typer.Option(False, "--json")) -> None:
     """Re-verify stored outcomes k times, report flip rates per domain, quarantine noisy tasks

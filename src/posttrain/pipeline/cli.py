@@ -10,6 +10,8 @@ from pathlib import Path
 
 import typer
 
+from posttrain.cli_params import share
+
 
 def _interrupted(run_dir) -> None:
     """Ctrl-C: say what is kept and how to go on (everything up to the last checkpoint is)."""
@@ -58,7 +60,7 @@ def run(config: Path = typer.Argument(None, help="a TOML config (default: the em
         skip_unfit: bool = typer.Option(False, "--skip-unfit", help="leave out the domains whose prompts do "
                                                                     "not fit the model's context (named once), "
                                                                     "instead of refusing to start"),
-        max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", min=0.0, max=1.0,
+        max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", callback=share,
                                              help="exit 3 when the before/after evaluation has more "
                                                   "infrastructure errors than this share (or a domain "
                                                   "has nothing else)"),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
+from posttrain.cli_params import non_negative, share
 from posttrain.tasks.sources.cli import apply_sources, source_option
 
 if TYPE_CHECKING:
@@ -35,14 +36,15 @@ def rollout(policy: str = typer.Option("oracle", "--policy",
             mode: str = typer.Option("standard", "--mode",
                                      help="standard, or fast (speculative decoding and a prefix cache "
                                           "across turns; model directories)"),
-            temperature: float = typer.Option(1.0, "--temperature", min=0.0, help="model sampling; 0 = greedy"),
+            temperature: float = typer.Option(1.0, "--temperature", callback=non_negative,
+                                              help="model sampling; 0 = greedy"),
             max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="model tokens per turn"),
             domains: str = typer.Option(..., "--domains", help="glob(s), comma-separated, e.g. 'math.add.*'"),
             n: int = typer.Option(2, "--n", min=1, help="tasks per domain (seeds 0..N-1)"),
             run_dir: Path = typer.Option(..., "--run-dir", help="where the store is written"),
             split: str = typer.Option("train", "--split", help="train or eval"),
             workers: int = typer.Option(2, "--workers", min=1, help="environment steps in parallel"),
-            max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", min=0.0, max=1.0,
+            max_infra_rate: float = typer.Option(0.05, "--max-infra-rate", callback=share,
                                                  help="exit 3 when more episodes than this share are "
                                                       "infrastructure errors"),
             as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
