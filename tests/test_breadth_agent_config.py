@@ -23,6 +23,7 @@ def test_breadth_agent_config_trains_everything_with_tiny_agent(tmp_path):
     assert cfg.trainer.replay_solved == 4  # solved domains replayed (README: the breadth run with replay)
     # README: holding the domains a step does not sample
     assert cfg.trainer.kl_anchor_domains == 64 and cfg.trainer.kl_beta > 0
+    assert cfg.trainer.kl_anchor_weight == 2
 
 
 @pytest.mark.slow
