@@ -37,16 +37,20 @@ Runs the job in-process with the overrides below, then reports, from the run dir
   `--confirm-tasks` fresh eval tasks each by both weights (`confirm_figures`): `confirm_domains`
   (per domain its delta, task-bootstrap interval, discordant pairs, paired-A/B regression),
   `confirm_worst_delta` (and `_domain`, `_ci`), `confirm_regressions`. The worst of many small
-  readings is biased low by being chosen; a fresh, larger reading of the chosen is not;
+  readings is biased low by being chosen; a fresh, larger reading of the chosen is not.
+  `settled_worst_delta` (and `_domain`): the lowest of every learnable domain's delta on its
+  largest evaluation (the confirmation's for the K, the focus reading -- else the run's -- for
+  the others), so a domain the confirmation did not choose still counts;
 * `max_answer_rise` (and `_domain`, and the 5 largest in `answer_rises`; `focus_*` on the focus
   evaluations): per learnable domain, how much the share of the trained policy's commonest
   answer rose from the base evaluation (`posttrain.evaluation.shortcuts`). A constant answer that
   pays somewhere and is carried to look-alike prompts shows here;
 * `targets`: each of the issue's targets read from the figures above, with whether it is met
   (None where not measured): `worst_delta` at the run's evaluation size and, where the lowest
-  domains were confirmed, `confirm_worst_delta`: the worst of ~40 readings at 4 tasks x 8
-  samples is below -0.02 for an unchanged policy (`null_worst_delta`), so the confirmation is the
-  reading that can meet it;
+  domains were confirmed, `confirm_worst_delta` and `settled_worst_delta`: the worst of ~40
+  readings at 4 tasks x 8 samples is below -0.02 for an unchanged policy (`null_worst_delta`),
+  so the two-stage reading (screen every domain, read the lowest again on fresh tasks) is the
+  one that can meet it;
 * `wall_s`: the whole run (evaluations included); a run continued with `--resume` after a kill
   sums its segments (`segments` counts them; the time between them is not counted). `--resume`
   with a larger `--steps` trains a finished run further (`extended_from` lists its earlier step
@@ -252,6 +256,7 @@ def _step_number(version: str) -> int:
 TARGETS = (("domains_trained", ">=", 300), ("infra_error_rate", "<=", 0.01),
            ("step_mix_error", "<=", 0.05), ("mean_delta", ">=", 0.05), ("focus_mean_delta", ">=", 0.05),
            ("worst_delta", ">=", -0.02), ("confirm_worst_delta", ">=", -0.02),
+           ("settled_worst_delta", ">=", -0.02),
            ("heldout_delta", ">=", -0.01))
 """the figures the breadth issue sets targets for (the focus and confirmation readings are the
 same figures measured on more tasks)"""

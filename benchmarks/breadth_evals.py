@@ -107,7 +107,11 @@ def confirm_figures(job: Job, stage: dict[str, float], k: int, n_tasks: int, ski
     sample j of a task alike under both weights, so the two sides differ only where the weights
     sample differently; the delta's noise comes from the discordant pairs alone. Per domain: the
     delta with its task-bootstrap interval, the discordant pairs (`a_only`: passed before only),
-    and whether the paired A/B (Holm over the `k`) finds a regression."""
+    and whether the paired A/B (Holm over the `k`) finds a regression. And `settled_worst_delta`
+    (and `_domain`): the lowest of every domain's delta read on its largest evaluation -- the
+    confirmation's for the `k` chosen, `stage`'s for the rest -- so a domain just above the
+    chosen ones that still reads below the target at `stage`'s size is not hidden by the
+    confirmation of the lowest `k`."""
     from posttrain.evaluation.ab import compare
 
     if not k or not n_tasks or not stage:
@@ -121,11 +125,14 @@ def confirm_figures(job: Job, stage: dict[str, float], k: int, n_tasks: int, ski
                "tasks": ab[d]["tasks"], "a_only": ab[d]["a_only"], "b_only": ab[d]["b_only"],
                "regression": ab[d]["regression"]} for d in chosen if d in ab}
     worst = min(per, key=lambda d: per[d]["delta"]) if per else None
+    settled = {**stage, **{d: v["delta"] for d, v in per.items()}}
+    settled_worst = min(settled, key=lambda d: (settled[d], d))
     return {"confirm_k": k, "confirm_tasks": n_tasks, "confirm_skip": skip,
             "confirm_worst_delta": per[worst]["delta"] if worst else None,
             "confirm_worst_domain": worst, "confirm_worst_ci": per[worst]["ci"] if worst else None,
             "confirm_regressions": sum(v["regression"] for v in per.values()),
-            "confirm_domains": per, "confirm_s": round(time.perf_counter() - t0, 1)}
+            "confirm_domains": per, "confirm_s": round(time.perf_counter() - t0, 1),
+            "settled_worst_delta": settled[settled_worst], "settled_worst_domain": settled_worst}
 
 
 def _wait_for(ready, done: Path, poll_s: float = 5.0):
