@@ -152,7 +152,7 @@ def check(family: str | None = typer.Option(None, "--family", "-f", help="only t
     from posttrain.tasks.cli import select_domains
 
     report = check_domains(select_domains(family, domains), per_domain=per_domain, workers=workers,
-                           guess_tasks=guess_tasks)
+                           guess_tasks=guess_tasks, sources=source or ())
     # a task folder that does not even load is a failed check of the domains it was asked for
     patterns = [p.strip() for p in (domains or "*").split(",") if p.strip()]
     broken = {n: b.error for n, b in registry.broken().items()

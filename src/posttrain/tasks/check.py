@@ -4,7 +4,9 @@ trains on it. (The command, and the engine workload that plays the attempts, liv
 
 For each domain and each sampled (seed, split):
 
-* generation is deterministic: generating twice gives byte-identical tasks of that split;
+* generation is deterministic: generating twice gives byte-identical tasks of that split, and
+  (`posttrain.tasks.elsewhere`, run beside the check by `check_domains`) a child process with
+  another hash seed and another day on its clock generates the same task;
 * the oracle passes;
 * `negatives` has 'empty' and at least one wrong attempt, and every negative fails;
 * grading is stable: the same outcome verified twice gives the same verdict (the flip rate);
@@ -325,7 +327,7 @@ def _same(a: Verdict, b: Verdict) -> bool:
     return a.passed == b.passed and a.score == b.score
 
 
-def _sample(per_domain: int, seeds: Sequence[int] | None) -> list[tuple[int, Split]]:
+def sampled(per_domain: int, seeds: Sequence[int] | None) -> list[tuple[int, Split]]:
     """The i-th task uses seed `seeds[i]` (default i), train for even i, eval for odd i."""
     chosen = list(range(per_domain)) if seeds is None else list(seeds)[:per_domain]
     return [(s, "train" if i % 2 == 0 else "eval") for i, s in enumerate(chosen)]
@@ -488,7 +490,7 @@ def check_with(domain: Domain, grade: Grade, *, regrade_all: bool, per_domain: i
     width = tasks_at_once if tasks_at_once is not None else (1 if grade is grade_directly else TASKS_AT_ONCE)
     if width < 1:
         raise ValueError(f"tasks_at_once must be >= 1, got {width}")
-    samples = _sample(per_domain, seeds)
+    samples = sampled(per_domain, seeds)
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(ThreadPoolExecutor(width, "check-task")) if width > 1 else None
         units: dict[int, _Unit] = {}
