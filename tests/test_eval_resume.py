@@ -158,6 +158,19 @@ def test_an_evaluation_of_the_same_name_over_other_tasks_is_not_loaded_or_resume
         # `run_eval` itself refuses to resume rows of other tasks (`posttrain eval --resume`)
         with pytest.raises(ValueError, match=r"3 of its stored tasks are not among this evaluation's"):
             run_eval(CoinPolicy(0.5), second, job.config.eval, name="confirm", store=store, resume=True)
+        # a task set that grew (a generator changed some tasks, another domain chosen too): the
+        # samples of the tasks it still has are kept, only the new tasks' are drawn
+        policy = CoinPolicy(0.5)
+        both = job.evaluate(policy, "confirm", first + second, store, None)
+        assert len(policy.seeds) == len(second) * 2
+        assert {r.domain for r in both.records} == {"math.add.d2", "text.reverse.l5"}
+        assert _outcomes(both).items() >= _outcomes(third).items()
+        # and one that shrank: the dropped tasks' samples leave the store, nothing is drawn
+        policy = CoinPolicy(0.5)
+        only = job.evaluate(policy, "confirm", second, store, None)
+        assert policy.seeds == [] and store.run_task_hashes("eval:confirm") == {t.hash for _, t in second}
+        assert _outcomes(only) == {k: v for k, v in _outcomes(both).items() if k[0] in {t.hash for _, t in second}}
+        assert sum(store.duplicates().values()) == 0
 
 
 def test_posttrain_eval_resume_continues_only_a_named_evaluation(tmp_path):

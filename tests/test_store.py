@@ -39,6 +39,20 @@ def test_roundtrip_and_counts(tmp_path):
         assert err.status == "infra_error" and err.reward is None and err.error.where == "verifier"
 
 
+def test_delete_run_tasks_removes_only_those_tasks_of_that_run(tmp_path):
+    specs, trajs = _trajs()
+    with Store.for_run_dir(tmp_path) as store:
+        for (_d, task), t in zip(specs, trajs):
+            store.put_trajectory(t, task)
+        gone = {trajs[0].task_hash, trajs[3].task_hash}
+        # more hashes than one statement binds (chunked), most of them not in the store
+        assert store.delete_run_tasks("r1", [*gone, *(f"{i:064x}" for i in range(1200))]) == 2
+        assert store.delete_run_tasks("other-run", [trajs[1].task_hash]) == 0
+        assert store.run_task_hashes("r1") == {trajs[1].task_hash, trajs[2].task_hash}
+        assert store.verdicts(trajs[0].id) == [] and store.counts("r1")["episodes"] == 2
+        assert store.check() == []
+
+
 def test_parquet_and_jsonl_export_roundtrip(tmp_path):
     specs, trajs = _trajs()
     with Store.for_run_dir(tmp_path) as store:

@@ -198,13 +198,16 @@ class Job:
     def evaluate(self, policy: Any, name: str, tasks: list, store: Any, sandbox_factory: Any) -> Any:
         """`evals/<name>.json` for `policy`: loaded if a killed run already wrote it for these very
         weights, settings and tasks; one of other weights (a finished run resumed to train
-        further), settings or tasks (a benchmark that chose other domains) is superseded, its rows
-        leave the store. An evaluation cut short by a kill continues: the samples it stored are not
-        generated again, their rows make its figures (`run_eval`'s `resume`)."""
+        further) or settings is superseded, its rows leave the store. One over another task set (a
+        benchmark that chose other domains; a generator that changed some tasks) keeps the samples
+        of the tasks it still has: they are the samples this evaluation would draw (same weights,
+        settings and per-sample seeds). An evaluation cut short by a kill continues: the samples
+        it stored are not generated again, their rows make its figures (`run_eval`'s `resume`)."""
         from posttrain.evaluation import EvalResult, run_eval
         from posttrain.evaluation.runner import not_resumable, superseded
 
         path = self.run_dir / "evals" / f"{name}.json"
+        run_id = f"eval:{name}"
         hashes = {t.hash for _, t in tasks}
         if path.exists():
             old = EvalResult.load(path)
@@ -212,12 +215,15 @@ class Job:
                 self.console.print(f"{name}: loaded {path}")
                 return old
             self.console.print(f"{name}: {path} {why}: evaluating again")
-            store.delete_run(f"eval:{name}")
             path.unlink()
-        elif (why := not_resumable(store, f"eval:{name}", policy.version.name, self.config.eval, hashes)) is not None:
-            # cut short while evaluating weights since trained further (or other settings or tasks)
+        if (why := not_resumable(store, run_id, policy.version.name, self.config.eval)) is not None:
+            # cut short while evaluating weights since trained further (or with other settings)
             self.console.print(f"{name}: {why}: evaluating again")
-            store.delete_run(f"eval:{name}")
+            store.delete_run(run_id)
+        elif stray := store.run_task_hashes(run_id) - hashes:
+            kept = store.counts(run_id)["episodes"] - store.delete_run_tasks(run_id, stray)
+            self.console.print(f"{name}: {len(stray)} of its stored tasks are not among this evaluation's: "
+                               f"their samples dropped, the {kept} of the others kept")
         cfg = self.config
         t0 = time.perf_counter()
         from posttrain.pipeline.progress import EvalLog
