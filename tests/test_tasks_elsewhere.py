@@ -13,6 +13,7 @@ from posttrain.tasks import elsewhere, registry
 FAMILY = '''
 import datetime
 import random
+import time
 
 from posttrain.tasks.domain import Domain
 from posttrain.values.task import Task
@@ -36,7 +37,11 @@ def domains():
             # what reasoning-gym's time_intervals did: today's date in the reference
             _domain("clock.today", lambda: {"made": str(datetime.date.today())}),
             # iteration order over a set of strings: PYTHONHASHSEED decides it
-            _domain("clock.hashed", lambda: {"order": list({f"word{i}" for i in range(40)})})]
+            _domain("clock.hashed", lambda: {"order": list({f"word{i}" for i in range(40)})}),
+            # the local time zone's offset
+            _domain("clock.zone", lambda: {"zone": time.strftime("%z")}),
+            # a data file found through the working directory
+            _domain("clock.cwd", lambda: {"data": open("clock-data.txt").read()})]
 '''
 
 
@@ -56,12 +61,16 @@ def clock_family(tmp_path, monkeypatch):
     sys.modules.pop("clock_family", None)
 
 
-def test_a_generator_that_reads_the_clock_or_a_set_order_fails_the_check(clock_family):
+def test_a_generator_that_reads_the_clock_or_a_set_order_fails_the_check(clock_family, tmp_path, monkeypatch):
+    (tmp_path / "clock-data.txt").write_text("found")
+    monkeypatch.chdir(tmp_path)
     report = check_domains(registry.match_domains("clock.*"), per_domain=3)
     failed = {(f.domain, f.kind) for f in report.failures}
-    assert failed == {("clock.today", "nondeterministic"), ("clock.hashed", "nondeterministic")}, failed
+    assert failed == {(f"clock.{name}", "nondeterministic") for name in ("today", "hashed", "zone", "cwd")}, failed
     [today] = [f for f in report.failures if f.domain == "clock.today"][:1]
     assert "another process on another day" in today.detail and "reads the clock" in today.detail
+    [cwd] = [f for f in report.failures if f.domain == "clock.cwd"][:1]
+    assert "failed: FileNotFoundError" in cwd.detail and "another working directory" in cwd.detail
     # every sampled task of the clock domain differs; within one process it never did
     assert sum(f.domain == "clock.today" for f in report.failures) == 3
     assert not report.ok

@@ -6,7 +6,7 @@ For each domain and each sampled (seed, split):
 
 * generation is deterministic: generating twice gives byte-identical tasks of that split, and
   (`posttrain.tasks.elsewhere`, run beside the check by `check_domains`) a child process with
-  another hash seed and another day on its clock generates the same task;
+  another hash seed, time zone, working directory and day generates the same task;
 * the oracle passes;
 * `negatives` has 'empty' and at least one wrong attempt, and every negative fails;
 * grading is stable: the same outcome verified twice gives the same verdict (the flip rate);
