@@ -108,7 +108,7 @@ def test_skewed_generators_are_thinned_to_their_answer_caps():
 @pytest.mark.slow  # ~25 s: 800 tasks generated and graded
 def test_thinned_generators_leave_no_guessable_constant_answer():
     """`tasks check`'s guess probe on the capped generators: no one answer passes enough tasks."""
-    from posttrain.tasks.check import guess_probe
+    from posttrain.tasks.guess import guess_probe
 
     for name in ("syllogism", "circuit_logic", "maze", "self_reference"):
         guess = guess_probe(rg._make(name), 200)

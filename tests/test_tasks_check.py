@@ -360,7 +360,7 @@ def test_no_generator_of_the_project_is_guessable_nor_has_splits_that_differ():
     (reasoning-gym's skewed generators are thinned by their shipped answer caps: tested in
     test_family_rgym)."""
     from posttrain.envs import needs_sandbox
-    from posttrain.tasks.check import guess_probe
+    from posttrain.tasks.guess import guess_probe
     from posttrain.tasks.registry import all_domains
 
     own = [d for n, d in sorted(all_domains().items()) if not n.startswith("rg.") and not needs_sandbox(d)]

@@ -19,15 +19,15 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from posttrain.tasks.check import SPLIT_SKEW_P
 from posttrain.tasks.families import reasoning_gym as rg
 from posttrain.tasks.families.common import OTHER, Strata, probe_answers, split_skew, strata_of
+from posttrain.tasks.guess import SPLIT_SKEW_P
 
 CAP_PROBE_ITEMS = 400
 """items of a generator (keys from a fixed RNG) its answer shares are measured on"""
 CAP_TARGET_EXCESS = 0.05
 """the cap makes the commonest answer's share at most this far above 1 / the distinct answers
-(half `posttrain.tasks.check.GUESS_EXCESS_LIMIT`: room for a sample's noise)"""
+(half `posttrain.tasks.guess.GUESS_EXCESS_LIMIT`: room for a sample's noise)"""
 STRATA_PROBE_ITEMS = 1_000
 """draws (after the caps) the split skew and the strata are measured on"""
 SKEW_P = SPLIT_SKEW_P
