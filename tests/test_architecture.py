@@ -189,14 +189,18 @@ def test_layer_rules(package):
     assert not bad, f"{package} must not import {sorted(forbidden)}:\n" + "\n".join(bad)
 
 
+def _is_cli(path: Path) -> bool:
+    """The command layer: `cli.py`, or `<what>_cli.py` beside it (`runs_cli.py`)."""
+    return path.name == "cli.py" or path.name.endswith("_cli.py")
+
+
 def test_no_library_module_imports_a_cli_module():
     files = _files(SRC)
     bad = []
     for name, targets in module_graph(SRC).items():
-        if files[name].name == "cli.py":
+        if _is_cli(files[name]):
             continue  # the command layer may mount the sub-commands
-        bad += [f"  {name} imports {t}" for t in sorted(targets)
-                if files[t].name == "cli.py"]
+        bad += [f"  {name} imports {t}" for t in sorted(targets) if _is_cli(files[t])]
     assert not bad, "library modules importing CLI modules:\n" + "\n".join(bad)
 
 

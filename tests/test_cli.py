@@ -26,7 +26,7 @@ def test_every_listed_sub_command_is_mounted():
 @pytest.mark.parametrize("entry, message", [
     (("posttrain.rollout.clii", "rollout", "rollout"), "posttrain.rollout.clii"),
     (("posttrain.scheduling.cli", "rollot", "rollout"), "rollot"),
-    (("posttrain.evaluation.cli", "noise", "taks noise"), "taks"),
+    (("posttrain.evaluation.tasks_cli", "noise", "taks noise"), "taks"),
 ])
 def test_a_mistyped_entry_is_an_error_not_a_missing_command(entry, message):
     with pytest.raises((ImportError, AttributeError, ValueError), match=message):

@@ -28,8 +28,8 @@ _SUBCOMMANDS: list[tuple[str, str, str]] = [
     ("posttrain.runs_cli", "runs", "runs"),
     ("posttrain.evaluation.cli", "app", "eval"),
     ("posttrain.evaluation.cli", "report", "report"),
-    ("posttrain.evaluation.cli", "contamination", "tasks contamination"),
-    ("posttrain.evaluation.cli", "noise", "tasks noise"),
+    ("posttrain.evaluation.tasks_cli", "contamination", "tasks contamination"),
+    ("posttrain.evaluation.tasks_cli", "noise", "tasks noise"),
 ]
 
 

@@ -1,6 +1,6 @@
-"""`posttrain eval` (run, compare, baseline), `posttrain report`, `posttrain tasks contamination`,
-`posttrain tasks noise`. Thin: parse arguments, call the library, print. Nothing heavy is
-imported at module level (torch loads only when a model policy is chosen)."""
+"""`posttrain eval` (run, compare, baseline) and `posttrain report`. Thin: parse arguments, call
+the library, print. Nothing heavy is imported at module level (torch loads only when a model
+policy is chosen). The evaluation layer's `tasks` sub-commands are in `tasks_cli`."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ app.add_typer(baseline_app, name="baseline")
 DEFAULT_TASKS = "math.*,text.*"
 
 
-def _fail(message: str, code: int = 2) -> NoReturn:
+def fail(message: str, code: int = 2) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
 
@@ -39,10 +39,10 @@ def _config(k: str, per_domain: int, temperature: float, seed: int, workers: int
                           seed=seed, workers=workers, ci=ci)  # type: ignore[arg-type]
     except ValidationError as e:  # one line per option, not pydantic's report
         lines = error_lines(e)
-        _fail("; ".join("--" + options.get(line.split(":")[0], line.split(":")[0]) + ":" + line.split(":", 1)[1]
+        fail("; ".join("--" + options.get(line.split(":")[0], line.split(":")[0]) + ":" + line.split(":", 1)[1]
                         for line in lines))
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
 
 
 def _policy(spec: str, run_dir: Path | None, mode: str = "standard"):
@@ -51,7 +51,7 @@ def _policy(spec: str, run_dir: Path | None, mode: str = "standard"):
     try:
         return resolve_policy(spec, run_dir, mode)
     except (PolicySpecError, ValueError, ImportError) as e:
-        _fail(f"--policy: {e}")
+        fail(f"--policy: {e}")
 
 
 def _tasks(spec: str, per_domain: int):
@@ -60,7 +60,7 @@ def _tasks(spec: str, per_domain: int):
     try:
         return resolve_tasks(spec, per_domain)
     except (TaskSetError, OSError) as e:
-        _fail(f"--tasks: {e}")
+        fail(f"--tasks: {e}")
 
 
 def _store(run_dir: Path | None):
@@ -73,7 +73,7 @@ def _store(run_dir: Path | None):
     try:
         return Store.for_run_dir(run_dir)
     except StoreError as e:
-        _fail(str(e))
+        fail(str(e))
 
 
 def _eval_name(name: str, run_dir: Path | None, store, policy: str, resume: bool = False) -> str:
@@ -85,18 +85,18 @@ def _eval_name(name: str, run_dir: Path | None, store, policy: str, resume: bool
     from posttrain.evaluation.result import EVALS_DIR, safe_name
 
     if resume and (run_dir is None or not name):
-        _fail("--resume needs --run-dir and the --name of the evaluation to continue")
+        fail("--resume needs --run-dir and the --name of the evaluation to continue")
     if run_dir is None:
         return name
     taken = {r["id"].removeprefix("eval:") for r in store.runs() if r["id"].startswith("eval:")}
     if resume:
         if name not in taken:
-            _fail(f"--resume: {run_dir} holds no evaluation named {name!r} to continue")
+            fail(f"--resume: {run_dir} holds no evaluation named {name!r} to continue")
         return name
     taken |= {p.stem for p in (run_dir / EVALS_DIR).glob("*.json")}
     if name:
         if name in taken or safe_name(name) in taken:
-            _fail(f"--name: an eval named {name!r} already exists in {run_dir} "
+            fail(f"--name: an eval named {name!r} already exists in {run_dir} "
                   f"({EVALS_DIR}/{safe_name(name)}.json or its stored rows); choose another name, "
                   "or --resume to continue an evaluation that was cut short")
         return name
@@ -220,7 +220,7 @@ def eval_(ctx: typer.Context,
     if ctx.invoked_subcommand is not None:
         return
     if policy is None:
-        _fail("--policy is required (e.g. --policy oracle); see `posttrain eval --help`")
+        fail("--policy is required (e.g. --policy oracle); see `posttrain eval --help`")
     if threads:  # before any thread runs an op: generation threads take the count when they start
         import torch
 
@@ -245,7 +245,7 @@ def eval_(ctx: typer.Context,
         result = run_eval(pol, task_list, config, name=name, policy_spec=policy, task_source=tasks, store=store,
                           resume=resume, sources=[absolute(s) for s in source or []])
     except ValueError as e:  # --resume of samples that are not this evaluation's
-        _fail(f"--resume: {e}" if resume else str(e))
+        fail(f"--resume: {e}" if resume else str(e))
     if run_dir is not None:
         path = result.save_to_run(run_dir)
         store.close()
@@ -267,7 +267,7 @@ def _gate(policy: str, baseline_path: Path, run_dir: Path | None, name: str, as_
     try:
         base = Baseline.load(baseline_path)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
     pol = _policy(policy, run_dir)
     store = _store(run_dir)
     outcome = gate(base, pol, name=name, policy_spec=policy, store=store)
@@ -296,7 +296,7 @@ def _load_side(spec: str, run_dir: Path | None):
             try:
                 return EvalResult.load(path)
             except ValueError as e:
-                _fail(str(e))
+                fail(str(e))
     return None
 
 
@@ -329,7 +329,7 @@ def compare(a: str = typer.Argument(..., help="A: a policy (as for --policy), an
         try:
             task_list = tasks_of_records(loaded.records, store)
         except TaskSetError as e:
-            _fail(str(e))
+            fail(str(e))
     else:
         config = _config(k, per_domain, temperature, seed, workers, "wilson")
         task_list = _tasks(tasks, per_domain)
@@ -344,7 +344,7 @@ def compare(a: str = typer.Argument(..., help="A: a policy (as for --policy), an
         report = ab_compare(sides[0], sides[1], alpha=alpha, confidence=config.confidence,
                             bootstrap_samples=config.bootstrap_samples, seed=config.seed)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
     if run_dir is not None:
         report.save_to_run(run_dir)
         store.close()
@@ -393,13 +393,13 @@ def baseline_create(policy: str = typer.Option(..., "--policy", help="the versio
         try:
             per_domain = max(1, math.ceil(size / len(match_domains(tasks))))
         except RegistryError as e:
-            _fail(f"--tasks: {e}")
+            fail(f"--tasks: {e}")
     config = _config(k, per_domain, temperature, seed, workers, "wilson")
     try:
         base = create_baseline(_policy(policy, run_dir), _tasks(tasks, per_domain), size, config,
                                policy_spec=policy, task_source=tasks)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
     base.save(out)
     s = base.result.summary
     if as_json:
@@ -418,90 +418,5 @@ def report(run_dir: Path = typer.Argument(..., help="a run directory"),
     try:
         path = build_report(run_dir, out)
     except FileNotFoundError as e:
-        _fail(str(e))
+        fail(str(e))
     typer.echo(str(path))
-
-
-def contamination(train: str = typer.Option(DEFAULT_TASKS, "--train", help="training tasks: domain globs "
-                                            "(train split) or a task file"),
-                  eval_: str | None = typer.Option(None, "--eval", help="eval tasks: domain globs (eval "
-                                                      "split) or a task file; default: the --train globs"),
-                  train_n: int = typer.Option(50, "--train-n", min=1, help="train tasks per domain (globs)"),
-                  eval_n: int = typer.Option(20, "--eval-n", min=1, help="eval tasks per domain (globs)"),
-                  threshold: float = typer.Option(0.8, "--threshold", callback=share,
-                                                  help="Jaccard similarity of a near-duplicate"),
-                  run_dir: Path | None = typer.Option(None, "--run-dir", help="record RUN/contamination.json"),
-                  as_json: bool = typer.Option(False, "--json")) -> None:
-    """Find exact and near-duplicate overlap between training and evaluation tasks (exit 1 if any)."""
-    from posttrain.evaluation.contamination import ContaminationConfig, check_contamination
-    from posttrain.evaluation.tasksets import TaskSetError, load_task_file, tasks_from_domains
-
-    def load(spec: str, n: int, split: str):
-        if not is_task_file(spec) and (Path(spec).suffix in (".toml", ".json", ".jsonl") or "/" in spec):
-            _fail(f"--{split}: {spec}: no such task file (and not a domain glob)")
-        try:
-            return load_task_file(spec) if is_task_file(spec) else tasks_from_domains(spec, n, split)  # type: ignore[arg-type]
-        except (TaskSetError, OSError) as e:
-            _fail(f"--{split}: {e}")
-
-    try:
-        cfg = ContaminationConfig(threshold=threshold)
-    except ValueError as e:
-        _fail(str(e))
-    rep = check_contamination(load(train, train_n, "train"), load(eval_ or train, eval_n, "eval"), config=cfg)
-    if run_dir is not None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        from posttrain.errors import write_text_atomic
-
-        write_text_atomic(run_dir / "contamination.json",
-                          json.dumps({"overridden": False, "refused": False, **rep.to_dict()}, indent=1),
-                          "the contamination check")
-    body = rep.to_dict()
-    if as_json:
-        typer.echo(json.dumps(body))
-    else:
-        typer.echo(f"{rep.n_eval} eval tasks vs {rep.n_train} training tasks in {rep.seconds:.1f}s: "
-                   f"{body['exact']} exact, {body['near']} near-duplicate matches, "
-                   f"{body['leaked_eval_tasks']} eval task(s) leak")
-        for m in rep.matches[:50]:
-            typer.echo(f"  {m.kind:5} {m.field:9} {m.similarity:.2f}  {m.eval_key}  ~  {m.train_key}")
-        if len(rep.matches) > 50:
-            typer.echo(f"  ... and {len(rep.matches) - 50} more (use --json)")
-    raise typer.Exit(0 if rep.ok else 1)
-
-
-def noise(run_dir: Path = typer.Argument(..., help="a run directory with a store"),
-          k: int = typer.Option(3, "--k", min=1, help="re-verifications per stored outcome"),
-          domains: str | None = typer.Option(None, "--domains", help="only these domain globs"),
-          run_id: str | None = typer.Option(None, "--run-id", help="only this run id of the store"),
-          max_flip_rate: float = typer.Option(0.0, "--max-flip-rate", callback=share,
-                                              help="a task above this flip share is quarantined"),
-          as_json: bool = typer.Option(False, "--json")) -> None:
-    """Re-verify stored outcomes k times, report flip rates per domain, quarantine noisy tasks
-    (RUN/quarantine.json, read by training through posttrain.evaluation.load_quarantine)."""
-    from posttrain.evaluation.noise import measure_noise, update_quarantine, write_noise
-    from posttrain.storage.store import Store, StoreError
-
-    try:
-        store = Store.for_run_dir(run_dir, readonly=False) if (run_dir / "store.sqlite").is_file() else None
-    except StoreError as e:
-        _fail(str(e))
-    if store is None:
-        _fail(f"{run_dir}: no store.sqlite (nothing stored to re-verify)")
-    try:
-        with store:
-            rep = measure_noise(store, k=k, domains=domains, run_id=run_id, max_flip_rate=max_flip_rate)
-    except ValueError as e:
-        _fail(str(e))
-    write_noise(run_dir, rep)
-    qpath = update_quarantine(run_dir, rep)
-    body = rep.to_dict()
-    if as_json:
-        typer.echo(json.dumps({**body, "quarantine": str(qpath)}))
-        return
-    for d, v in body["domains"].items():
-        rate = "–" if v["flip_rate"] is None else f"{100 * v['flip_rate']:.1f}%"
-        typer.echo(f"{d:32} {v['trajectories']:6} trajectories  flip rate {rate:>6}  noisy tasks "
-                   f"{v['noisy_tasks']}  infra errors {v['infra_errors']}")
-    typer.echo(f"{body['trajectories']} trajectories re-verified {k}x in {body['seconds']:.1f}s; "
-               f"{len(body['noisy_tasks'])} noisy task(s) quarantined in {qpath}")
