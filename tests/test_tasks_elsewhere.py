@@ -4,6 +4,8 @@ generator that reads the clock or iterates over a set of strings fails as nondet
 from __future__ import annotations
 
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -103,3 +105,30 @@ def test_every_shipped_domain_generates_the_same_tasks_elsewhere():
     theirs = child.hashes()
     assert len({name for name, _, _ in theirs}) == len(domains) >= 300
     assert elsewhere.differences(domains, theirs, specs) == []
+
+
+KILLED = """
+import os, signal, sys, time
+from posttrain.tasks import elsewhere
+from posttrain.tasks.registry import all_domains
+specs = [(n, s, "train") for n in all_domains() for s in range(50)]
+child = elsewhere.Elsewhere(specs)
+print(child._proc.pid, flush=True)
+time.sleep(1.0)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_the_child_dies_with_a_checker_killed_outright():
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-c", KILLED], capture_output=True, text=True, timeout=120)
+    assert p.returncode == -9, p.stderr
+    pid = int(p.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            break
+        time.sleep(0.1)
+    alive = Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    assert not alive, "the child generated on after its checker was killed"

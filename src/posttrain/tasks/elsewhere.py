@@ -16,11 +16,12 @@ What the child cannot see it skips, never fails: a domain it does not know (one 
 in the checking process; domains of the check's `--source`s are registered in the child too, their
 relative paths read from this process's working directory).
 
-    python -m posttrain.tasks.elsewhere SPECS.json OUT.json   # the child; see `Elsewhere`
+    python -m posttrain.tasks.elsewhere SPECS.json OUT.json PARENT_PID   # the child; see `Elsewhere`
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -97,7 +98,7 @@ class Elsewhere:
                                            os.environ.get("PYTHONPATH", "")) if p)
         env = {**os.environ, "PYTHONHASHSEED": HASH_SEED, "TZ": TIME_ZONE, "PYTHONPATH": path}
         self._proc = subprocess.Popen([sys.executable, "-m", "posttrain.tasks.elsewhere",
-                                       str(folder / "specs.json"), str(self._out)],
+                                       str(folder / "specs.json"), str(self._out), str(os.getpid())],
                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                       stderr=self._log, env=env, cwd=cwd)
 
@@ -154,7 +155,20 @@ def differences(domains: Sequence[Domain], theirs: dict[Spec, str],
     return out
 
 
-def _child(specs_path: str, out_path: str) -> None:
+def _die_with(parent: int) -> None:
+    """A checker killed outright (SIGKILL) takes this child with it instead of leaving it
+    generating for nobody (Linux's parent-death signal; elsewhere the child ends on its own)."""
+    import ctypes
+    import signal
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it died before the signal was asked for
+        os._exit(1)
+
+
+def _child(specs_path: str, out_path: str, parent: str) -> None:
+    _die_with(int(parent))
     import time_machine
 
     from posttrain.tasks.registry import all_domains
@@ -173,4 +187,4 @@ def _child(specs_path: str, out_path: str) -> None:
 
 
 if __name__ == "__main__":
-    _child(*sys.argv[1:3])
+    _child(*sys.argv[1:4])
