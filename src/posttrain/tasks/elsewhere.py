@@ -2,7 +2,7 @@
 
 A task is a function of (domain, seed, split) alone: a resumed run, a Ray worker, a replay and an
 evaluation continued tomorrow generate it again and must find the same task (its hash keys the
-stored samples; an evaluation whose tasks changed is drawn again from the start). Generating a
+stored samples; an evaluation whose tasks changed draws their samples again). Generating a
 task twice in one process, as the check does, cannot see a generator that reads the clock (a date
 in a task's reference: another task after midnight) or iterates over a set of strings (another
 order under another `PYTHONHASHSEED`) or reads a file relative to the working directory. So the
