@@ -13,6 +13,7 @@ from posttrain.scheduling.domain_check import check_domains
 from posttrain.tasks import elsewhere, registry
 
 FAMILY = '''
+import dataclasses
 import datetime
 import random
 import time
@@ -34,8 +35,24 @@ def _domain(name, extra):
                   negatives=lambda t: {"empty": [""], "wrong": [t.reference["answer"][:-1]]})
 
 
+class DayGrader:
+    """Passes the right answer only before a year that a policy cannot reach today but a
+    re-score on another day does (what a grader that reads the clock does)."""
+
+    name = "day"
+    version = "1"
+    needs_sandbox = False
+
+    def verify(self, task, outcome):
+        from posttrain.verifiers.base import verdict
+
+        right = (outcome.answer or "").strip() == task.reference["answer"]
+        return verdict(self, right and datetime.date.today().year < 2029)
+
+
 def domains():
-    return [_domain("clock.pure", dict),
+    graded = dataclasses.replace(_domain("clock.graded", dict), verifier=DayGrader())
+    return [graded, _domain("clock.pure", dict),
             # what reasoning-gym's time_intervals did: today's date in the reference
             _domain("clock.today", lambda: {"made": str(datetime.date.today())}),
             # iteration order over a set of strings: PYTHONHASHSEED decides it
@@ -68,7 +85,11 @@ def test_a_generator_that_reads_the_clock_or_a_set_order_fails_the_check(clock_f
     monkeypatch.chdir(tmp_path)
     report = check_domains(registry.match_domains("clock.*"), per_domain=3)
     failed = {(f.domain, f.kind) for f in report.failures}
-    assert failed == {(f"clock.{name}", "nondeterministic") for name in ("today", "hashed", "zone", "cwd")}, failed
+    assert failed == {(f"clock.{name}", "nondeterministic")
+                      for name in ("today", "hashed", "zone", "cwd", "graded")}, failed
+    [graded] = [f for f in report.failures if f.domain == "clock.graded"][:1]
+    assert "the same task grades otherwise" in graded.detail and "oracle=True/1 " in graded.detail
+    assert "oracle=False/0 " in graded.detail
     [today] = [f for f in report.failures if f.domain == "clock.today"][:1]
     assert "another process on another day" in today.detail and "reads the clock" in today.detail
     [cwd] = [f for f in report.failures if f.domain == "clock.cwd"][:1]
@@ -97,14 +118,20 @@ def test_a_domain_the_child_does_not_know_is_skipped_and_a_dead_child_is_infrast
 @pytest.mark.slow
 def test_every_shipped_domain_generates_the_same_tasks_elsewhere():
     """The registry's own domains, seeds 0 and 1 of both splits, generated again in a child with
-    another hash seed and another day on its clock (Ray workers, resumed runs and replays
-    regenerate tasks elsewhere, later): only the hashes are compared."""
+    another hash seed, time zone, working directory and day (Ray workers, resumed runs and
+    replays regenerate tasks elsewhere, later), and the directly graded ones' oracle and
+    negatives graded there: the same tasks, the same verdicts."""
+    from posttrain.envs import needs_sandbox
+
     domains = list(registry.all_domains().values())
     specs = [(d.name, seed, split) for d in domains for seed in (0, 1) for split in ("train", "eval")]
-    child = elsewhere.Elsewhere(specs)
+    graded = {d.name for d in domains if not needs_sandbox(d)}  # their verdicts compared too
+    child = elsewhere.Elsewhere(specs, graded=graded)
     theirs = child.hashes()
-    assert len({name for name, _, _ in theirs}) == len(domains) >= 300
-    assert elsewhere.differences(domains, theirs, specs) == []
+    assert len({name for name, _, _ in theirs}) == len(domains) >= 300 and len(graded) >= 200
+    assert sum(elsewhere.VERDICTS in h for h in theirs.values()) >= 4 * 200
+    assert not [h for h in theirs.values() if "=error:" in h]  # every verdict made, none skipped
+    assert elsewhere.differences(domains, theirs, specs, graded) == []
 
 
 KILLED = """
