@@ -37,9 +37,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import cast
 
+from posttrain.tasks.check import grade_directly
 from posttrain.tasks.domain import Domain, NoTasksInSplit
 from posttrain.values.task import Split, Task
-from posttrain.verifiers.base import Outcome, verify
 
 CLOCK_SHIFT = timedelta(days=1000, hours=13, minutes=17)
 """how far the child's clock is moved: another day, year and time of day"""
@@ -100,14 +100,10 @@ def _verdicts(domain: Domain, task: Task) -> str:
                     **{k: list(v) for k, v in sorted(domain.negatives(task).items())}}
     except Exception as e:  # the check's own per-task checks report it
         return f"{FAILED}{type(e).__name__}"
-    out = []
-    for name, actions in attempts.items():
-        try:
-            v = verify(domain.verifier, task, Outcome(answer=actions[-1] if actions else None))
-            out.append(f"{name}={v.passed}/{v.score:.6g}")
-        except Exception as e:  # an infrastructure failure: not a verdict to compare
-            out.append(f"{name}=error:{type(e).__name__}")
-    return " ".join(out)
+    graded = grade_directly(domain, task, list(attempts.values()))
+    # an exception is an infrastructure failure: not a verdict to compare
+    return " ".join(f"{name}=error:{type(v).__name__}" if isinstance(v, BaseException)
+                    else f"{name}={v.passed}/{v.score:.6g}" for name, v in zip(attempts, graded))
 
 
 class Elsewhere:

@@ -28,7 +28,7 @@ too-lenient scorer faces an exact check (puzzle24, countdown, gsm_symbolic, coin
 number_sorting, pool_matrix); answers with nan/inf are refused before any scorer sees them; ARC
 boards are turned back into tuples before scoring (`RESTORE`); generators that draw from the
 global `random`/numpy state are seeded per item and the caller's state restored; reasoning-gym's
-modules see a fixed day when they ask for today (`_reasoning_gym`).
+modules see a fixed day when they ask for today (`rg_clock`).
 
 Splits: an item belongs to the split its question's content hashes to, so one question is only
 ever in one split; for generators that write one problem several ways (other names, emoji or
@@ -41,12 +41,10 @@ expose generator configurations (difficulty) as separate domains.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import io
 import json
 import random
 import re
-import types
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +56,7 @@ from typing import Any
 from posttrain.tasks.domain import Domain
 from posttrain.tasks.families.common import Strata, content_split, draw_in_split, perturb
 from posttrain.tasks.families.rg_answers import EXTRA_CHECKS, FORMS, non_finite
+from posttrain.tasks.families.rg_clock import fixed_clock_reasoning_gym
 from posttrain.values.task import Split, Task, TaskLimits
 from posttrain.values.verdict import Verdict
 from posttrain.verifiers.base import Outcome, VerifierError, verdict
@@ -207,73 +206,9 @@ def _quiet():
         yield
 
 
-FIXED_DAY = (2025, 1, 1)
-"""the day a reasoning-gym module sees when it asks for today (see `_reasoning_gym`)"""
-
-
-class _FixedDate(datetime.date):
-    @classmethod
-    def today(cls):
-        return cls(*FIXED_DAY)
-
-
-class _FixedDatetime(datetime.datetime):
-    @classmethod
-    def now(cls, tz=None):
-        return cls(*FIXED_DAY, tzinfo=tz)
-
-    @classmethod
-    def today(cls):
-        return cls(*FIXED_DAY)
-
-    @classmethod
-    def utcnow(cls):
-        return cls(*FIXED_DAY)
-
-
-def _fixed_dateutil_parser(parser: types.ModuleType) -> types.ModuleType:
-    """`dateutil.parser` whose `parse` fills what a string leaves out from `FIXED_DAY`, not from
-    today (its default)."""
-
-    def parse(timestr: Any, parserinfo: Any = None, **kwargs: Any) -> Any:
-        kwargs.setdefault("default", datetime.datetime(*FIXED_DAY))
-        return parser.parse(timestr, parserinfo, **kwargs)
-
-    shim = types.ModuleType(parser.__name__)
-    shim.__dict__.update(vars(parser))
-    shim.parse = parse  # type: ignore[attr-defined]
-    return shim
-
-
-@cache
-def _reasoning_gym():
-    """reasoning-gym, its modules' clocks fixed at `FIXED_DAY`. A generator that reads the date
-    makes another task tomorrow from the same seed (`time_intervals` put today's date in its
-    items' metadata, by `date.today()` and by `dateutil.parser.parse` of a bare time, so a task's
-    hash changed at midnight: a run resumed the next day found its evaluation's tasks changed and
-    drew it all again). Every reasoning-gym module that imported the `date` or `datetime` class
-    gets one whose `today()` / `now()` is that day, and one that imported `dateutil.parser` gets
-    a `parse` that fills from that day; only those modules' names change, not the classes or
-    modules others use. `posttrain tasks check` regenerates tasks on another day, in another
-    process, to catch what this misses."""
-    import sys
-
-    import reasoning_gym
-
-    swap: dict[Any, Any] = {datetime.date: _FixedDate, datetime.datetime: _FixedDatetime}
-    if (parser := sys.modules.get("dateutil.parser")) is not None:
-        swap[parser] = _fixed_dateutil_parser(parser)
-    for name, module in list(sys.modules.items()):
-        if name.split(".")[0] == "reasoning_gym" and module is not None:
-            for attr, value in list(vars(module).items()):
-                if isinstance(value, (type, types.ModuleType)) and value in swap:
-                    setattr(module, attr, swap[value])
-    return reasoning_gym
-
-
 @cache
 def _dataset(name: str, seed: int = BASE_SEED):
-    reasoning_gym = _reasoning_gym()
+    reasoning_gym = fixed_clock_reasoning_gym()
 
     with _quiet():
         return reasoning_gym.create_dataset(name, size=1, seed=seed, **CONFIG.get(name, {}))
@@ -300,7 +235,7 @@ def _seeded_globals(key: int):
 def _item(name: str, key: int) -> dict:
     with _quiet(), _seeded_globals(key):
         if name in PER_SEED:
-            reasoning_gym = _reasoning_gym()
+            reasoning_gym = fixed_clock_reasoning_gym()
             # not cached: one dataset object per key would grow without bound
             return reasoning_gym.create_dataset(name, size=1, seed=key, **CONFIG.get(name, {}))[0]
         return _dataset(name)[key]
@@ -328,7 +263,7 @@ RG_TIMEOUT_S = 10.0
 
 def _scorer_setup() -> dict[str, Any]:
     """In the grading child: reasoning-gym imported (paid once); datasets made on first use."""
-    _reasoning_gym()
+    fixed_clock_reasoning_gym()
     return {}
 
 
